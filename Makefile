@@ -1,0 +1,37 @@
+# Two commands set everything up on a fresh machine with Python 3.11+ and make:
+#   make test   lint, type-check and test (bootstraps .venv)
+#   make demo   the example shop on three instances (bootstraps .venv)
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+UV := $(shell command -v uv 2>/dev/null)
+
+.PHONY: test lint typecheck pytest demo bench clean
+
+$(STAMP): pyproject.toml
+	@if [ -n "$(UV)" ]; then \
+		uv venv --python $(PYTHON) $(VENV) && \
+		uv pip install --python $(BIN)/python -e '.[dev]'; \
+	else \
+		$(PYTHON) -m venv $(VENV) && \
+		$(BIN)/python -m pip install --quiet --upgrade pip && \
+		$(BIN)/python -m pip install --quiet -e '.[dev]'; \
+	fi
+	@touch $(STAMP)
+
+test: lint typecheck pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy src
+
+pytest: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,54 @@
+"""leaselock: distributed lease locks with fencing tokens.
+
+Run a scheduled job on one instance, never overlapping itself, with a handover when its instance
+dies; and take the lock underneath by hand, with a signal that aborts when the lease is lost and a
+fencing token that grows with every acquisition.
+"""
+
+from ._context import current_lock as current_lock
+from ._durations import Duration as Duration
+from ._errors import DetectedBy as DetectedBy
+from ._errors import LockError as LockError
+from ._errors import LockLostError as LockLostError
+from ._errors import LockNotAcquiredError as LockNotAcquiredError
+from ._errors import LocksConfigurationError as LocksConfigurationError
+from ._errors import LockStoreError as LockStoreError
+from ._events import Event as Event
+from ._events import Events as Events
+from ._events import EventStream as EventStream
+from ._events import EventType as EventType
+from ._events import LeadershipAcquired as LeadershipAcquired
+from ._events import LeadershipLost as LeadershipLost
+from ._events import LeaseAcquired as LeaseAcquired
+from ._events import LockLost as LockLost
+from ._events import TickSkipped as TickSkipped
+from ._lock import Lock as Lock
+from ._locks import Locks as Locks
+from ._signal import LockSignal as LockSignal
+from .sync import SyncLock as SyncLock
+from .sync import SyncLocks as SyncLocks
+
+__all__ = [
+    "DetectedBy",
+    "Duration",
+    "Event",
+    "EventStream",
+    "EventType",
+    "Events",
+    "LeadershipAcquired",
+    "LeadershipLost",
+    "LeaseAcquired",
+    "Lock",
+    "LockError",
+    "LockLost",
+    "LockLostError",
+    "LockNotAcquiredError",
+    "LockSignal",
+    "LockStoreError",
+    "Locks",
+    "LocksConfigurationError",
+    "SyncLock",
+    "SyncLocks",
+    "TickSkipped",
+    "current_lock",
+]

@@ -1,0 +1,112 @@
+"""Durations: the one place that knows units.
+
+Public parameters take a :data:`Duration`; everything inside leaselock is whole milliseconds in a
+name ending in ``_ms``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import TypeAlias
+
+from ._errors import LocksConfigurationError
+
+__all__ = ["MAX_TTL_MS", "Duration", "parse_duration", "parse_ttl", "parse_wait"]
+
+Duration: TypeAlias = str | timedelta | int
+"""A duration: ``"1500ms"``, ``"30s"``, ``"5m"``, ``"2h"``, ``"1d"``, ``"1m30s"``, a
+:class:`~datetime.timedelta`, or an ``int`` of milliseconds."""
+
+MAX_TTL_MS = 365 * 24 * 60 * 60 * 1000
+"""The longest ttl leaselock accepts: one year, well inside what every shipped store can hold."""
+
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
+_WHOLE = re.compile(r"(?:\d+(?:ms|s|m|h|d))+")
+_ACCEPTED = (
+    'a string like "1500ms", "30s", "5m", "2h", "1d" or "1m30s", '
+    "a datetime.timedelta, or an int of milliseconds"
+)
+
+
+def parse_duration(value: object, *, name: str = "duration") -> int:
+    """Return ``value`` as whole milliseconds (zero allowed, never negative).
+
+    Args:
+        value: a :data:`Duration`.
+        name: the parameter's name, used in the error message.
+
+    Returns:
+        The duration in milliseconds.
+
+    Raises:
+        LocksConfigurationError: ``value`` is not one of the accepted forms, or is negative.
+    """
+    if isinstance(value, bool):
+        raise LocksConfigurationError(
+            f"{name}={value!r} is a bool, not a duration; pass {_ACCEPTED}"
+        )
+    if isinstance(value, int):
+        ms = value
+    elif isinstance(value, timedelta):
+        ms = _timedelta_ms(value, name)
+    elif isinstance(value, str):
+        ms = _string_ms(value, name)
+    else:
+        raise LocksConfigurationError(
+            f"{name}={value!r} ({type(value).__name__}) is not a duration; pass {_ACCEPTED}"
+        )
+    if ms < 0:
+        raise LocksConfigurationError(f"{name}={value!r} is negative; pass zero or more")
+    return ms
+
+
+def parse_ttl(value: object, *, name: str = "ttl") -> int:
+    """Return a lease length in milliseconds: positive and at most :data:`MAX_TTL_MS`.
+
+    Raises:
+        LocksConfigurationError: not a duration, zero, negative or longer than a year.
+    """
+    ms = parse_duration(value, name=name)
+    if ms == 0:
+        raise LocksConfigurationError(
+            f'{name}={value!r} is zero: a lease must last; pass a positive duration such as "30s"'
+        )
+    if ms < 3:  # noqa: PLR2004 -- renewal runs every ttl/3 whole milliseconds
+        raise LocksConfigurationError(
+            f"{name}={value!r} is shorter than 3 ms, too short to renew every ttl/3; "
+            'pass a few seconds, such as "30s"'
+        )
+    if ms > MAX_TTL_MS:
+        raise LocksConfigurationError(
+            f"{name}={value!r} is longer than one year ({MAX_TTL_MS} ms), more than a store can "
+            "be trusted to hold; pass a shorter ttl: the lease is renewed while you hold it"
+        )
+    return ms
+
+
+def parse_wait(value: object, *, name: str = "wait") -> int:
+    """Return how long to wait for a lock, in milliseconds (0: try once).
+
+    Raises:
+        LocksConfigurationError: not a duration, or negative.
+    """
+    return parse_duration(value, name=name)
+
+
+def _timedelta_ms(value: timedelta, name: str) -> int:
+    # whole microseconds are exact in a timedelta; refuse what would be silently rounded
+    micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    if micros % 1000:
+        raise LocksConfigurationError(
+            f"{name}={value!r} has a fraction of a millisecond; round it to whole milliseconds"
+        )
+    return micros // 1000
+
+
+def _string_ms(value: str, name: str) -> int:
+    text = value.strip()
+    if not _WHOLE.fullmatch(text):
+        raise LocksConfigurationError(f"{name}={value!r} is not a duration; pass {_ACCEPTED}")
+    return sum(int(amount) * _UNIT_MS[unit] for amount, unit in _PART.findall(text))

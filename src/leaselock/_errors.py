@@ -1,0 +1,104 @@
+"""The one error tree of leaselock.
+
+::
+
+    LockError                      base: catch this to catch everything leaselock raises
+    ├── LockNotAcquiredError       the key stayed held by someone else for the whole wait
+    ├── LockLostError              a held lock was lost (renewal refused, deadline passed, shutdown)
+    ├── LockStoreError             a store failed, or broke its contract (e.g. a token as str)
+    └── LocksConfigurationError    an argument or a configuration is wrong; also a ValueError
+
+Every message says what happened and how to fix it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, final
+
+__all__ = [
+    "DetectedBy",
+    "LockError",
+    "LockLostError",
+    "LockNotAcquiredError",
+    "LockStoreError",
+    "LocksConfigurationError",
+]
+
+DetectedBy = Literal["renewal", "deadline", "shutdown"]
+"""How a loss was noticed.
+
+``"renewal"``: the store refused a renewal (someone else holds the key, or the lease expired there).
+``"deadline"``: ``ttl`` passed since the last renewal the store confirmed (e.g. it was unreachable).
+``"shutdown"``: the :class:`~leaselock.Locks` closed while the lock was still held.
+"""
+
+
+class LockError(Exception):
+    """Base class of every error leaselock raises."""
+
+
+@final
+class LockNotAcquiredError(LockError):
+    """The key stayed held by another owner for the whole wait.
+
+    Attributes:
+        key: the key that could not be taken.
+        waited_ms: how long the caller waited, in milliseconds (0: tried once).
+    """
+
+    def __init__(self, key: str, waited_ms: int) -> None:
+        """Build the error for ``key`` after a wait of ``waited_ms``."""
+        self.key = key
+        self.waited_ms = waited_ms
+        waited = "it was tried once" if waited_ms == 0 else f"waited {waited_ms} ms"
+        super().__init__(
+            f"Lock {key!r} is held by another owner ({waited}); "
+            "pass a longer wait= to wait for it, or use acquire() to get None instead of an error"
+        )
+
+    def __reduce__(self) -> tuple[type[LockNotAcquiredError], tuple[str, int]]:
+        """Pickle by constructor arguments, so the error crosses process boundaries."""
+        return (LockNotAcquiredError, (self.key, self.waited_ms))
+
+
+@final
+class LockLostError(LockError):
+    """A held lock was lost; the critical section must stop.
+
+    Attributes:
+        key: the key of the lost lock.
+        fencing_token: the token the lost lock was acquired with.
+        detected_by: how the loss was noticed, see :data:`DetectedBy`.
+    """
+
+    def __init__(self, key: str, fencing_token: int, detected_by: DetectedBy) -> None:
+        """Build the error for the lock on ``key`` acquired with ``fencing_token``."""
+        self.key = key
+        self.fencing_token = fencing_token
+        self.detected_by: DetectedBy = detected_by
+        how = {
+            "renewal": "the store refused its renewal: another owner may hold it now",
+            "deadline": "no renewal was confirmed within its ttl (store unreachable or slow)",
+            "shutdown": "its Locks was closed while it was still held",
+        }[detected_by]
+        super().__init__(
+            f"Lost lock {key!r} (fencing token {fencing_token}): {how}. "
+            "Stop writing on its behalf; fence writes with the token so a late one is refused"
+        )
+
+    def __reduce__(self) -> tuple[type[LockLostError], tuple[str, int, DetectedBy]]:
+        """Pickle by constructor arguments, so the error crosses process boundaries."""
+        return (LockLostError, (self.key, self.fencing_token, self.detected_by))
+
+
+@final
+class LockStoreError(LockError):
+    """A store failed, or broke the store contract.
+
+    The message names the store, the method and what to change.
+    """
+
+
+@final
+class LocksConfigurationError(LockError, ValueError):
+    """An argument or configuration is wrong; the message says which and how to fix it."""

@@ -1,0 +1,56 @@
+"""Lease: the engine's state of one lock it holds (the public handle is :class:`Lock`)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import final
+
+from ._clock import Clock
+from ._signal import LockSignal
+
+__all__ = ["Lease", "LeaseState"]
+
+
+class LeaseState(enum.Enum):
+    """Where a lease is in its life; it only ever moves away from HELD."""
+
+    HELD = "held"
+    RELEASED = "released"
+    LOST = "lost"
+
+
+@final
+@dataclass(eq=False, slots=True)
+class Lease:
+    """One acquisition: its identity, its timing, and its signal.
+
+    ``deadline_ms`` is the holder's own deadline: ``ttl_ms`` after the send time of the last
+    acquire or renewal the store confirmed. Renewal is due at ``next_renew_ms``.
+    """
+
+    key: str
+    owner: str
+    ttl_ms: int
+    fencing_token: int
+    deadline_ms: int
+    next_renew_ms: int
+    clock: Clock
+    signal: LockSignal = field(init=False)
+    state: LeaseState = LeaseState.HELD
+    renewing: bool = False
+    # bumped at each reschedule: renewal-heap entries carrying an older value are stale
+    schedule_version: int = 0
+
+    def __post_init__(self) -> None:
+        """Give the lease its signal, which also reads the deadline straight from the clock."""
+        self.signal = LockSignal(self.key, self.fencing_token, deadline_passed=self.deadline_passed)
+
+    @property
+    def held(self) -> bool:
+        """Whether the lease is held and its deadline has not passed."""
+        return self.state is LeaseState.HELD and self.clock.now_ms() < self.deadline_ms
+
+    def deadline_passed(self) -> bool:
+        """Whether the lease is still marked held although its deadline has passed."""
+        return self.state is LeaseState.HELD and self.clock.now_ms() >= self.deadline_ms

@@ -1,0 +1,114 @@
+"""Lock: the handle of one acquisition."""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+from typing import TYPE_CHECKING, final
+
+from ._errors import LockStoreError
+
+if TYPE_CHECKING:
+    from ._engine import LockEngine
+    from ._lease import Lease
+    from ._signal import LockSignal
+
+__all__ = ["Lock"]
+
+_log = logging.getLogger("leaselock")
+
+
+@final
+class Lock:
+    """A held lease on a key: its fencing token, its loss signal, and its release.
+
+    Get one from :meth:`Locks.acquire`, :meth:`Locks.hold` or :func:`current_lock`. Leaving
+    ``async with lock:`` releases it, whatever happens inside.
+
+    .. versionadded:: 0.1
+    """
+
+    __slots__ = ("_engine", "_lease")
+
+    def __init__(self, engine: LockEngine, lease: Lease) -> None:
+        """Wrap a lease the engine holds (internal: locks come from :class:`Locks`)."""
+        self._engine = engine
+        self._lease = lease
+
+    @property
+    def key(self) -> str:
+        """The key this lock holds."""
+        return self._lease.key
+
+    @property
+    def owner(self) -> str:
+        """This acquisition's owner id: 128 random bits, fresh for every acquisition."""
+        return self._lease.owner
+
+    @property
+    def fencing_token(self) -> int:
+        """Greater than the token of every earlier acquisition of this key.
+
+        Send it with every write the lock protects; the resource keeps the highest token it has
+        seen and refuses lower ones, which stops the late write of a holder that was paused past
+        its lease.
+        """
+        return self._lease.fencing_token
+
+    @property
+    def ttl_ms(self) -> int:
+        """The lease length in milliseconds; the lock is renewed every third of it."""
+        return self._lease.ttl_ms
+
+    @property
+    def signal(self) -> LockSignal:
+        """Aborts when the lock is lost; pass it to what the critical section calls."""
+        return self._lease.signal
+
+    @property
+    def held(self) -> bool:
+        """Whether the lock is still held: not released, not lost, deadline not passed."""
+        return self._lease.held
+
+    async def release(self) -> bool:
+        """Give the lock back now.
+
+        Returns:
+            ``True`` if the store released it; ``False`` if it was already released or lost, or
+            had expired at the store.
+
+        Raises:
+            LockStoreError: the store failed; the lock is not renewed any more and expires.
+        """
+        return await self._engine.release(self._lease)
+
+    async def __aenter__(self) -> Lock:
+        """Return the lock; it is released when the block ends."""
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Release the lock; a store failure here is logged, never raised over the block."""
+        await release_logged(self)
+
+    def __repr__(self) -> str:
+        """Show the key, the token and whether it is held."""
+        state = "held" if self.held else self._lease.state.value
+        return f"<Lock {self.key!r} fencing_token={self.fencing_token} {state}>"
+
+
+async def release_logged(lock: Lock) -> bool:
+    """Release ``lock``; log a store failure instead of raising it.
+
+    The lock then expires on its own after its ttl; the failure must not replace the result or
+    the error of the code that ran under it.
+    """
+    try:
+        return await lock.release()
+    except LockStoreError as error:
+        _log.warning('Could not release "%s"; it expires on its own: %s', lock.key, error)
+        return False

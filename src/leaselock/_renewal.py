@@ -1,0 +1,157 @@
+"""RenewalScheduler: one timer per Locks renews every held lease and watches every deadline.
+
+No task or thread per lock: held leases sit in one heap keyed by when each next needs attention
+(its renewal, or its deadline while a renewal is in flight), and one clock timer is armed for the
+earliest. When it fires, every due renewal goes to the store in one batch.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from collections.abc import Callable
+from typing import final
+
+from ._checked_store import CheckedStore
+from ._clock import Clock, TimerHandle
+from ._errors import DetectedBy, LockStoreError
+from ._lease import Lease, LeaseState
+from .stores._protocol import Renewal
+
+__all__ = ["RenewalScheduler"]
+
+_log = logging.getLogger("leaselock.renewal")
+
+
+def renew_interval_ms(ttl_ms: int) -> int:
+    """Return how long after a confirmed send the next renewal is due: a third of the ttl."""
+    return ttl_ms // 3
+
+
+def retry_interval_ms(ttl_ms: int) -> int:
+    """Return how soon a renewal that failed is tried again: about five tries per ttl."""
+    return max(1, ttl_ms // 6)
+
+
+@final
+class RenewalScheduler:
+    """Keeps leases renewed and reports each loss once.
+
+    Args:
+        store: the store the leases live in.
+        clock: the holder's clock (deadlines and renewal times).
+        on_lost: called once per lost lease, with how the loss was seen.
+    """
+
+    __slots__ = ("_armed_at_ms", "_clock", "_heap", "_on_lost", "_seq", "_store", "_timer")
+
+    def __init__(
+        self,
+        store: CheckedStore,
+        clock: Clock,
+        on_lost: Callable[[Lease, DetectedBy], None],
+    ) -> None:
+        """Create a scheduler with nothing to renew."""
+        self._store = store
+        self._clock = clock
+        self._on_lost = on_lost
+        self._heap: list[tuple[int, int, int, Lease]] = []
+        self._seq = itertools.count()
+        self._timer: TimerHandle | None = None
+        self._armed_at_ms: int | None = None
+
+    def track(self, lease: Lease) -> None:
+        """Start renewing ``lease``; it stays tracked until it is no longer HELD."""
+        self._schedule(lease)
+        self._arm()
+
+    def close(self) -> None:
+        """Stop the timer; held leases are left to the caller."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._armed_at_ms = None
+        self._heap.clear()
+
+    def _schedule(self, lease: Lease) -> None:
+        lease.schedule_version += 1
+        due_ms = (
+            lease.deadline_ms if lease.renewing else min(lease.next_renew_ms, lease.deadline_ms)
+        )
+        heapq.heappush(self._heap, (due_ms, next(self._seq), lease.schedule_version, lease))
+
+    def _arm(self) -> None:
+        while self._heap and _is_stale(self._heap[0]):
+            heapq.heappop(self._heap)
+        if not self._heap:
+            return
+        due_ms = self._heap[0][0]
+        if self._armed_at_ms is not None and self._armed_at_ms <= due_ms:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._armed_at_ms = due_ms
+        self._timer = self._clock.call_at(due_ms, self._tick)
+
+    async def _tick(self) -> None:
+        self._timer = None
+        self._armed_at_ms = None
+        now_ms = self._clock.now_ms()
+        due: list[Lease] = []
+        while self._heap and self._heap[0][0] <= now_ms:
+            entry = heapq.heappop(self._heap)
+            if _is_stale(entry):
+                continue
+            lease = entry[3]
+            if now_ms >= lease.deadline_ms:
+                self._on_lost(lease, "deadline")
+                continue
+            if not lease.renewing and now_ms >= lease.next_renew_ms:
+                lease.renewing = True
+                due.append(lease)
+            self._schedule(lease)
+        # re-arm before awaiting the store: deadlines must fire even while renewals hang
+        self._arm()
+        if due:
+            await self._renew(due, now_ms)
+
+    async def _renew(self, leases: list[Lease], sent_at_ms: int) -> None:
+        renewals = [Renewal(lease.key, lease.owner, lease.ttl_ms) for lease in leases]
+        results = await self._store.renew_many(renewals)
+        confirmed_at_ms = self._clock.now_ms()
+        for lease, result in zip(leases, results, strict=True):
+            lease.renewing = False
+            self._settle(lease, result, sent_at_ms, confirmed_at_ms)
+        self._arm()
+
+    def _settle(
+        self, lease: Lease, result: bool | LockStoreError, sent_at_ms: int, confirmed_at_ms: int
+    ) -> None:
+        if lease.state is not LeaseState.HELD:
+            return
+        if isinstance(result, LockStoreError):
+            _log.warning(
+                'Renewal of "%s" failed, retrying until its deadline in %d ms: %s',
+                lease.key,
+                lease.deadline_ms - confirmed_at_ms,
+                result,
+            )
+            lease.next_renew_ms = confirmed_at_ms + retry_interval_ms(lease.ttl_ms)
+            self._schedule(lease)
+            return
+        if not result:
+            self._on_lost(lease, "renewal")
+            return
+        if confirmed_at_ms >= lease.deadline_ms:
+            # the holder gave up at its deadline; the store's yes came too late to count
+            self._on_lost(lease, "deadline")
+            return
+        lease.deadline_ms = sent_at_ms + lease.ttl_ms
+        lease.next_renew_ms = sent_at_ms + renew_interval_ms(lease.ttl_ms)
+        self._schedule(lease)
+
+
+def _is_stale(entry: tuple[int, int, int, Lease]) -> bool:
+    _, _, version, lease = entry
+    return lease.state is not LeaseState.HELD or version != lease.schedule_version

@@ -1,0 +1,152 @@
+"""LockSignal: the lock's promise to say when it is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import final
+
+from ._errors import DetectedBy, LockLostError
+
+__all__ = ["LockSignal", "SignalCallback"]
+
+SignalCallback = Callable[[LockLostError], object]
+
+_log = logging.getLogger("leaselock")
+
+
+@final
+class LockSignal:
+    """Aborts, once, when its lock is lost; pass it to whatever the critical section calls.
+
+    Read it from any thread: :attr:`aborted` and :meth:`raise_if_aborted` also compare the
+    holder's deadline with the clock, so a process that resumes from a pause sees the loss before
+    its overdue timer has run. :meth:`wait` is for coroutines, :meth:`wait_blocking` for threads.
+    Callbacks run on the event loop of the lock's :class:`~leaselock.Locks`.
+
+    .. versionadded:: 0.1
+    """
+
+    __slots__ = (
+        "_callbacks",
+        "_deadline_passed",
+        "_fencing_token",
+        "_key",
+        "_reason",
+        "_thread_event",
+        "_waiters",
+    )
+
+    def __init__(
+        self, key: str, fencing_token: int, *, deadline_passed: Callable[[], bool]
+    ) -> None:
+        """Create the signal of the lock on ``key`` acquired with ``fencing_token`` (internal)."""
+        self._key = key
+        self._fencing_token = fencing_token
+        self._deadline_passed = deadline_passed
+        self._reason: LockLostError | None = None
+        self._callbacks: list[SignalCallback] = []
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._thread_event = threading.Event()
+
+    @property
+    def aborted(self) -> bool:
+        """Whether the lock is lost (its deadline passing counts at once)."""
+        return self.reason is not None
+
+    @property
+    def reason(self) -> LockLostError | None:
+        """The :class:`~leaselock.LockLostError` that says how the lock was lost, or ``None``."""
+        if self._reason is not None:
+            return self._reason
+        if self._deadline_passed():
+            return LockLostError(self._key, self._fencing_token, "deadline")
+        return None
+
+    def raise_if_aborted(self) -> None:
+        """Raise :attr:`reason` if the lock is lost; call it before each step worth fencing.
+
+        Raises:
+            LockLostError: the lock is lost.
+        """
+        reason = self.reason
+        if reason is not None:
+            raise reason
+
+    async def wait(self) -> LockLostError:
+        """Wait until the lock is lost and return the reason."""
+        if self._reason is None:
+            loop = asyncio.get_running_loop()
+            waiter: asyncio.Future[None] = loop.create_future()
+            entry = (loop, waiter)
+            self._waiters.append(entry)
+            try:
+                await waiter
+            finally:
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
+        assert self._reason is not None  # noqa: S101 -- the waiter is resolved only by _abort
+        return self._reason
+
+    def wait_blocking(self, timeout: float | None = None) -> bool:
+        """Block this thread until the lock is lost or ``timeout`` seconds pass.
+
+        Returns:
+            Whether the lock is lost. Never call it on the event loop's thread.
+        """
+        return self._thread_event.wait(timeout)
+
+    def add_callback(self, callback: SignalCallback) -> Callable[[], None]:
+        """Call ``callback(reason)`` when the lock is lost (at once if it already is).
+
+        Returns:
+            A function that removes the callback.
+        """
+        if self._reason is not None:
+            _call_logged(callback, self._reason)
+            return _noop
+        self._callbacks.append(callback)
+
+        def remove() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return remove
+
+    def _abort(self, detected_by: DetectedBy) -> LockLostError:
+        """Abort once with a reason built from ``detected_by``; return the reason (internal)."""
+        if self._reason is not None:
+            return self._reason
+        reason = LockLostError(self._key, self._fencing_token, detected_by)
+        self._reason = reason
+        self._thread_event.set()
+        waiters, self._waiters = self._waiters, []
+        for loop, waiter in waiters:
+            loop.call_soon_threadsafe(_resolve, waiter)
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            _call_logged(callback, reason)
+        return reason
+
+    def __repr__(self) -> str:
+        """Show the key and the state."""
+        state = "aborted" if self.aborted else "live"
+        return f"<LockSignal {self._key!r} token={self._fencing_token} {state}>"
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _call_logged(callback: SignalCallback, reason: LockLostError) -> None:
+    try:
+        callback(reason)
+    except Exception:  # noqa: BLE001 -- one callback must not stop the others; logged in full
+        _log.exception("A LockSignal callback raised; it is ignored so other callbacks still run")
+
+
+def _noop() -> None:
+    return None

@@ -1,0 +1,121 @@
+"""The store contract: three async methods, and optional capabilities found by shape.
+
+A store is anything with these methods; it needs nothing from leaselock to type-check. What a
+type cannot say (atomicity, expiry on the store's clock, token order) the contract suite checks:
+:func:`leaselock.testing.lock_store_contract`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol, final, runtime_checkable
+
+__all__ = [
+    "MAX_FENCING_TOKEN",
+    "AcquireResult",
+    "Acquired",
+    "LockStore",
+    "NotAcquired",
+    "Renewal",
+    "SupportsBatchRenew",
+    "SupportsLifecycle",
+    "SupportsReleaseNotifications",
+]
+
+MAX_FENCING_TOKEN = 2**53 - 1
+"""The largest fencing token a store may return: exact in a JSON number and a JavaScript peer."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    """The key was free and is now held by the caller.
+
+    Attributes:
+        fencing_token: greater than every token this key was ever given; an ``int`` in
+            ``1 .. 2**53 - 1``.
+    """
+
+    fencing_token: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class NotAcquired:
+    """A live lock held the key; nothing changed."""
+
+
+AcquireResult = Acquired | NotAcquired
+
+
+class Renewal(NamedTuple):
+    """One lease to renew in a batch."""
+
+    key: str
+    owner: str
+    ttl_ms: int
+
+
+@runtime_checkable
+class LockStore(Protocol):
+    """Where every instance's locks meet.
+
+    Every rule: "if owner still holds a live lock" is checked in the same statement that writes;
+    expiry is measured on the store's clock; an expired lock does not exist for any method; a
+    ``ttl_ms`` may be weeks long.
+    """
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        """Take ``key`` for ``owner`` for ``ttl_ms`` if no live lock holds it.
+
+        Of any number of concurrent callers on a free key exactly one gets :class:`Acquired`,
+        whose token is greater than every token ``key`` had before.
+        """
+        ...
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        """Move the expiry to ``ttl_ms`` from now if ``owner`` holds a live lock on ``key``."""
+        ...
+
+    async def release(self, key: str, owner: str) -> bool:
+        """Free ``key`` if ``owner`` holds a live lock on it; ``False`` otherwise."""
+        ...
+
+
+@runtime_checkable
+class SupportsBatchRenew(Protocol):
+    """A store that renews many leases in one round trip."""
+
+    async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
+        """Renew each lease as :meth:`LockStore.renew` would; one result per renewal, in order."""
+        ...
+
+
+@runtime_checkable
+class SupportsReleaseNotifications(Protocol):
+    """A store that can tell every process when a key is released, so waiters wake at once."""
+
+    def watch_releases(
+        self, on_release: Callable[[str], None]
+    ) -> AbstractAsyncContextManager[None]:
+        """Call ``on_release(key)`` on this event loop for every release, while entered."""
+        ...
+
+
+@runtime_checkable
+class SupportsLifecycle(Protocol):
+    """A store that opens and closes resources (pools, files).
+
+    :class:`leaselock.Locks` calls :meth:`open` at start and :meth:`aclose` at its end; a store
+    shared by several ``Locks`` counts them and closes what it owns when the last one leaves.
+    """
+
+    async def open(self) -> None:
+        """Get ready to serve calls; idempotent per caller."""
+        ...
+
+    async def aclose(self) -> None:
+        """Undo one :meth:`open`; close owned resources after the last one."""
+        ...

@@ -1,0 +1,260 @@
+"""SyncLocks and SyncLock: the same locks for threads (Celery, Django, BackgroundScheduler).
+
+The async engine runs on an event loop thread of its own (a portal); these classes only carry
+calls across. Renewals keep running there while your thread works.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import TypeVar, final
+
+from ._clock import Clock
+from ._context import CURRENT_LOCK, CURRENT_LOCKS
+from ._durations import Duration
+from ._errors import LockNotAcquiredError, LocksConfigurationError
+from ._events import Events
+from ._lock import Lock, release_logged
+from ._locks import Locks
+from ._portal import Portal
+from ._signal import LockSignal
+from .stores._protocol import LockStore
+
+__all__ = ["SyncLock", "SyncLocks"]
+
+T = TypeVar("T")
+
+
+@final
+class SyncLock:
+    """A held lock, for threads: :class:`~leaselock.Lock` with a blocking :meth:`release`.
+
+    .. versionadded:: 0.1
+    """
+
+    __slots__ = ("_lock", "_portal")
+
+    def __init__(self, lock: Lock, portal: Portal) -> None:
+        """Wrap ``lock`` (internal: locks come from :class:`SyncLocks`)."""
+        self._lock = lock
+        self._portal = portal
+
+    @property
+    def key(self) -> str:
+        """The key this lock holds."""
+        return self._lock.key
+
+    @property
+    def owner(self) -> str:
+        """This acquisition's owner id (128 random bits)."""
+        return self._lock.owner
+
+    @property
+    def fencing_token(self) -> int:
+        """Greater than every earlier acquisition's token of this key; fence writes with it."""
+        return self._lock.fencing_token
+
+    @property
+    def ttl_ms(self) -> int:
+        """The lease length in milliseconds."""
+        return self._lock.ttl_ms
+
+    @property
+    def signal(self) -> LockSignal:
+        """Aborts when the lock is lost; poll ``aborted`` or call ``wait_blocking()``."""
+        return self._lock.signal
+
+    @property
+    def held(self) -> bool:
+        """Whether the lock is still held."""
+        return self._lock.held
+
+    def release(self) -> bool:
+        """Give the lock back now; see :meth:`leaselock.Lock.release`."""
+        return self._portal.call(self._lock.release())
+
+    def __enter__(self) -> SyncLock:
+        """Return the lock; it is released when the block ends."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Release; a store failure is logged, never raised over the block."""
+        self._portal.call(release_logged(self._lock))
+
+    def __repr__(self) -> str:
+        """Show the wrapped lock."""
+        return f"<SyncLock of {self._lock!r}>"
+
+
+@final
+class SyncLocks:
+    """:class:`~leaselock.Locks` for threads: same options, same method names, blocking calls.
+
+    Example::
+
+        locks = SyncLocks(store=SQLiteLockStore("locks.db"))
+        with locks:
+            with locks.hold("invoice:42", wait="2s") as lock:
+                export(fencing_token=lock.fencing_token)
+
+    Raises:
+        LocksConfigurationError: an argument is wrong (checked here, before any thread starts).
+
+    .. versionadded:: 0.1
+    """
+
+    __slots__ = ("_locks", "_portal")
+
+    def __init__(
+        self,
+        store: LockStore | None = None,
+        ttl: Duration = "30s",
+        clock: Clock | None = None,
+        allow_in_memory_storage: bool = False,
+    ) -> None:
+        """Configure as :class:`~leaselock.Locks` does; :meth:`start` starts the loop thread."""
+        self._locks = Locks(
+            store=store, ttl=ttl, clock=clock, allow_in_memory_storage=allow_in_memory_storage
+        )
+        self._portal: Portal | None = None
+
+    @property
+    def locks(self) -> Locks:
+        """The async :class:`~leaselock.Locks` underneath, for code on its event loop."""
+        return self._locks
+
+    @property
+    def events(self) -> Events:
+        """The events hub; callbacks run on the loop thread."""
+        return self._locks.events
+
+    def start(self) -> None:
+        """Start the loop thread and the ``Locks`` on it; see :meth:`leaselock.Locks.start`."""
+        if self._portal is not None:
+            raise LocksConfigurationError(
+                "This SyncLocks is already started; create a new SyncLocks to start again"
+            )
+        portal = Portal(name="leaselock-portal")
+        try:
+            portal.call(self._locks.start())
+        except BaseException:
+            portal.stop()
+            raise
+        self._portal = portal
+
+    def close(self) -> None:
+        """Release every lock, close the store and stop the loop thread."""
+        portal = self._portal
+        if portal is None:
+            return
+        try:
+            portal.call(self._locks.aclose())
+        finally:
+            portal.stop()
+
+    def __enter__(self) -> SyncLocks:
+        """Start, and return this ``SyncLocks``."""
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close (see :meth:`close`)."""
+        self.close()
+
+    def acquire(
+        self,
+        key: str,
+        *,
+        ttl: Duration | None = None,
+        wait: Duration = 0,
+        signal: LockSignal | None = None,
+    ) -> SyncLock | None:
+        """Take the lock on ``key``, blocking up to ``wait``.
+
+        See :meth:`leaselock.Locks.acquire` for the arguments, the result and the errors.
+        """
+        portal = self._started_portal()
+        lock = portal.call(self._locks.acquire(key, ttl=ttl, wait=wait, signal=signal))
+        return None if lock is None else SyncLock(lock, portal)
+
+    @contextmanager
+    def hold(
+        self,
+        key: str,
+        *,
+        ttl: Duration | None = None,
+        wait: Duration = 0,
+        signal: LockSignal | None = None,
+    ) -> Iterator[SyncLock]:
+        """Hold the lock on ``key`` for a ``with`` block; see :meth:`leaselock.Locks.hold`.
+
+        A thread cannot be cancelled, so there is no ``cancel_on_loss`` here: check
+        ``lock.signal.aborted`` (or call ``lock.signal.raise_if_aborted()``) between steps.
+
+        Raises:
+            LockNotAcquiredError: the key stayed held for the whole wait.
+        """
+        lock = self.acquire(key, ttl=ttl, wait=wait, signal=signal)
+        if lock is None:
+            raise LockNotAcquiredError(key, self._wait_ms(wait))
+        lock_token = CURRENT_LOCK.set(lock._lock)  # noqa: SLF001 -- SyncLock is this module's
+        locks_token = CURRENT_LOCKS.set(self._locks)
+        try:
+            yield lock
+        finally:
+            CURRENT_LOCKS.reset(locks_token)
+            CURRENT_LOCK.reset(lock_token)
+            lock.__exit__(None, None, None)
+
+    def with_lock(
+        self,
+        key: str,
+        fn: Callable[[], T],
+        *,
+        ttl: Duration | None = None,
+        wait: Duration = 0,
+        signal: LockSignal | None = None,
+    ) -> T:
+        """Run ``fn()`` in this thread while holding the lock on ``key``; return its result.
+
+        Raises:
+            LockNotAcquiredError: the key stayed held for the whole wait; ``fn`` did not run.
+            LocksConfigurationError: ``fn`` is not a sync callable.
+        """
+        if not callable(fn) or inspect.iscoroutinefunction(fn):
+            raise LocksConfigurationError(
+                f"fn={fn!r} is not a sync function; SyncLocks.with_lock runs fn in this thread. "
+                "Pass a plain function, or use Locks.with_lock for coroutines"
+            )
+        with self.hold(key, ttl=ttl, wait=wait, signal=signal):
+            return fn()
+
+    def _started_portal(self) -> Portal:
+        if self._portal is None or not self._locks.started:
+            raise LocksConfigurationError(
+                "This SyncLocks is not started; use `with locks:` or call locks.start() first"
+            )
+        return self._portal
+
+    @staticmethod
+    def _wait_ms(wait: Duration) -> int:
+        from ._durations import parse_wait  # noqa: PLC0415 -- validated already by acquire
+
+        return parse_wait(wait)
+
+    def __repr__(self) -> str:
+        """Show the wrapped ``Locks``."""
+        return f"<SyncLocks of {self._locks!r}>"

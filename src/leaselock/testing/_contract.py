@@ -1,0 +1,603 @@
+"""The store contract suite: named cases any test runner can run against any store.
+
+Run it without a test framework::
+
+    import asyncio
+    from leaselock.stores import InMemoryLockStore
+    from leaselock.testing import ManualClock, lock_store_contract
+
+    clock = ManualClock()
+    for case in lock_store_contract(lambda: InMemoryLockStore(clock=clock),
+                                    concurrent=True, advance_time=clock.advance):
+        asyncio.run(case.run())   # raises AssertionError naming the broken rule
+
+This module imports no test framework. A case whose capability is missing raises
+:class:`unittest.SkipTest` with the reason, which pytest and unittest both report as a skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import unicodedata
+import unittest
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Final, TypeAlias, final
+
+from .._errors import LocksConfigurationError
+from .._keys import MAX_KEY_LENGTH
+from ..stores._protocol import (
+    MAX_FENCING_TOKEN,
+    Acquired,
+    LockStore,
+    NotAcquired,
+    Renewal,
+    SupportsBatchRenew,
+    SupportsLifecycle,
+    SupportsReleaseNotifications,
+)
+
+__all__ = ["ContractCase", "MakeStore", "lock_store_contract"]
+
+MakeStore: TypeAlias = Callable[[], LockStore | Awaitable[LockStore]]
+AdvanceTime: TypeAlias = Callable[[int], Awaitable[object]]
+
+DEFAULT_CALLERS: Final = 16
+LONG_TTL_MS: Final = 60_000
+# not a whole number of seconds: a store that rounds expiry to seconds fails at one of the checks
+SHORT_TTL_MS: Final = 600
+THIRTY_DAYS_MS: Final = 30 * 24 * 60 * 60 * 1000
+ROUNDS: Final = 10
+MANY_KEYS: Final = 8
+NOTIFICATION_TIMEOUT_S: Final = 5.0
+
+ADVANCE_TIME: Final = "advance_time"
+CONCURRENT: Final = "concurrent"
+BATCH_RENEW: Final = "batch_renew"
+RELEASE_NOTIFICATIONS: Final = "release_notifications"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ContractCase:
+    """One rule of the store contract, checked by ``await case.run()``.
+
+    Attributes:
+        name: stable snake_case name, public API (``pytest -k <name>`` selects it).
+        rule: the contract sentence the case checks.
+        requires: capabilities it needs (``advance_time``, ``concurrent``, ``batch_renew``,
+            ``release_notifications``); without one, ``run`` raises :class:`unittest.SkipTest`.
+        run: makes a store, checks the rule, closes the store; raises ``AssertionError``
+            ``"<name>: <rule> — <what happened>"`` when the store breaks it.
+    """
+
+    name: str
+    rule: str
+    requires: frozenset[str]
+    run: Callable[[], Awaitable[None]]
+
+
+@final
+class _Check:
+    """What a case body gets: the store, fresh keys, time, and assertions that name the rule."""
+
+    def __init__(
+        self, name: str, rule: str, store: LockStore, callers: int, advance: AdvanceTime | None
+    ) -> None:
+        self.name = name
+        self.rule = rule
+        self.store = store
+        self.callers = callers
+        self._advance = advance
+        self._run_id = uuid.uuid4().hex[:12]
+        self._owners = 0
+
+    def key(self, suffix: str = "") -> str:
+        return f"contract:{self.name}:{self._run_id}:{suffix}"
+
+    def owner(self) -> str:
+        self._owners += 1
+        return f"owner-{self._run_id}-{self._owners}"
+
+    def fail(self, what: str) -> AssertionError:
+        return AssertionError(f"{self.name}: {self.rule} — {what}")
+
+    def expect(self, condition: bool, what: str) -> None:
+        if not condition:
+            raise self.fail(what)
+
+    async def advance(self, ms: int) -> None:
+        assert self._advance is not None  # noqa: S101 -- cases that call it require it
+        await self._advance(ms)
+
+    def token(self, result: object, doing: str) -> int:
+        """Return the token of an :class:`Acquired`, checking the token's contract."""
+        if not isinstance(result, Acquired):
+            raise self.fail(f"{doing} returned {result!r}, expected Acquired(...)")
+        token = result.fencing_token
+        if type(token) is not int:
+            raise self.fail(f"{doing} returned token {token!r} as {type(token).__name__}, not int")
+        self.expect(
+            0 < token <= MAX_FENCING_TOKEN, f"{doing} returned token {token}, outside 1..2**53-1"
+        )
+        return token
+
+    def refused(self, result: object, doing: str) -> None:
+        if not isinstance(result, NotAcquired):
+            raise self.fail(f"{doing} returned {result!r}, expected NotAcquired()")
+
+    def answer(self, answer: object, expected: bool, doing: str) -> None:
+        if answer is not expected:
+            raise self.fail(f"{doing} returned {answer!r}, expected {expected}")
+
+    async def take(self, key: str, owner: str, ttl_ms: int = LONG_TTL_MS) -> int:
+        return self.token(await self.store.acquire(key, owner, ttl_ms), f"acquire({key!r})")
+
+    async def held_by_someone(self, key: str, doing: str) -> None:
+        self.refused(await self.store.acquire(key, self.owner(), LONG_TTL_MS), doing)
+
+    async def race(self, key: str, ttl_ms: int = LONG_TTL_MS) -> list[int]:
+        """Let ``callers`` owners acquire ``key`` at once; return the tokens of the winners."""
+        results = await asyncio.gather(
+            *(self.store.acquire(key, self.owner(), ttl_ms) for _ in range(self.callers))
+        )
+        return [self.token(r, "a racing acquire") for r in results if isinstance(r, Acquired)]
+
+
+_Body: TypeAlias = Callable[[_Check], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    name: str
+    rule: str
+    requires: frozenset[str]
+    body: _Body
+
+
+_SPECS: list[_Spec] = []
+
+
+def _case(rule: str, *requires: str) -> Callable[[_Body], _Body]:
+    def register(body: _Body) -> _Body:
+        _SPECS.append(_Spec(body.__name__, rule, frozenset(requires), body))
+        return body
+
+    return register
+
+
+# --- one owner, no time --------------------------------------------------------------------
+
+
+@_case("a free key is taken once, even when its holder asks again")
+async def free_key_taken_once(c: _Check) -> None:
+    key, holder = c.key(), c.owner()
+    await c.take(key, holder)
+    c.refused(await c.store.acquire(key, c.owner(), LONG_TTL_MS), "a second owner's acquire")
+    c.refused(await c.store.acquire(key, holder, LONG_TTL_MS), "the holder's second acquire")
+
+
+@_case("release frees the key for its owner only, and the next token is greater")
+async def release_frees_for_owner_only(c: _Check) -> None:
+    key, holder = c.key(), c.owner()
+    first = await c.take(key, holder)
+    c.answer(await c.store.release(key, c.owner()), expected=False, doing="another owner's release")
+    await c.held_by_someone(key, "acquire after another owner's refused release")
+    c.answer(await c.store.release(key, holder), expected=True, doing="the holder's release")
+    second = await c.take(key, c.owner())
+    c.expect(second > first, f"token after release {second} is not greater than {first}")
+
+
+@_case("a released lock cannot be released again")
+async def release_twice_refused(c: _Check) -> None:
+    key, holder = c.key(), c.owner()
+    await c.take(key, holder)
+    c.answer(await c.store.release(key, holder), expected=True, doing="the first release")
+    c.answer(await c.store.release(key, holder), expected=False, doing="the second release")
+
+
+@_case("renew of a missing lock is refused and does not create it")
+async def renew_missing_refused(c: _Check) -> None:
+    key, ghost = c.key(), c.owner()
+    c.answer(await c.store.renew(key, ghost, LONG_TTL_MS), expected=False, doing="renew")
+    await c.take(key, c.owner())
+
+
+@_case("release of a missing lock is refused and does not create it")
+async def release_missing_refused(c: _Check) -> None:
+    key = c.key()
+    c.answer(await c.store.release(key, c.owner()), expected=False, doing="release")
+    await c.take(key, c.owner())
+
+
+@_case("renew succeeds for the owner only")
+async def renew_extends_for_owner_only(c: _Check) -> None:
+    key, holder = c.key(), c.owner()
+    await c.take(key, holder)
+    c.answer(await c.store.renew(key, c.owner(), LONG_TTL_MS), expected=False, doing="other renew")
+    c.answer(await c.store.renew(key, holder, LONG_TTL_MS), expected=True, doing="holder's renew")
+    await c.held_by_someone(key, "acquire after renewals")
+    c.answer(await c.store.release(key, holder), expected=True, doing="the holder's release")
+
+
+@_case("renew after release is refused and does not revive the lock")
+async def renew_after_release_refused(c: _Check) -> None:
+    key, holder = c.key(), c.owner()
+    await c.take(key, holder)
+    c.answer(await c.store.release(key, holder), expected=True, doing="release")
+    c.answer(await c.store.renew(key, holder, LONG_TTL_MS), expected=False, doing="renew after it")
+    await c.take(key, c.owner())
+
+
+@_case("tokens of a key grow with every acquisition")
+async def tokens_grow_across_releases(c: _Check) -> None:
+    key = c.key()
+    tokens: list[int] = []
+    for _ in range(5):
+        owner = c.owner()
+        tokens.append(await c.take(key, owner))
+        await c.store.acquire(c.key("elsewhere"), c.owner(), LONG_TTL_MS)
+        c.answer(await c.store.release(key, owner), expected=True, doing="release")
+    c.expect(tokens == sorted(set(tokens)), f"tokens {tokens} do not strictly grow")
+
+
+def _distinct_keys(base: str) -> list[str]:
+    e_acute_nfc = unicodedata.normalize("NFC", "caf\u00e9")
+    e_acute_nfd = unicodedata.normalize("NFD", "caf\u00e9")
+    long_a = base + "a" * (MAX_KEY_LENGTH - len(base))
+    long_b = long_a[:-1] + "b"
+    return [
+        base + "Key",
+        base + "key",
+        base + "KEY",
+        base + "key ",
+        base + " key",
+        base + "key\t",
+        base + e_acute_nfc,
+        base + e_acute_nfd,
+        base + "\u00df",
+        base + "ss",
+        base + "*",
+        base + "?",
+        base + "[a]",
+        base + "{k}",
+        base + "%",
+        base + "_",
+        base + "'; drop table x; --",
+        base + "\u732b\U0001f408",
+        long_a,
+        long_b,
+    ]
+
+
+@_case("keys are kept apart exactly: case, whitespace, NFC vs NFD, patterns, 500 characters")
+async def keys_kept_apart(c: _Check) -> None:
+    keys = _distinct_keys(c.key())
+    c.expect(len(set(keys)) == len(keys), "the suite's own keys collide")
+    owners = {key: c.owner() for key in keys}
+    for key in keys:
+        await c.take(key, owners[key])
+    for key in keys:
+        await c.held_by_someone(key, f"acquire of {key!r} while held")
+    for key, other in zip(keys, keys[1:] + keys[:1], strict=True):
+        c.answer(
+            await c.store.release(key, owners[other]),
+            expected=False,
+            doing=f"release of {key!r} by the owner of {other!r}",
+        )
+    for key in keys:
+        c.answer(
+            await c.store.release(key, owners[key]),
+            expected=True,
+            doing=f"release of {key!r} by its owner",
+        )
+
+
+@_case("a ttl of 30 days (past 2**31 ms) is held and renewed")
+async def thirty_day_ttl(c: _Check) -> None:
+    key, holder = c.key(), c.owner()
+    await c.take(key, holder, THIRTY_DAYS_MS)
+    await c.held_by_someone(key, "acquire of a 30-day lock")
+    c.answer(await c.store.renew(key, holder, THIRTY_DAYS_MS), expected=True, doing="renew")
+    await c.held_by_someone(key, "acquire after the 30-day renewal")
+    c.answer(await c.store.release(key, holder), expected=True, doing="release")
+
+
+# --- time ----------------------------------------------------------------------------------
+
+
+@_case(
+    "expiry is measured in milliseconds from the call: held at ttl/2, free at ttl*7/6", ADVANCE_TIME
+)
+async def expiry_in_milliseconds(c: _Check) -> None:
+    key = c.key()
+    await c.take(key, c.owner(), SHORT_TTL_MS)
+    await c.advance(SHORT_TTL_MS // 2)
+    await c.held_by_someone(key, f"acquire {SHORT_TTL_MS // 2} ms into a {SHORT_TTL_MS} ms lock")
+    await c.advance(SHORT_TTL_MS // 2 + SHORT_TTL_MS // 6)
+    await c.take(key, c.owner())
+
+
+@_case("renew of an expired lock is refused and does not revive it", ADVANCE_TIME)
+async def renew_refused_after_expiry(c: _Check) -> None:
+    key, holder = c.key(), c.owner()
+    await c.take(key, holder, SHORT_TTL_MS)
+    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    c.answer(await c.store.renew(key, holder, LONG_TTL_MS), expected=False, doing="late renew")
+    await c.take(key, c.owner())
+
+
+@_case("release of an expired lock is refused", ADVANCE_TIME)
+async def release_refused_after_expiry(c: _Check) -> None:
+    key, holder = c.key(), c.owner()
+    await c.take(key, holder, SHORT_TTL_MS)
+    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    c.answer(await c.store.release(key, holder), expected=False, doing="late release")
+    await c.take(key, c.owner())
+
+
+@_case("renew moves the expiry to ttl from the renewal", ADVANCE_TIME)
+async def renew_moves_expiry(c: _Check) -> None:
+    key, holder = c.key(), c.owner()
+    await c.take(key, holder, SHORT_TTL_MS)
+    await c.advance(SHORT_TTL_MS * 2 // 3)
+    c.answer(await c.store.renew(key, holder, SHORT_TTL_MS), expected=True, doing="renew")
+    await c.advance(SHORT_TTL_MS * 2 // 3)
+    await c.held_by_someone(key, "acquire after the first expiry but before the renewed one")
+    await c.advance(SHORT_TTL_MS // 2)
+    await c.take(key, c.owner())
+
+
+@_case(
+    "a takeover after expiry gets a greater token; the old owner can neither renew nor release",
+    ADVANCE_TIME,
+)
+async def takeover_after_expiry(c: _Check) -> None:
+    key, first_owner, second_owner = c.key(), c.owner(), c.owner()
+    first = await c.take(key, first_owner, SHORT_TTL_MS)
+    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    second = await c.take(key, second_owner)
+    c.expect(second > first, f"takeover token {second} is not greater than {first}")
+    c.answer(await c.store.renew(key, first_owner, LONG_TTL_MS), expected=False, doing="old renew")
+    c.answer(await c.store.release(key, first_owner), expected=False, doing="old release")
+    c.answer(await c.store.release(key, second_owner), expected=True, doing="new release")
+
+
+@_case(
+    "an expired lock does not exist: its own owner takes it again, with a greater token",
+    ADVANCE_TIME,
+)
+async def expired_lock_taken_by_same_owner(c: _Check) -> None:
+    key, holder = c.key(), c.owner()
+    first = await c.take(key, holder, SHORT_TTL_MS)
+    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    second = await c.take(key, holder)
+    c.expect(second > first, f"token {second} is not greater than {first}")
+
+
+@_case("tokens grow however the key was freed: release, expiry, takeover", ADVANCE_TIME)
+async def tokens_grow_however_freed(c: _Check) -> None:
+    key = c.key()
+    owner = c.owner()
+    tokens = [await c.take(key, owner)]
+    await c.store.release(key, owner)
+    tokens.append(await c.take(key, c.owner(), SHORT_TTL_MS))
+    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    owner = c.owner()
+    tokens.append(await c.take(key, owner, SHORT_TTL_MS))
+    await c.store.release(key, owner)
+    tokens.append(await c.take(key, c.owner(), SHORT_TTL_MS))
+    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    tokens.append(await c.take(key, c.owner()))
+    c.expect(tokens == sorted(set(tokens)), f"tokens {tokens} do not strictly grow")
+
+
+# --- concurrency ---------------------------------------------------------------------------
+
+
+@_case("of concurrent acquires of a free key exactly one wins", CONCURRENT)
+async def one_winner_for_free_key(c: _Check) -> None:
+    for round_number in range(ROUNDS):
+        winners = await c.race(c.key(str(round_number)))
+        c.expect(len(winners) == 1, f"{len(winners)} of {c.callers} callers won a free key")
+
+
+@_case("of concurrent acquires of an expired key exactly one wins", CONCURRENT, ADVANCE_TIME)
+async def one_winner_for_expired_key(c: _Check) -> None:
+    keys = [c.key(str(n)) for n in range(ROUNDS)]
+    for key in keys:
+        await c.take(key, c.owner(), SHORT_TTL_MS)
+    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    for key in keys:
+        winners = await c.race(key)
+        c.expect(len(winners) == 1, f"{len(winners)} of {c.callers} callers won an expired key")
+
+
+@_case("a renewal of an expired lock racing acquires does not revive it", CONCURRENT, ADVANCE_TIME)
+async def expired_renew_racing_acquires(c: _Check) -> None:
+    keys = [c.key(str(n)) for n in range(ROUNDS)]
+    holders = {key: c.owner() for key in keys}
+    for key in keys:
+        await c.take(key, holders[key], SHORT_TTL_MS)
+    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    for key in keys:
+        renewed, winners = await asyncio.gather(
+            c.store.renew(key, holders[key], LONG_TTL_MS), c.race(key)
+        )
+        c.answer(renewed, expected=False, doing="the expired holder's renew")
+        c.expect(len(winners) == 1, f"{len(winners)} callers won while the old holder renewed")
+
+
+@_case("with many keys contended at once, each has exactly one winner", CONCURRENT)
+async def one_winner_per_key(c: _Check) -> None:
+    keys = [c.key(str(n)) for n in range(MANY_KEYS)]
+    per_key = await asyncio.gather(*(c.race(key) for key in keys))
+    counts = [len(winners) for winners in per_key]
+    c.expect(counts == [1] * MANY_KEYS, f"winners per key: {counts}")
+
+
+@_case(
+    "an acquire racing a release wins at most once, and after it with a greater token", CONCURRENT
+)
+async def acquire_racing_release(c: _Check) -> None:
+    for round_number in range(ROUNDS):
+        key, holder = c.key(str(round_number)), c.owner()
+        first = await c.take(key, holder)
+        released, winners = await asyncio.gather(c.store.release(key, holder), c.race(key))
+        c.answer(released, expected=True, doing="the holder's release")
+        c.expect(len(winners) <= 1, f"{len(winners)} callers won one released key")
+        if not winners:
+            winners = [await c.take(key, c.owner())]
+        c.expect(winners[0] > first, f"token {winners[0]} is not greater than {first}")
+
+
+@_case("rounds of races hand out strictly growing tokens", CONCURRENT)
+async def rounds_grow_tokens(c: _Check) -> None:
+    key = c.key()
+    tokens: list[int] = []
+    for _ in range(ROUNDS):
+        owners = [c.owner() for _ in range(c.callers)]
+        results = await asyncio.gather(*(c.store.acquire(key, o, LONG_TTL_MS) for o in owners))
+        won = [(o, r) for o, r in zip(owners, results, strict=True) if isinstance(r, Acquired)]
+        c.expect(len(won) == 1, f"{len(won)} callers won one round")
+        winner, result = won[0]
+        tokens.append(c.token(result, "the round's winning acquire"))
+        c.answer(await c.store.release(key, winner), expected=True, doing="the winner's release")
+    c.expect(tokens == sorted(set(tokens)), f"tokens {tokens} do not strictly grow")
+
+
+# --- optional capabilities -----------------------------------------------------------------
+
+
+@_case("renew_many answers each renewal as renew would, in order", BATCH_RENEW)
+async def renew_many_matches_renew(c: _Check) -> None:
+    assert isinstance(c.store, SupportsBatchRenew)  # noqa: S101 -- required capability
+    held, missing, foreign = c.key("held"), c.key("missing"), c.key("foreign")
+    me = c.owner()
+    await c.take(held, me)
+    await c.take(foreign, c.owner())
+    answers = list(
+        await c.store.renew_many(
+            [
+                Renewal(held, me, LONG_TTL_MS),
+                Renewal(missing, me, LONG_TTL_MS),
+                Renewal(foreign, me, LONG_TTL_MS),
+            ]
+        )
+    )
+    c.expect(answers == [True, False, False], f"renew_many answered {answers}")
+
+
+@_case("a release is announced to watchers with its key", RELEASE_NOTIFICATIONS)
+async def release_notifications_name_the_key(c: _Check) -> None:
+    assert isinstance(c.store, SupportsReleaseNotifications)  # noqa: S101 -- required capability
+    key, holder = c.key(), c.owner()
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    async with c.store.watch_releases(heard.put_nowait):
+        await c.take(key, holder)
+        c.answer(await c.store.release(key, holder), expected=True, doing="release")
+        try:
+            while (announced := await asyncio.wait_for(heard.get(), NOTIFICATION_TIMEOUT_S)) != key:
+                continue
+        except TimeoutError:
+            raise c.fail(
+                f"no notification named {key!r} within {NOTIFICATION_TIMEOUT_S} s"
+            ) from None
+        c.expect(announced == key, f"announced {announced!r}")
+
+
+# --- building the cases --------------------------------------------------------------------
+
+
+def lock_store_contract(
+    make_store: MakeStore,
+    *,
+    concurrent: bool | Mapping[str, int] = False,
+    advance_time: AdvanceTime | None = None,
+) -> tuple[ContractCase, ...]:
+    """Return the store contract's cases for the store ``make_store`` builds.
+
+    Args:
+        make_store: called (and awaited if it returns an awaitable) inside each case's ``run``,
+            on the loop that runs it; a store with ``open``/``aclose`` is opened and closed.
+            Concurrent callers share the one store it returns.
+        concurrent: ``True`` races 16 callers per key; ``{"callers": 32}`` races more.
+        advance_time: ``await advance_time(ms)`` moves the store's clock ``ms`` forward (a
+            ``ManualClock``'s ``advance``), or waits for real where the store's clock can't move.
+
+    Returns:
+        The cases, in a stable order; names are public API.
+
+    .. versionadded:: 0.1
+    """
+    callers = _callers(concurrent)
+    available = {
+        ADVANCE_TIME: advance_time is not None,
+        CONCURRENT: callers > 0,
+    }
+    return tuple(
+        ContractCase(
+            name=spec.name,
+            rule=spec.rule,
+            requires=spec.requires,
+            run=_runner(spec, make_store, callers, advance_time, available),
+        )
+        for spec in _SPECS
+    )
+
+
+def _callers(concurrent: bool | Mapping[str, int]) -> int:
+    if isinstance(concurrent, bool):
+        return DEFAULT_CALLERS if concurrent else 0
+    if isinstance(concurrent, Mapping):
+        unknown = set(concurrent) - {"callers"}
+        callers = concurrent.get("callers", DEFAULT_CALLERS)
+        if unknown or type(callers) is not int or callers < 2:  # noqa: PLR2004 -- a race needs two
+            raise LocksConfigurationError(
+                f'concurrent={concurrent!r}; pass True, or {{"callers": N}} with N >= 2'
+            )
+        return callers
+    raise LocksConfigurationError(
+        f'concurrent={concurrent!r}; pass True, False, or {{"callers": N}}'
+    )
+
+
+def _runner(
+    spec: _Spec,
+    make_store: MakeStore,
+    callers: int,
+    advance: AdvanceTime | None,
+    available: Mapping[str, bool],
+) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        for need in sorted(spec.requires):
+            if not available.get(need, True):
+                how = "advance_time=..." if need == ADVANCE_TIME else "concurrent=True"
+                raise unittest.SkipTest(f"{spec.name}: needs {need}; pass {how}")
+        async with _opened(make_store) as store:
+            if BATCH_RENEW in spec.requires and not isinstance(store, SupportsBatchRenew):
+                raise unittest.SkipTest(f"{spec.name}: the store has no renew_many()")
+            if RELEASE_NOTIFICATIONS in spec.requires and not isinstance(
+                store, SupportsReleaseNotifications
+            ):
+                raise unittest.SkipTest(f"{spec.name}: the store has no watch_releases()")
+            await spec.body(_Check(spec.name, spec.rule, store, callers, advance))
+
+    run.__qualname__ = run.__name__ = spec.name
+    return run
+
+
+@asynccontextmanager
+async def _opened(make_store: MakeStore) -> AsyncIterator[LockStore]:
+    made = make_store()
+    store = await made if inspect.isawaitable(made) else made
+    if isinstance(store, SupportsLifecycle):
+        await store.open()
+    try:
+        yield store
+    finally:
+        if isinstance(store, SupportsLifecycle):
+            await store.aclose()
