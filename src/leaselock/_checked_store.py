@@ -131,6 +131,11 @@ class CheckedStore:
                 )
                 return [failure] * len(renewals)
             return [self._bool_or_error("renew_many", answer) for answer in answers]
+        if len(renewals) == 1:
+            try:
+                return [await self.renew(*renewals[0])]
+            except LockStoreError as error:
+                return [error]
         outcomes = await asyncio.gather(
             *(self.renew(*renewal) for renewal in renewals), return_exceptions=True
         )

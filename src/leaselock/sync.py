@@ -152,7 +152,7 @@ class SyncLocks:
 
     def close(self) -> None:
         """Release every lock, close the store and stop the loop thread."""
-        portal = self._portal
+        portal, self._portal = self._portal, None
         if portal is None:
             return
         try:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import final
 
 from .._clock import Clock, SystemClock
-from ._protocol import Acquired, AcquireResult, NotAcquired
+from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
 
 __all__ = ["InMemoryLockStore"]
 
@@ -64,6 +65,10 @@ class InMemoryLockStore:
             return False
         row.expires_at_ms = now_ms + ttl_ms
         return True
+
+    async def renew_many(self, renewals: Sequence[Renewal]) -> list[bool]:
+        """Renew each lease as :meth:`renew` would, in order."""
+        return [await self.renew(key, owner, ttl_ms) for key, owner, ttl_ms in renewals]
 
     async def release(self, key: str, owner: str) -> bool:
         """Free ``key`` if ``owner`` holds a live lock on it."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import final
 
@@ -17,6 +18,12 @@ __all__ = ["ManualClock"]
 # a resolved future wakes its waiter one loop pass later; a few passes let the woken code reach
 # its next suspension point before advance() returns or fires the next timer
 _SETTLE_PASSES = 5
+
+# set while a timer callback runs; tasks the callback starts inherit it, so a slow store call in
+# any of them may advance the clock itself, while unrelated tasks may not
+_RUNNING_CALLBACK_OF: ContextVar[ManualClock | None] = ContextVar(
+    "leaselock.testing.running_callback_of", default=None
+)
 
 
 @dataclass(order=True, slots=True)
@@ -51,14 +58,12 @@ class ManualClock:
 
     __slots__ = ("_advancing", "_now_ms", "_seq", "_timers")
 
-    _advancing: asyncio.Task[object] | None
-
     def __init__(self, start: Duration = 0) -> None:
         """Create a clock reading ``start`` (a :data:`~leaselock.Duration`, default 0)."""
         self._now_ms = parse_duration(start, name="start")
         self._timers: list[_Timer] = []
         self._seq = itertools.count()
-        self._advancing = None
+        self._advancing = False
 
     def now_ms(self) -> int:
         """Return the current time in milliseconds."""
@@ -88,21 +93,24 @@ class ManualClock:
             Exception: whatever a timer callback raised (leaselock's own never raise).
         """
         step_ms = parse_duration(duration, name="duration")
-        task = asyncio.current_task()
-        outer = self._advancing
-        if outer is not None and outer is not task:
+        if self._advancing and _RUNNING_CALLBACK_OF.get() is not self:
             raise LocksConfigurationError(
                 "ManualClock.advance() is already running in another task; await one advance "
                 "before starting the next"
             )
-        self._advancing = task
+        outer = self._advancing
+        self._advancing = True
         try:
             target_ms = self._now_ms + step_ms
             await _settle()
             while (due_ms := self.next_due_ms) is not None and due_ms <= target_ms:
                 timer = heapq.heappop(self._timers)
                 self._now_ms = max(self._now_ms, due_ms)
-                await timer.callback()
+                running = _RUNNING_CALLBACK_OF.set(self)
+                try:
+                    await timer.callback()
+                finally:
+                    _RUNNING_CALLBACK_OF.reset(running)
                 await _settle()
             self._now_ms = max(self._now_ms, target_ms)
             await _settle()

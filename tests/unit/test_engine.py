@@ -1,0 +1,219 @@
+"""Waiting for a lock: backoff on the clock, wake-ups on release, and clean cancellation."""
+
+import asyncio
+
+import pytest
+
+from helpers import let_loop_run
+from leaselock import Lock, LockLostError, Locks, LockStoreError, current_lock
+from leaselock._engine import BACKOFF_CAP_MS, backoff_ms
+from leaselock.stores import AcquireResult, InMemoryLockStore, NotAcquired
+from leaselock.testing import ManualClock
+
+
+class CountingStore:
+    """The in-memory store, counting acquire calls and when they came."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.inner = InMemoryLockStore(clock=clock)
+        self.clock = clock
+        self.acquires: list[int] = []
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        self.acquires.append(self.clock.now_ms())
+        return await self.inner.acquire(key, owner, ttl_ms)
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        return await self.inner.renew(key, owner, ttl_ms)
+
+    async def release(self, key: str, owner: str) -> bool:
+        return await self.inner.release(key, owner)
+
+
+def test_backoff_doubles_from_50_ms_to_a_1_s_cap_with_jitter_in_the_upper_half():
+    steps = [50, 100, 200, 400, 800, 1000, 1000, 1000]
+    for attempt, step in enumerate(steps):
+        pauses = {backoff_ms(attempt) for _ in range(200)}
+        assert min(pauses) >= step // 2
+        assert max(pauses) <= step
+        assert len(pauses) > 1, "no jitter"
+    assert backoff_ms(1000) <= BACKOFF_CAP_MS
+
+
+async def test_a_waiter_retries_on_the_clock_and_takes_the_key_once_its_lease_expires(clock):
+    store = CountingStore(clock)
+    await store.inner.acquire("k", "crashed-holder", 1000)
+    async with Locks(store=store, clock=clock) as locks:
+        waiting = asyncio.create_task(locks.acquire("k", wait="5s"))
+        await clock.advance(999)
+        assert not waiting.done()
+        await clock.advance(1000)
+        lock = await waiting
+        assert lock is not None
+        assert lock.held
+    gaps = [b - a for a, b in zip(store.acquires, store.acquires[1:], strict=False)]
+    assert store.acquires[0] == 0
+    assert all(gap <= BACKOFF_CAP_MS for gap in gaps)
+    assert gaps[:3] == sorted(gaps[:3])
+
+
+async def test_a_waiter_gives_up_after_its_wait_with_a_last_attempt_at_the_end(clock):
+    store = CountingStore(clock)
+    await store.inner.acquire("k", "holder", 60_000)
+    async with Locks(store=store, clock=clock) as locks:
+        waiting = asyncio.create_task(locks.acquire("k", wait="2s"))
+        await clock.advance("2s")
+        assert await waiting is None
+    assert store.acquires[-1] == 2000
+    assert 5 <= len(store.acquires) <= 12
+
+
+async def test_a_release_in_this_process_wakes_a_waiter_at_once_without_time_passing(store, clock):
+    async with (
+        Locks(store=store, clock=clock) as first,
+        Locks(store=store, clock=clock) as second,
+    ):
+        holder = await first.acquire("k")
+        assert holder is not None
+        waiting = asyncio.create_task(second.acquire("k", wait="1m"))
+        await let_loop_run()
+        assert not waiting.done()
+        await holder.release()
+        lock = await asyncio.wait_for(waiting, timeout=5)
+        assert lock is not None
+        assert lock.fencing_token > holder.fencing_token
+        assert clock.now_ms() == 0
+
+
+async def test_the_signal_of_an_outer_lock_stops_the_wait_with_its_reason(locks, store, clock):
+    outer = await locks.acquire("outer")
+    assert outer is not None
+    await store.acquire("inner", "someone-else", 3_600_000)
+    waiting = asyncio.create_task(locks.acquire("inner", wait="1h", signal=outer.signal))
+    await store.release("outer", outer.owner)
+    await clock.advance("10s")
+    with pytest.raises(LockLostError) as lost:
+        await waiting
+    assert lost.value.key == "outer"
+    assert lost.value.detected_by == "renewal"
+
+
+async def test_an_aborted_signal_refuses_to_start_waiting(locks, store, clock):
+    outer = await locks.acquire("outer", ttl="3s")
+    assert outer is not None
+    await store.release("outer", outer.owner)
+    await clock.advance("1s")
+    assert outer.signal.aborted
+    with pytest.raises(LockLostError):
+        await locks.acquire("inner", signal=outer.signal)
+    assert "inner" not in store._rows
+
+
+async def test_cancelling_a_waiter_leaves_nothing_acquired(locks, store, clock):
+    await store.acquire("k", "holder", 1000)
+    waiting = asyncio.create_task(locks.acquire("k", wait="1m"))
+    await clock.advance(500)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await clock.advance("2s")
+    assert not isinstance(await store.acquire("k", "probe", 1000), NotAcquired)
+
+
+class GatedStore(CountingStore):
+    """Acquire calls after the first ``free_calls`` wait for the test to open the gate."""
+
+    def __init__(self, clock: ManualClock, free_calls: int) -> None:
+        super().__init__(clock)
+        self.free_calls = free_calls
+        self.gate = asyncio.Event()
+        self.entered = asyncio.Event()
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        if len(self.acquires) >= self.free_calls:
+            self.entered.set()
+            await self.gate.wait()
+        return await super().acquire(key, owner, ttl_ms)
+
+
+async def test_a_win_that_lands_after_the_waiter_was_cancelled_is_handed_back(clock):
+    store = GatedStore(clock, free_calls=1)
+    await store.inner.acquire("k", "holder", 60_000)
+    async with Locks(store=store, clock=clock) as locks:
+        waiting = asyncio.create_task(locks.acquire("k", wait="1m"))
+        advancing = asyncio.create_task(clock.advance(100))
+        await asyncio.wait_for(store.entered.wait(), timeout=5)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await store.inner.release("k", "holder")
+        store.gate.set()
+        await advancing
+        await let_loop_run()
+        assert store.inner._rows == {}
+
+
+async def test_cancelling_during_the_first_attempt_hands_back_what_it_won(clock):
+    store = GatedStore(clock, free_calls=0)
+    async with Locks(store=store, clock=clock) as locks:
+        attempt = asyncio.create_task(locks.acquire("k"))
+        await asyncio.wait_for(store.entered.wait(), timeout=5)
+        attempt.cancel()
+        store.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await attempt
+        await let_loop_run()
+        assert store.inner._rows == {}
+
+
+class FlakyStore(CountingStore):
+    """Acquire fails while ``down`` is set, as a store that lost its connection."""
+
+    down = True
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        if self.down:
+            self.acquires.append(self.clock.now_ms())
+            raise ConnectionRefusedError("store unreachable")
+        return await super().acquire(key, owner, ttl_ms)
+
+
+async def test_store_errors_while_waiting_are_retried_until_the_store_answers(clock):
+    store = FlakyStore(clock)
+    async with Locks(store=store, clock=clock) as locks:
+        waiting = asyncio.create_task(locks.acquire("k", wait="10s"))
+        await clock.advance("1s")
+        assert not waiting.done()
+        store.down = False
+        await clock.advance("1s")
+        assert isinstance(await waiting, Lock)
+
+
+async def test_a_wait_that_ends_on_a_store_error_raises_it(clock):
+    store = FlakyStore(clock)
+    async with Locks(store=store, clock=clock) as locks:
+        waiting = asyncio.create_task(locks.acquire("k", wait="3s"))
+        await clock.advance("3s")
+        with pytest.raises(LockStoreError, match="ConnectionRefusedError: store unreachable"):
+            await waiting
+
+
+async def test_fifty_tasks_with_lock_on_one_key_never_overlap_and_tokens_grow(locks):
+    inside = 0
+    tokens: list[int] = []
+
+    async def critical_section() -> None:
+        nonlocal inside
+        inside += 1
+        assert inside == 1, "two tasks inside one lock"
+        lock = current_lock()
+        assert lock is not None
+        tokens.append(lock.fencing_token)
+        await asyncio.to_thread(lambda: None)
+        inside -= 1
+
+    await asyncio.gather(
+        *(locks.with_lock("shared", critical_section, wait="1h") for _ in range(50))
+    )
+    assert len(tokens) == 50
+    assert tokens == sorted(set(tokens))

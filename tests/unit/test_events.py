@@ -1,0 +1,151 @@
+"""Events: callbacks, async for, and the same facts on the leaselock logger."""
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+
+import pytest
+
+from leaselock import Event, LeadershipLost, LeaseAcquired, LockLost, Locks, TickSkipped
+from leaselock._events import Events
+
+
+async def lose(locks: Locks, store, clock, key: str) -> int:
+    lock = await locks.acquire(key)
+    assert lock is not None
+    del store._rows[key]
+    await clock.advance("10s")
+    return lock.fencing_token
+
+
+async def test_a_callback_gets_the_events_of_its_types_until_it_unsubscribes(locks, store, clock):
+    seen: list[Event] = []
+    unsubscribe = locks.events.subscribe(seen.append, "lock-lost")
+    other: list[Event] = []
+    locks.events.subscribe(other.append, "tick-skipped")
+    token = await lose(locks, store, clock, "first")
+    unsubscribe()
+    await lose(locks, store, clock, "second")
+    assert len(seen) == 1
+    event = seen[0]
+    assert isinstance(event, LockLost)
+    assert (event.type, event.key, event.fencing_token, event.detected_by) == (
+        "lock-lost",
+        "first",
+        token,
+        "renewal",
+    )
+    assert event.owner is not None
+    assert event.at.tzinfo is UTC
+    assert abs((datetime.now(UTC) - event.at).total_seconds()) < 60
+    assert other == []
+
+
+async def test_async_for_streams_events_and_ends_when_the_locks_closes(store, clock):
+    locks = Locks(store=store, clock=clock)
+    await locks.start()
+    received: list[str] = []
+
+    async def read() -> None:
+        received.extend([f"{event.type} {event.key}" async for event in locks.events])
+
+    reader = asyncio.create_task(read())
+    await lose(locks, store, clock, "a")
+    await lose(locks, store, clock, "b")
+    await locks.aclose()
+    await asyncio.wait_for(reader, timeout=5)
+    assert received == ["lock-lost a", "lock-lost b"]
+
+
+async def test_a_stream_of_some_types_skips_the_others_and_closes_on_exit(locks, store, clock):
+    async with locks.events.stream("tick-skipped") as skips:
+        locks.events._emit(
+            TickSkipped(
+                key="job:owner",
+                fencing_token=None,
+                owner=None,
+                job="job",
+                reason="another-instance",
+            )
+        )
+        await lose(locks, store, clock, "k")
+        first = await asyncio.wait_for(anext(skips), timeout=5)
+    assert isinstance(first, TickSkipped)
+    with pytest.raises(StopAsyncIteration):
+        await anext(skips)
+
+
+async def test_a_failing_callback_is_logged_and_the_others_still_get_the_event(
+    locks, store, clock, caplog: pytest.LogCaptureFixture
+):
+    def broken(event: Event) -> None:
+        raise RuntimeError("subscriber bug")
+
+    seen: list[Event] = []
+    locks.events.subscribe(broken)
+    locks.events.subscribe(seen.append)
+    with caplog.at_level(logging.ERROR, logger="leaselock"):
+        await lose(locks, store, clock, "k")
+    assert len(seen) == 1
+    assert "An event callback raised on lock-lost" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("event", "level", "line"),
+    [
+        (
+            LeaseAcquired(
+                key="inventory:stock-reconciliation:owner",
+                fencing_token=7,
+                owner="o",
+                job="inventory:stock-reconciliation",
+            ),
+            logging.INFO,
+            (
+                "inventory:stock-reconciliation runs on this instance "
+                '(lease "inventory:stock-reconciliation:owner", fencing token 7)'
+            ),
+        ),
+        (
+            TickSkipped(
+                key="StockReconciliationJob.reconcile_stock:owner",
+                fencing_token=None,
+                owner=None,
+                job="StockReconciliationJob.reconcile_stock",
+                reason="another-instance",
+            ),
+            logging.DEBUG,
+            "Skipped StockReconciliationJob.reconcile_stock: it runs on another instance",
+        ),
+        (
+            TickSkipped(key="j", fencing_token=None, owner=None, job="j", reason="in-progress"),
+            logging.DEBUG,
+            "Skipped j: a run is still in progress",
+        ),
+        (
+            LockLost(key="k", fencing_token=3, owner="o", detected_by="deadline"),
+            logging.WARNING,
+            'Lost lock "k" (fencing token 3), detected by deadline',
+        ),
+        (
+            LeadershipLost(
+                key="inventory:warehouse-feed", fencing_token=4, owner="o", reason="released"
+            ),
+            logging.INFO,
+            'Stepped down from "inventory:warehouse-feed"',
+        ),
+    ],
+)
+def test_every_event_goes_to_the_leaselock_logger_in_the_documented_wording(
+    event: Event, level: int, line: str, caplog: pytest.LogCaptureFixture
+):
+    with caplog.at_level(logging.DEBUG, logger="leaselock"):
+        Events()._emit(event)
+    assert [(r.name, r.levelno) for r in caplog.records] == [("leaselock", level)]
+    assert line in caplog.records[0].getMessage()
+
+
+def test_a_loss_at_shutdown_is_logged_at_info_not_as_a_warning():
+    assert LockLost(key="k", fencing_token=1, owner="o", detected_by="shutdown").level == (
+        logging.INFO
+    )

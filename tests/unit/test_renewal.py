@@ -1,0 +1,246 @@
+"""Renewal: one timer per Locks, batches, and both ways a loss is detected."""
+
+import logging
+from collections.abc import Sequence
+
+import pytest
+
+from leaselock import LockLost, Locks
+from leaselock.stores import AcquireResult, InMemoryLockStore, Renewal
+from leaselock.testing import ManualClock
+
+
+class RecordingStore:
+    """The in-memory store, recording renewals; renew can be made to fail."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.inner = InMemoryLockStore(clock=clock)
+        self.clock = clock
+        self.renewals: list[tuple[int, str]] = []
+        self.failing = False
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        return await self.inner.acquire(key, owner, ttl_ms)
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        self.renewals.append((self.clock.now_ms(), key))
+        if self.failing:
+            raise ConnectionError("store unreachable")
+        return await self.inner.renew(key, owner, ttl_ms)
+
+    async def release(self, key: str, owner: str) -> bool:
+        return await self.inner.release(key, owner)
+
+
+class BatchingStore(RecordingStore):
+    """Also renews in batches, recording each batch's size."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.batches: list[int] = []
+
+    async def renew_many(self, renewals: Sequence[Renewal]) -> list[bool]:
+        self.batches.append(len(renewals))
+        return [await self.inner.renew(*renewal) for renewal in renewals]
+
+
+def pending_timers(clock: ManualClock) -> int:
+    return sum(not timer.cancelled for timer in clock._timers)
+
+
+async def test_a_held_lock_is_renewed_every_third_of_its_ttl_and_stays_held(clock):
+    store = RecordingStore(clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        await clock.advance("95s")
+        assert [at for at, _ in store.renewals] == [10_000 * n for n in range(1, 10)]
+        assert lock.held
+        assert store.inner._rows["k"].expires_at_ms == 90_000 + 30_000
+
+
+async def test_one_timer_drives_the_renewals_of_every_held_lock(clock):
+    store = RecordingStore(clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        for n in range(100):
+            assert await locks.acquire(f"k{n}") is not None
+        assert pending_timers(clock) == 1
+        await clock.advance("10s")
+        assert len(store.renewals) == 100
+        assert pending_timers(clock) == 1
+
+
+async def test_due_renewals_go_to_the_store_in_one_batch_where_it_can(clock):
+    store = BatchingStore(clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        for n in range(40):
+            await locks.acquire(f"k{n}")
+        await clock.advance("10s")
+        assert store.batches == [40]
+        assert store.renewals == []
+
+
+async def test_a_refused_renewal_loses_the_lock_aborts_its_signal_and_warns(
+    clock, caplog: pytest.LogCaptureFixture
+):
+    store = RecordingStore(clock)
+    lost_events: list[LockLost] = []
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        locks.events.subscribe(lost_events.append, "lock-lost")
+        lock = await locks.acquire("invoices:nightly-export")
+        assert lock is not None
+        del store.inner._rows["invoices:nightly-export"]
+        with caplog.at_level(logging.WARNING, logger="leaselock"):
+            await clock.advance("10s")
+        assert not lock.held
+        reason = lock.signal.reason
+        assert reason is not None
+        assert reason.detected_by == "renewal"
+        assert reason.fencing_token == lock.fencing_token
+        assert [(e.key, e.detected_by) for e in lost_events] == [
+            ("invoices:nightly-export", "renewal")
+        ]
+    assert (
+        f'Lost lock "invoices:nightly-export" (fencing token {lock.fencing_token}), '
+        "detected by renewal"
+    ) in caplog.text
+
+
+async def test_an_unreachable_store_is_retried_until_the_deadline_then_the_lock_is_lost(
+    clock, caplog: pytest.LogCaptureFixture
+):
+    store = RecordingStore(clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        store.failing = True
+        with caplog.at_level(logging.WARNING, logger="leaselock"):
+            await clock.advance(29_999)
+            assert lock.held
+            await clock.advance(1)
+        assert not lock.held
+        reason = lock.signal.reason
+        assert reason is not None
+        assert reason.detected_by == "deadline"
+        assert [at for at, _ in store.renewals] == [10_000, 15_000, 20_000, 25_000]
+    assert caplog.text.count('Renewal of "k" failed, retrying until its deadline') == 4
+    assert "detected by deadline" in caplog.text
+
+
+async def test_a_store_that_comes_back_before_the_deadline_keeps_the_lock(clock):
+    store = RecordingStore(clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        store.failing = True
+        await clock.advance("16s")
+        store.failing = False
+        await clock.advance("4s")
+        assert lock.held
+        await clock.advance("60s")
+        assert lock.held
+        assert lock._lease.deadline_ms == 80_000 + 30_000
+
+
+class SlowRenewals(RecordingStore):
+    """The store renews at once, but its answer takes ``delay_ms`` of the clock to come back."""
+
+    delay_ms = 0
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        self.renewals.append((self.clock.now_ms(), key))
+        renewed = await self.inner.renew(key, owner, ttl_ms)
+        await self.clock.advance(self.delay_ms)
+        return renewed
+
+
+async def test_a_renewal_confirmed_after_the_deadline_is_followed_by_a_release(clock):
+    store = SlowRenewals(clock)
+    store.delay_ms = 25_000
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        await clock.advance("10s")
+        assert not lock.held
+        reason = lock.signal.reason
+        assert reason is not None
+        assert reason.detected_by == "deadline"
+        assert clock.now_ms() == 35_000
+        assert "k" not in store.inner._rows, "renewed to 40 s at the store, but handed back"
+
+
+async def test_only_one_renewal_of_a_lock_is_in_flight_at_a_time(clock):
+    store = SlowRenewals(clock)
+    store.delay_ms = 12_000
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        await clock.advance("10s")
+        assert [at for at, _ in store.renewals] == [10_000]
+        assert lock.held
+        assert lock._lease.deadline_ms == 10_000 + 30_000
+
+
+async def test_the_deadline_counts_from_the_send_time_of_the_confirmed_renewal(clock):
+    store = SlowRenewals(clock)
+    store.delay_ms = 2_000
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        await clock.advance("10s")
+        assert clock.now_ms() == 12_000
+        assert lock._lease.deadline_ms == 40_000
+        assert store.inner._rows["k"].expires_at_ms == 40_000
+
+
+async def test_a_paused_holder_believes_it_holds_until_it_resumes_and_is_refused(store, clock):
+    paused = ManualClock()
+    async with (
+        Locks(store=store, ttl="30s", clock=paused) as sleeper,
+        Locks(store=store, ttl="30s", clock=clock) as other,
+    ):
+        stale = await sleeper.acquire("k")
+        assert stale is not None
+        await clock.advance("31s")
+        fresh = await other.acquire("k")
+        assert fresh is not None
+        assert fresh.fencing_token > stale.fencing_token
+        assert stale.held, "a paused process cannot know; only the fencing token covers this"
+        await paused.advance("10s")
+        assert not stale.held
+        reason = stale.signal.reason
+        assert reason is not None
+        assert reason.detected_by == "renewal"
+        assert fresh.held
+
+
+class FrozenLoopClock:
+    """Time moves but no timer runs: a process resuming from a pause, before its loop catches up."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def call_at(self, when_ms: int, callback: object) -> "FrozenLoopClock":
+        return self
+
+    def cancel(self) -> None:
+        return None
+
+
+async def test_the_signal_reads_the_deadline_before_any_timer_has_run():
+    frozen = FrozenLoopClock()
+    async with Locks(store=InMemoryLockStore(clock=frozen), ttl="30s", clock=frozen) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        frozen.now = 29_999
+        assert lock.held
+        assert not lock.signal.aborted
+        frozen.now = 30_000
+        assert not lock.held
+        assert lock.signal.aborted
+        with pytest.raises(Exception, match="no renewal was confirmed") as lost:
+            lock.signal.raise_if_aborted()
+        assert lost.value.detected_by == "deadline"  # type: ignore[attr-defined]

@@ -1,0 +1,161 @@
+"""SyncLocks: the same engine for threads, through a loop thread of its own."""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from leaselock import (
+    LockLostError,
+    LockNotAcquiredError,
+    LocksConfigurationError,
+    SyncLock,
+    SyncLocks,
+    current_lock,
+)
+from leaselock.stores import InMemoryLockStore
+
+
+@pytest.fixture
+def sync_locks():
+    with SyncLocks(store=InMemoryLockStore(), ttl="30s") as started:
+        yield started
+
+
+def test_acquire_and_release_from_a_thread(sync_locks: SyncLocks):
+    lock = sync_locks.acquire("k")
+    assert isinstance(lock, SyncLock)
+    assert lock.held
+    assert sync_locks.acquire("k") is None
+    assert lock.release() is True
+    assert lock.release() is False
+    assert not lock.held
+
+
+def test_hold_sets_current_lock_in_the_calling_thread(sync_locks: SyncLocks):
+    with sync_locks.hold("k") as lock:
+        inside = current_lock()
+        assert inside is not None
+        assert inside.fencing_token == lock.fencing_token
+        assert inside.key == "k"
+    assert current_lock() is None
+    assert sync_locks.acquire("k") is not None
+
+
+def test_hold_of_a_held_key_raises_not_acquired(sync_locks: SyncLocks):
+    held = sync_locks.acquire("k")
+    assert held is not None
+    with (
+        pytest.raises(LockNotAcquiredError, match="'k' is held by another owner"),
+        sync_locks.hold("k"),
+    ):
+        pytest.fail("the block must not run")
+
+
+def test_with_lock_runs_the_function_in_the_callers_thread(sync_locks: SyncLocks):
+    caller = threading.get_ident()
+
+    def export() -> int:
+        assert threading.get_ident() == caller
+        lock = current_lock()
+        assert lock is not None
+        return lock.fencing_token
+
+    assert sync_locks.with_lock("k", export) >= 1
+
+
+def test_eight_threads_racing_with_lock_never_overlap_and_see_growing_tokens(
+    sync_locks: SyncLocks,
+):
+    guard = threading.Lock()
+    inside = 0
+    overlaps = 0
+    tokens: list[int] = []
+
+    def critical_section() -> None:
+        nonlocal inside, overlaps
+        with guard:
+            inside += 1
+            overlaps += inside > 1
+            lock = current_lock()
+            assert lock is not None
+            tokens.append(lock.fencing_token)
+        with guard:
+            inside -= 1
+
+    def worker() -> None:
+        for _ in range(25):
+            sync_locks.with_lock("shared", critical_section, wait="1m")
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for future in [pool.submit(worker) for _ in range(8)]:
+            future.result()
+    assert overlaps == 0
+    assert len(tokens) == 200
+    assert tokens == sorted(set(tokens))
+
+
+def test_a_thread_sees_the_loss_through_the_signal():
+    store = InMemoryLockStore()
+    with SyncLocks(store=store, ttl="30ms") as sync_locks, sync_locks.hold("k") as lock:
+        del store._rows["k"]
+        assert lock.signal.wait_blocking(timeout=10)
+        with pytest.raises(LockLostError):
+            lock.signal.raise_if_aborted()
+
+
+def test_using_it_before_start_names_the_fix():
+    sync_locks = SyncLocks(allow_in_memory_storage=True)
+    with pytest.raises(LocksConfigurationError, match=r"not started; use `with locks:`"):
+        sync_locks.acquire("k")
+
+
+def test_bad_arguments_are_refused_in_the_calling_thread(sync_locks: SyncLocks):
+    with pytest.raises(LocksConfigurationError, match="key is empty"):
+        sync_locks.acquire("")
+    with pytest.raises(LocksConfigurationError, match="wait=-1 is negative"):
+        sync_locks.acquire("k", wait=-1)
+
+    async def coroutine_function() -> None:
+        return None
+
+    with pytest.raises(LocksConfigurationError, match="not a sync function"):
+        sync_locks.with_lock("k", coroutine_function)  # type: ignore[arg-type]
+    with pytest.raises(LocksConfigurationError, match="ttl"):
+        SyncLocks(ttl=0)
+
+
+def test_a_sync_call_from_the_loop_thread_is_refused_instead_of_deadlocking(
+    sync_locks: SyncLocks,
+):
+    errors: list[BaseException] = []
+    handled = threading.Event()
+
+    def on_event(event: object) -> None:
+        try:
+            sync_locks.acquire("inner")
+        except RuntimeError as error:
+            errors.append(error)
+        handled.set()
+
+    sync_locks.events.subscribe(on_event)
+    store = sync_locks.locks.store
+    assert isinstance(store, InMemoryLockStore)
+    lock = sync_locks.acquire("k", ttl="30ms")
+    assert lock is not None
+    del store._rows["k"]
+    assert handled.wait(timeout=10)
+    assert len(errors) == 1
+    assert "on its own event-loop thread" in str(errors[0])
+
+
+def test_close_releases_what_threads_still_hold():
+    store = InMemoryLockStore()
+    sync_locks = SyncLocks(store=store)
+    sync_locks.start()
+    lock = sync_locks.acquire("k")
+    assert lock is not None
+    sync_locks.close()
+    assert not lock.held
+    assert store._rows == {}
+    sync_locks.close()
