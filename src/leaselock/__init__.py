@@ -7,6 +7,7 @@ fencing token that grows with every acquisition.
 
 from ._context import current_lock as current_lock
 from ._durations import Duration as Duration
+from ._election import leader_election as leader_election
 from ._errors import DetectedBy as DetectedBy
 from ._errors import LockError as LockError
 from ._errors import LockLostError as LockLostError
@@ -22,6 +23,8 @@ from ._events import LeadershipLost as LeadershipLost
 from ._events import LeaseAcquired as LeaseAcquired
 from ._events import LockLost as LockLost
 from ._events import TickSkipped as TickSkipped
+from ._jobs import on_one_instance as on_one_instance
+from ._jobs import without_overlapping as without_overlapping
 from ._lock import Lock as Lock
 from ._locks import Locks as Locks
 from ._signal import LockSignal as LockSignal
@@ -51,4 +54,7 @@ __all__ = [
     "SyncLocks",
     "TickSkipped",
     "current_lock",
+    "leader_election",
+    "on_one_instance",
+    "without_overlapping",
 ]

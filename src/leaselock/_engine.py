@@ -19,6 +19,7 @@ from ._clock import Clock, TimerCallback, TimerHandle
 from ._errors import DetectedBy, LockLostError, LockStoreError
 from ._events import Events, LockLost
 from ._lease import Lease, LeaseState
+from ._lock import Lock, release_logged
 from ._release_board import RELEASE_BOARD
 from ._renewal import RenewalScheduler, renew_interval_ms
 from ._signal import LockSignal
@@ -183,6 +184,31 @@ class LockEngine:
         if detected_by != "renewal":
             # the store may still hold it for us (an unheard renewal, a shutdown): hand it back
             self.release_in_background(lease.key, lease.owner)
+
+    def give_up(self, lease: Lease, detected_by: DetectedBy) -> None:
+        """Lose ``lease`` on purpose and hand it back, whatever ``detected_by`` says."""
+        was_held = lease.state is LeaseState.HELD
+        self.lose(lease, detected_by)
+        if was_held and detected_by == "renewal":
+            self.release_in_background(lease.key, lease.owner)
+
+    async def hand_back(self, lease: Lease, keep_ms: int) -> None:
+        """Stop holding ``lease``; at the store it ends ``keep_ms`` from now (at once if <= 0).
+
+        Keeping works by one last renewal with the remaining time, so nobody waits for it. A
+        store failure is logged: the lease then expires after its ttl.
+        """
+        if lease.state is not LeaseState.HELD:
+            return
+        if keep_ms <= 0:
+            await release_logged(Lock(self, lease))
+            return
+        lease.state = LeaseState.RELEASED
+        self._held.discard(lease)
+        try:
+            await self.store.renew(lease.key, lease.owner, keep_ms)
+        except LockStoreError as error:
+            _log.warning('Could not hand back "%s"; it expires on its own: %s', lease.key, error)
 
     def release_in_background(self, key: str, owner: str) -> None:
         """Release ``key`` for ``owner`` without waiting; failures are only logged."""

@@ -30,7 +30,9 @@ __all__ = [
 EventType: TypeAlias = Literal[
     "lease-acquired", "tick-skipped", "lock-lost", "leadership-acquired", "leadership-lost"
 ]
-SkipReason: TypeAlias = Literal["another-instance", "in-progress", "store-unavailable"]
+SkipReason: TypeAlias = Literal[
+    "another-instance", "in-progress", "store-unavailable", "shutting-down"
+]
 
 _log = logging.getLogger("leaselock")
 
@@ -73,7 +75,11 @@ class TickSkipped(_EventFields):
     type: Literal["tick-skipped"] = "tick-skipped"
     job: str
     reason: SkipReason
-    level: ClassVar[int] = logging.DEBUG
+
+    @property
+    def level(self) -> int:
+        """DEBUG for the skips that are the point; WARNING when the store failed."""
+        return logging.WARNING if self.reason == "store-unavailable" else logging.DEBUG
 
     def message(self) -> str:
         """Return the log line."""
@@ -81,6 +87,7 @@ class TickSkipped(_EventFields):
             "another-instance": "it runs on another instance",
             "in-progress": "a run is still in progress",
             "store-unavailable": "the lock store is unavailable",
+            "shutting-down": "this instance is shutting down",
         }[self.reason]
         return f"Skipped {self.job}: {why}"
 

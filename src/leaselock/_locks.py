@@ -3,25 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import enum
 import inspect
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, TypeVar, final, overload
 
 from ._checked_store import CheckedStore, check_store_shape
 from ._clock import Clock, SystemClock
-from ._context import CURRENT_LOCK, CURRENT_LOCKS, started_locks
+from ._context import CURRENT_LOCKS, started_locks
 from ._durations import Duration, parse_ttl, parse_wait
+from ._election import election_decorator
 from ._engine import LockEngine
-from ._errors import LockLostError, LockNotAcquiredError, LocksConfigurationError
+from ._errors import LocksConfigurationError
 from ._events import Events
+from ._hold import LockHold, run_in_thread_to_end
+from ._job_runs import JobRun
+from ._jobs import BINDINGS, F, JobSpec, job_decorator
 from ._keys import validate_key
-from ._lock import Lock, release_logged
+from ._lock import Lock
 from ._redact import redact_secrets
+from ._registry import Registry, register_target
+from ._scheduling import Scheduling
 from ._signal import LockSignal
 from .stores._protocol import LockStore, SupportsLifecycle
 from .stores.memory import InMemoryLockStore
@@ -38,6 +44,7 @@ PRODUCTION_ENV_VARS = ("LEASELOCK_ENV", "ENV", "APP_ENV")
 class _Phase(enum.Enum):
     NEW = "new"
     STARTED = "started"
+    CLOSING = "closing"
     CLOSED = "closed"
 
 
@@ -59,6 +66,7 @@ class Locks:
         ttl: the default lease length; a holder renews every ``ttl / 3``.
         clock: the source of time; :class:`~leaselock.testing.ManualClock` in tests.
         allow_in_memory_storage: accept the in-memory default even in production (one process).
+        shutdown_grace: how long shutdown waits for job runs in progress to finish.
 
     Raises:
         LocksConfigurationError: an argument is wrong; the message says how to fix it.
@@ -72,6 +80,9 @@ class Locks:
         "_engine",
         "_loop",
         "_phase",
+        "_registry",
+        "_scheduling",
+        "_shutdown_grace_ms",
         "_store",
         "_store_defaulted",
         "_ttl_ms",
@@ -84,6 +95,8 @@ class Locks:
         ttl: Duration = "30s",
         clock: Clock | None = None,
         allow_in_memory_storage: bool = False,
+        *,
+        shutdown_grace: Duration = "30s",
     ) -> None:
         """Configure; nothing touches the store before :meth:`start`."""
         if not isinstance(allow_in_memory_storage, bool):
@@ -96,6 +109,7 @@ class Locks:
                 "leaselock.testing.ManualClock() in tests"
             )
         self._ttl_ms = parse_ttl(ttl)
+        self._shutdown_grace_ms = parse_wait(shutdown_grace, name="shutdown_grace")
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._store_defaulted = store is None
         self._store: LockStore = (
@@ -104,7 +118,9 @@ class Locks:
         self._allow_in_memory_storage = allow_in_memory_storage
         self._phase = _Phase.NEW
         self._engine: LockEngine | None = None
+        self._scheduling: Scheduling | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._registry = Registry()
         self.events = Events()
 
     @property
@@ -138,17 +154,25 @@ class Locks:
                 f"This Locks is already {self._phase.value}; create a new Locks to start again"
             )
         self._refuse_in_memory_default_in_production()
+        self._registry.check()
+        self._registry.participants()
         if isinstance(self._store, SupportsLifecycle):
             await self._store.open()
         engine = LockEngine(CheckedStore(self._store), self._clock, self.events)
         await engine.start()
         self._engine = engine
         self._loop = asyncio.get_running_loop()
+        self._scheduling = Scheduling(
+            engine, self._clock, self.events, self._registry, default_ttl_ms=self._ttl_ms
+        )
         self._phase = _Phase.STARTED
         started_locks.add(self)
+        # what this context starts next (a scheduler, its jobs' tasks) runs under this Locks
+        CURRENT_LOCKS.set(self)
         _log.info(
             "leaselock started on %s (ttl %d ms)", redact_secrets(repr(self._store)), self._ttl_ms
         )
+        await self._scheduling.start()
 
     async def aclose(self) -> None:
         """Release every held lock and close the store; a failure here is logged, never raised.
@@ -156,12 +180,22 @@ class Locks:
         Locks still held are lost with ``detected_by="shutdown"``: their signals abort.
         """
         if self._phase is not _Phase.STARTED:
-            self._phase = _Phase.CLOSED
+            if self._phase is _Phase.NEW:
+                self._phase = _Phase.CLOSED
             return
-        self._phase = _Phase.CLOSED
+        self._phase = _Phase.CLOSING
         started_locks.discard(self)
-        engine = self._engine
+        BINDINGS.unbind(self)
+        if CURRENT_LOCKS.get() is self:
+            CURRENT_LOCKS.set(None)
+        engine, scheduling = self._engine, self._scheduling
         assert engine is not None  # noqa: S101 -- set by start()
+        assert scheduling is not None  # noqa: S101 -- set by start()
+        try:
+            await scheduling.close(self._shutdown_grace_ms)
+        except Exception:  # noqa: BLE001 -- shutdown goes on; leases expire after their ttl
+            _log.exception("Stopping jobs and elections failed; their leases expire after ttl")
+        self._phase = _Phase.CLOSED
         try:
             await engine.close()
         except Exception:  # noqa: BLE001 -- shutdown goes on; the locks expire after their ttl
@@ -226,7 +260,7 @@ class Locks:
         wait: Duration = 0,
         signal: LockSignal | None = None,
         cancel_on_loss: bool = False,
-    ) -> _Hold:
+    ) -> AbstractAsyncContextManager[Lock]:
         """Hold the lock on ``key`` for an ``async with`` block; release it when the block ends.
 
         Inside the block, :func:`current_lock` returns the lock.
@@ -245,7 +279,13 @@ class Locks:
         """
         key, ttl_ms, wait_ms = self._checked(key, ttl, wait, signal)
         _check_flag("cancel_on_loss", cancel_on_loss)
-        return _Hold(self, key, ttl_ms, wait_ms, signal, cancel_on_loss=cancel_on_loss)
+        return LockHold(
+            self,
+            lambda: self._acquire(key, ttl_ms, wait_ms, signal),
+            key=key,
+            wait_ms=wait_ms,
+            cancel_on_loss=cancel_on_loss,
+        )
 
     @overload
     async def with_lock(
@@ -305,10 +345,79 @@ class Locks:
                 "cancelled. Check current_lock().signal.aborted between steps instead"
             )
         async with self.hold(key, ttl=ttl, wait=wait, signal=signal, cancel_on_loss=cancel_on_loss):
-            result = await fn() if is_async else await _run_in_thread_to_end(fn)
+            result = await fn() if is_async else await run_in_thread_to_end(fn)
             if inspect.isawaitable(result):
                 result = await result
             return result
+
+    def on_one_instance(
+        self, key: str | None = None, ttl: Duration | None = None
+    ) -> Callable[[F], F]:
+        """Run the decorated job on ONE instance of the application.
+
+        The first instance whose tick finds the lease ``<key>:owner`` free takes it, keeps it
+        renewed while it lives, and runs that tick and every later one: ownership is sticky on
+        purpose (instances' clocks differ; a tick is not an instant). Other instances' calls
+        return ``None`` without running, logged at DEBUG (``Skipped <key>: it runs on another
+        instance``). Works on async and sync functions and methods; their signature is kept.
+
+        Args:
+            key: the job's key, default the function's ``__qualname__``; set it on any job
+                that must never run twice: a rename changes the default.
+            ttl: the lease length (default: this ``Locks``' ttl). A crashed owner costs up to
+                ``ttl`` of ticks; they are not caught up.
+
+        Raises:
+            LocksConfigurationError: a bad key or ttl (now), or a key conflict (at start).
+        """
+        return job_decorator("on_one_instance", key, ttl, self)
+
+    def without_overlapping(
+        self, key: str | None = None, ttl: Duration | None = None
+    ) -> Callable[[F], F]:
+        """Never let the decorated job overlap itself, on any instance.
+
+        Each run holds the lock ``<key>`` for the whole run (renewed, released at the end); a
+        tick that finds it held returns ``None`` (``Skipped <key>: a run is still in
+        progress``). With :meth:`on_one_instance` on the same function both share the key, and
+        :func:`current_lock` in the run is the run lock: a new fencing token every run.
+
+        Raises:
+            LocksConfigurationError: a bad key or ttl (now), or a key conflict (at start).
+        """
+        return job_decorator("without_overlapping", key, ttl, self)
+
+    def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:
+        """Elect one leader for ``key`` among every instance.
+
+        Decorates a class with ``on_leadership_acquired(self, lock)`` and
+        ``on_leadership_lost(self, lock)`` (sync or async; an instance is made at start unless
+        one is registered), or an async ``duty(lock)`` function run while leading. From start,
+        every instance campaigns every ``ttl / 3``; the leader renews its lease.
+
+        Raises:
+            LocksConfigurationError: a bad key, ttl or target (now), or a key conflict (start).
+        """
+        return election_decorator(key, ttl, self)
+
+    def register(self, target: T) -> T:
+        """Bind the jobs and elections of ``target`` to this ``Locks``; return ``target``.
+
+        ``target`` is an object whose methods carry the shared decorators
+        (``@leaselock.on_one_instance``...), a decorated function, an instance of a class under
+        ``leader_election``, or a duty function. Several application instances in one process
+        each register their own objects with their own ``Locks``.
+
+        Raises:
+            LocksConfigurationError: ``target`` carries no job or election, or a key conflict
+                (checked now when already started).
+        """
+        register_target(self, self._registry, target)
+        if self._phase is _Phase.STARTED:
+            self._registry.check()
+            assert self._scheduling is not None  # noqa: S101 -- set by start()
+            self._scheduling.adopt_new_elections()
+        return target
 
     def _checked(
         self, key: object, ttl: object, wait: object, signal: object
@@ -325,7 +434,7 @@ class Locks:
         return checked_key, ttl_ms, wait_ms
 
     def _running_engine(self) -> LockEngine:
-        if self._phase is not _Phase.STARTED or self._engine is None:
+        if self._phase not in {_Phase.STARTED, _Phase.CLOSING} or self._engine is None:
             raise LocksConfigurationError(
                 f"This Locks is {self._phase.value}, not started; use `async with locks:` "
                 "or `await locks.start()` first"
@@ -343,6 +452,43 @@ class Locks:
         engine = self._running_engine()
         lease = await engine.acquire(key, ttl_ms, wait_ms, signal)
         return None if lease is None else Lock(engine, lease)
+
+    async def _runs_begin(self, spec: JobSpec) -> JobRun | None:
+        self._running_engine()
+        assert self._scheduling is not None  # noqa: S101 -- set by start()
+        return await self._scheduling.runs.begin(spec)
+
+    async def _runs_end(self, run: JobRun) -> None:
+        assert self._scheduling is not None  # noqa: S101 -- set by start()
+        await self._scheduling.runs.end(run)
+
+    async def _on_own_loop(self, work: Coroutine[Any, Any, T]) -> T:
+        """Await ``work`` on this Locks' loop, from whichever loop the caller runs on."""
+        loop = self._loop
+        if loop is None or _running_loop() is loop:
+            return await work
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, loop))
+
+    def _blocking(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run ``work`` on this Locks' loop and block this thread until it ends.
+
+        Raises:
+            LocksConfigurationError: not started, or called on the loop's own thread (it would
+                block the renewals it waits for).
+        """
+        loop = self._loop
+        if loop is None or self._phase not in {_Phase.STARTED, _Phase.CLOSING}:
+            work.close()
+            self._running_engine()
+        assert loop is not None  # noqa: S101 -- checked by _running_engine
+        if _running_loop() is loop:
+            work.close()
+            raise LocksConfigurationError(
+                "A sync leaselock job ran on the event loop thread of its Locks, where waiting "
+                "would block the renewals it needs; make the job async, or run it in a worker "
+                "thread (APScheduler does for sync jobs)"
+            )
+        return asyncio.run_coroutine_threadsafe(work, loop).result()
 
     def _refuse_in_memory_default_in_production(self) -> None:
         if not self._store_defaulted or self._allow_in_memory_storage:
@@ -363,110 +509,6 @@ class Locks:
             f"<Locks {self._phase.value} store={redact_secrets(repr(self._store))} "
             f"ttl_ms={self._ttl_ms}>"
         )
-
-
-@final
-class _Hold:
-    """The ``async with`` of :meth:`Locks.hold`."""
-
-    __slots__ = (
-        "_cancel_on_loss",
-        "_context_token",
-        "_key",
-        "_lock",
-        "_locks",
-        "_locks_token",
-        "_loss_cancelled_task",
-        "_remove_callback",
-        "_signal",
-        "_ttl_ms",
-        "_wait_ms",
-    )
-
-    def __init__(
-        self,
-        locks: Locks,
-        key: str,
-        ttl_ms: int,
-        wait_ms: int,
-        signal: LockSignal | None,
-        *,
-        cancel_on_loss: bool,
-    ) -> None:
-        self._locks = locks
-        self._key = key
-        self._ttl_ms = ttl_ms
-        self._wait_ms = wait_ms
-        self._signal = signal
-        self._cancel_on_loss = cancel_on_loss
-        self._lock: Lock | None = None
-        self._context_token: contextvars.Token[Lock | None] | None = None
-        self._locks_token: contextvars.Token[Locks | None] | None = None
-        self._remove_callback: Callable[[], None] | None = None
-        self._loss_cancelled_task: asyncio.Task[Any] | None = None
-
-    async def __aenter__(self) -> Lock:
-        lock = await self._locks._acquire(  # noqa: SLF001 -- _Hold is part of Locks
-            self._key, self._ttl_ms, self._wait_ms, self._signal
-        )
-        if lock is None:
-            raise LockNotAcquiredError(self._key, self._wait_ms)
-        self._lock = lock
-        self._context_token = CURRENT_LOCK.set(lock)
-        self._locks_token = CURRENT_LOCKS.set(self._locks)
-        if self._cancel_on_loss:
-            task = asyncio.current_task()
-            if task is not None:
-                self._remove_callback = lock.signal.add_callback(
-                    lambda reason: self._cancel_for_loss(task, reason)
-                )
-        return lock
-
-    def _cancel_for_loss(self, task: asyncio.Task[Any], reason: LockLostError) -> None:
-        self._loss_cancelled_task = task
-        task.cancel(str(reason))
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        lock = self._lock
-        assert lock is not None  # noqa: S101 -- __aexit__ runs only after a successful __aenter__
-        if self._remove_callback is not None:
-            self._remove_callback()
-        if self._context_token is not None:
-            CURRENT_LOCK.reset(self._context_token)
-        if self._locks_token is not None:
-            CURRENT_LOCKS.reset(self._locks_token)
-        await release_logged(lock)
-        task = self._loss_cancelled_task
-        if task is None:
-            return
-        # take back our cancellation request, whether or not the block swallowed it
-        others_pending = task.uncancel()
-        if isinstance(exc, asyncio.CancelledError) and others_pending == 0:
-            # the only cancellation was ours: tell the caller why, not just that it was cancelled
-            reason = lock.signal.reason
-            assert reason is not None  # noqa: S101 -- set before the task was cancelled
-            raise reason from exc
-
-
-async def _run_in_thread_to_end(fn: Callable[[], T]) -> T:
-    """Run ``fn`` in a worker thread with this context; wait for it even through cancellation."""
-    loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(None, contextvars.copy_context().run, fn)
-    cancelled = False
-    while not future.done():
-        try:
-            # asyncio.wait never cancels what it waits for: the thread's work keeps its lock
-            await asyncio.wait([future])
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return future.result()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -17,6 +17,7 @@ from ._context import CURRENT_LOCK, CURRENT_LOCKS
 from ._durations import Duration
 from ._errors import LockNotAcquiredError, LocksConfigurationError
 from ._events import Events
+from ._jobs import F
 from ._lock import Lock, release_logged
 from ._locks import Locks
 from ._portal import Portal
@@ -119,10 +120,16 @@ class SyncLocks:
         ttl: Duration = "30s",
         clock: Clock | None = None,
         allow_in_memory_storage: bool = False,
+        *,
+        shutdown_grace: Duration = "30s",
     ) -> None:
         """Configure as :class:`~leaselock.Locks` does; :meth:`start` starts the loop thread."""
         self._locks = Locks(
-            store=store, ttl=ttl, clock=clock, allow_in_memory_storage=allow_in_memory_storage
+            store=store,
+            ttl=ttl,
+            clock=clock,
+            allow_in_memory_storage=allow_in_memory_storage,
+            shutdown_grace=shutdown_grace,
         )
         self._portal: Portal | None = None
 
@@ -242,6 +249,33 @@ class SyncLocks:
         with self.hold(key, ttl=ttl, wait=wait, signal=signal):
             return fn()
 
+    def on_one_instance(
+        self, key: str | None = None, ttl: Duration | None = None
+    ) -> Callable[[F], F]:
+        """Bind a job to run on ONE instance; see :meth:`leaselock.Locks.on_one_instance`.
+
+        A sync job runs in the thread that calls it (a ``BackgroundScheduler`` worker, a Celery
+        worker) while its lease is renewed on the loop thread.
+        """
+        return self._locks.on_one_instance(key, ttl)
+
+    def without_overlapping(
+        self, key: str | None = None, ttl: Duration | None = None
+    ) -> Callable[[F], F]:
+        """Bind a job that never overlaps itself; see ``Locks.without_overlapping``."""
+        return self._locks.without_overlapping(key, ttl)
+
+    def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:
+        """Bind an election; see :meth:`leaselock.Locks.leader_election` (hooks run on the loop)."""
+        return self._locks.leader_election(key, ttl)
+
+    def register(self, target: T) -> T:
+        """Bind the jobs and elections of ``target``; see :meth:`leaselock.Locks.register`."""
+        portal = self._portal
+        if portal is None:
+            return self._locks.register(target)
+        return portal.call(_registered(self._locks, target))
+
     def _started_portal(self) -> Portal:
         if self._portal is None or not self._locks.started:
             raise LocksConfigurationError(
@@ -258,3 +292,7 @@ class SyncLocks:
     def __repr__(self) -> str:
         """Show the wrapped ``Locks``."""
         return f"<SyncLocks of {self._locks!r}>"
+
+
+async def _registered(locks: Locks, target: T) -> T:
+    return locks.register(target)

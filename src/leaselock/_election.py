@@ -1,0 +1,293 @@
+"""Leader election: the same lease, held for as long as the leader lives.
+
+From start, every instance campaigns every ``ttl / 3``; the leader's lease is renewed by the
+engine like any lock. A term of leadership runs in a task of its own: the acquired hook (or the
+duty function) gets the lease, and the lost hook runs when the lease is lost or the instance
+steps down (shutdown, the acquired hook raised, or the duty returned).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, final
+
+from ._clock import Clock, TimerHandle
+from ._context import CURRENT_LOCK
+from ._durations import Duration, parse_ttl
+from ._engine import LockEngine
+from ._errors import LockLostError, LocksConfigurationError, LockStoreError
+from ._events import Events, LeadershipAcquired, LeadershipLost
+from ._keys import validate_key
+from ._lease import Lease
+from ._lock import Lock, release_logged
+from ._renewal import renew_interval_ms
+
+if TYPE_CHECKING:
+    from ._locks import Locks
+
+__all__ = [
+    "ELECTION_ATTRIBUTE",
+    "Campaign",
+    "ElectionSpec",
+    "election_decorator",
+    "leader_election",
+]
+
+E = TypeVar("E", bound=Callable[..., Any])
+
+ELECTION_ATTRIBUTE = "__leaselock_election__"
+ACQUIRED_HOOK = "on_leadership_acquired"
+LOST_HOOK = "on_leadership_lost"
+
+_log = logging.getLogger("leaselock.election")
+
+
+@final
+@dataclass(eq=False, frozen=True)
+class ElectionSpec:
+    """One election: its key, its lease length, and what it runs (internal)."""
+
+    key: str
+    ttl_ms: int | None
+    target: Callable[..., Any]
+    locks: Locks | None
+
+    @property
+    def runs_a_duty(self) -> bool:
+        """Whether the target is an async ``duty(lock)`` function rather than a class."""
+        return not isinstance(self.target, type)
+
+    def describe(self) -> str:
+        """Name the election for messages."""
+        return f"{self.key!r} ({self.target.__module__}.{self.target.__qualname__})"
+
+
+def election_decorator(key: str, ttl: Duration | None, locks: Locks | None) -> Callable[[E], E]:
+    """Return the ``leader_election`` decorator (``locks`` given: the bound form)."""
+    checked_key = validate_key(key)
+    ttl_ms = None if ttl is None else parse_ttl(ttl)
+
+    def decorate(target: E) -> E:
+        _check_target(target)
+        if ELECTION_ATTRIBUTE in vars(target):
+            raise LocksConfigurationError(
+                f"{target.__qualname__} is decorated with leader_election twice; once is enough"
+            )
+        spec = ElectionSpec(checked_key, ttl_ms, target, locks)
+        setattr(target, ELECTION_ATTRIBUTE, spec)
+        if locks is not None:
+            locks._registry.add_election(spec, None)  # noqa: SLF001 -- the bound form registers
+        return target
+
+    return decorate
+
+
+def _check_target(target: object) -> None:
+    if isinstance(target, type):
+        missing = [
+            name for name in (ACQUIRED_HOOK, LOST_HOOK) if not callable(getattr(target, name, None))
+        ]
+        if missing:
+            raise LocksConfigurationError(
+                f"{target.__qualname__} has no {' or '.join(missing)}; a class under "
+                f"leader_election defines {ACQUIRED_HOOK}(self, lock) and {LOST_HOOK}(self, lock)"
+            )
+        return
+    if not inspect.iscoroutinefunction(target):
+        raise LocksConfigurationError(
+            f"leader_election decorates a class with {ACQUIRED_HOOK}/{LOST_HOOK}, or an async "
+            f"duty(lock) function run while leading; {target!r} is neither"
+        )
+
+
+def leader_election(key: str, ttl: Duration | None = None) -> Callable[[E], E]:
+    """Mark a class or a duty function as an election; bound by ``locks.register(...)``.
+
+    Args:
+        key: the election's key: one leader per key across every instance.
+        ttl: the lease length (default: the ``Locks`` ttl); campaigns run every ``ttl / 3``.
+
+    Raises:
+        LocksConfigurationError: a bad key or ttl, or a target that is neither a class with the
+            two hooks nor an async function.
+
+    .. versionadded:: 0.1
+    """
+    return election_decorator(key, ttl, None)
+
+
+def election_spec_of(candidate: object) -> ElectionSpec | None:
+    """Return the election spec of a decorated class, instance or function, or ``None``."""
+    spec = getattr(candidate, ELECTION_ATTRIBUTE, None)
+    return spec if isinstance(spec, ElectionSpec) else None
+
+
+@final
+class Campaign:
+    """One instance's part in one election: campaigning, leading, stepping down."""
+
+    __slots__ = (
+        "_clock",
+        "_engine",
+        "_events",
+        "_lock",
+        "_participant",
+        "_spawn",
+        "_spec",
+        "_stopped",
+        "_term",
+        "_timer",
+        "_ttl_ms",
+    )
+
+    def __init__(
+        self,
+        spec: ElectionSpec,
+        participant: object,
+        engine: LockEngine,
+        clock: Clock,
+        events: Events,
+        *,
+        default_ttl_ms: int,
+        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+    ) -> None:
+        """Prepare to campaign for ``spec`` with ``participant`` (an instance or the duty)."""
+        self._spec = spec
+        self._participant = participant
+        self._engine = engine
+        self._clock = clock
+        self._events = events
+        self._ttl_ms = spec.ttl_ms or default_ttl_ms
+        self._spawn = spawn
+        self._lock: Lock | None = None
+        self._term: asyncio.Task[None] | None = None
+        self._timer: TimerHandle | None = None
+        self._stopped = False
+
+    @property
+    def leading(self) -> bool:
+        """Whether this instance leads now."""
+        return self._lock is not None and self._lock.held
+
+    async def start(self) -> None:
+        """Campaign once now, then every ``ttl / 3``."""
+        await self._campaign()
+
+    async def _campaign(self) -> None:
+        if self._stopped:
+            return
+        if self._lock is None:
+            try:
+                lease = await self._engine.acquire(self._spec.key, self._ttl_ms, 0, None)
+            except LockStoreError as error:
+                _log.warning("Campaign for %r failed; next try soon: %s", self._spec.key, error)
+                lease = None
+            if lease is not None:
+                if self._campaigning():
+                    self._lead(lease)
+                else:
+                    await release_logged(Lock(self._engine, lease))
+        if self._campaigning():
+            self._timer = self._clock.call_at(
+                self._clock.now_ms() + renew_interval_ms(self._ttl_ms), self._campaign
+            )
+
+    def _campaigning(self) -> bool:
+        # a method, not the attribute: stop() may run while a campaign awaits the store
+        return not self._stopped
+
+    def _lead(self, lease: Lease) -> None:
+        lock = Lock(self._engine, lease)
+        self._lock = lock
+        self._events._emit(  # noqa: SLF001 -- the campaign reports through its Locks' hub
+            LeadershipAcquired(key=lock.key, fencing_token=lock.fencing_token, owner=lock.owner)
+        )
+        lease.signal.add_callback(lambda reason: self._on_loss(lock, reason))
+        self._term = self._spawn(self._serve(lock))
+
+    async def _serve(self, lock: Lock) -> None:
+        CURRENT_LOCK.set(lock)
+        try:
+            if self._spec.runs_a_duty:
+                await _call(self._spec.target, lock)
+                _log.info("The duty of %r returned; stepping down", self._spec.key)
+            else:
+                await _call(getattr(self._participant, ACQUIRED_HOOK), lock)
+                return
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 -- a failed term steps down; the error is logged in full
+            _log.exception("Leadership of %r failed; stepping down", self._spec.key)
+        if self._lock is lock:
+            await self._step_down(lock, from_term=True)
+
+    def _on_loss(self, lock: Lock, reason: LockLostError) -> None:
+        if self._lock is not lock or reason.detected_by == "shutdown":
+            return
+        self._lock = None
+        self._events._emit(  # noqa: SLF001 -- the campaign reports through its Locks' hub
+            LeadershipLost(
+                key=lock.key, fencing_token=lock.fencing_token, owner=lock.owner, reason="lost"
+            )
+        )
+        self._spawn(self._after_term(lock, self._term))
+
+    async def _after_term(self, lock: Lock, term: asyncio.Task[None] | None) -> None:
+        await _stop(term)
+        await self._call_lost_hook(lock)
+
+    async def _step_down(self, lock: Lock, *, from_term: bool = False) -> None:
+        self._lock = None
+        await release_logged(lock)
+        self._events._emit(  # noqa: SLF001 -- the campaign reports through its Locks' hub
+            LeadershipLost(
+                key=lock.key, fencing_token=lock.fencing_token, owner=lock.owner, reason="released"
+            )
+        )
+        if not from_term:
+            await _stop(self._term)
+        await self._call_lost_hook(lock)
+
+    async def _call_lost_hook(self, lock: Lock) -> None:
+        if self._spec.runs_a_duty:
+            return
+        try:
+            await _call(getattr(self._participant, LOST_HOOK), lock)
+        except Exception:  # noqa: BLE001 -- the hook's failure must not stop the shutdown
+            _log.exception("The %s hook of %r raised", LOST_HOOK, self._spec.key)
+
+    async def stop(self) -> None:
+        """Stop campaigning; step down if leading (the lost hook runs)."""
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+        lock = self._lock
+        if lock is not None:
+            await self._step_down(lock)
+
+
+async def _call(function: Callable[..., Any], lock: Lock) -> None:
+    """Await an async hook; run a sync one in a worker thread so renewals go on."""
+    if inspect.iscoroutinefunction(function):
+        await function(lock)
+        return
+    context = contextvars.copy_context()
+    result = await asyncio.get_running_loop().run_in_executor(None, context.run, function, lock)
+    if inspect.isawaitable(result):
+        await _awaited(result)
+
+
+async def _awaited(result: Awaitable[object]) -> None:
+    await result
+
+
+async def _stop(task: asyncio.Task[None] | None) -> None:
+    if task is None or task.done() or task is asyncio.current_task():
+        return
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

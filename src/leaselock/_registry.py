@@ -1,0 +1,154 @@
+"""Registry: the jobs and elections of one Locks, and the key conflicts that would hide bugs.
+
+Two jobs with one key, a job key equal to another job's lease ``<key>:owner``, or an election key
+equal to a job's key would exclude each other silently; they are refused at start (and at
+registration afterwards), naming both.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, final
+
+from ._election import ElectionSpec, election_spec_of
+from ._errors import LocksConfigurationError
+from ._jobs import BINDINGS, JobSpec, job_spec_of
+
+if TYPE_CHECKING:
+    from ._locks import Locks
+
+__all__ = ["Registry", "register_target"]
+
+
+@final
+class Registry:
+    """Jobs and elections known to one ``Locks``."""
+
+    __slots__ = ("_elections", "_jobs")
+
+    def __init__(self) -> None:
+        """Create an empty registry."""
+        self._jobs: list[JobSpec] = []
+        self._elections: dict[ElectionSpec, object | None] = {}
+
+    @property
+    def jobs(self) -> tuple[JobSpec, ...]:
+        """The registered jobs."""
+        return tuple(self._jobs)
+
+    @property
+    def elections(self) -> tuple[tuple[ElectionSpec, object | None], ...]:
+        """The registered elections, each with its participant (``None``: make one at start)."""
+        return tuple(self._elections.items())
+
+    def add_job(self, spec: JobSpec) -> None:
+        """Know ``spec`` (once)."""
+        if all(known is not spec for known in self._jobs):
+            self._jobs.append(spec)
+
+    def add_election(self, spec: ElectionSpec, participant: object | None) -> None:
+        """Know the election ``spec``; a registered participant replaces an earlier one.
+
+        Raises:
+            LocksConfigurationError: the election already has a different participant.
+        """
+        known = self._elections.get(spec)
+        if known is not None and participant is not None and known is not participant:
+            raise LocksConfigurationError(
+                f"Election {spec.key!r} already has the participant {known!r}; a Locks campaigns "
+                f"once per election: register one of {known!r} and {participant!r}"
+            )
+        if known is None:
+            self._elections[spec] = participant
+
+    def participants(self) -> list[tuple[ElectionSpec, object]]:
+        """Return every election with its participant, making one where none was registered.
+
+        Raises:
+            LocksConfigurationError: a class under ``leader_election`` needs arguments.
+        """
+        resolved: list[tuple[ElectionSpec, object]] = []
+        for spec, registered in self._elections.items():
+            participant = registered
+            if participant is None:
+                participant = spec.target if spec.runs_a_duty else _instantiate(spec)
+                self._elections[spec] = participant
+            resolved.append((spec, participant))
+        return resolved
+
+    def check(self) -> None:
+        """Refuse keys that would exclude each other silently.
+
+        Raises:
+            LocksConfigurationError: naming both parties of the first conflict found.
+        """
+        owners: dict[str, str] = {}
+
+        def claim(key: str, who: str, fix: str) -> None:
+            other = owners.get(key)
+            if other is not None:
+                raise LocksConfigurationError(
+                    f"{other} and {who} both use the key {key!r}, so they would exclude each "
+                    f"other silently; {fix}"
+                )
+            owners[key] = who
+
+        for spec in self._jobs:
+            claim(spec.key, f"the job {spec.describe()}", "give one of them key=...")
+        for spec in self._jobs:
+            if spec.one_instance:
+                claim(
+                    spec.lease_key,
+                    f"the lease of the job {spec.describe()}",
+                    "rename the job whose key ends in ':owner'",
+                )
+        for election in self._elections:
+            claim(
+                election.key,
+                f"the election {election.describe()}",
+                "give the election a key of its own",
+            )
+
+
+def register_target(locks: Locks, registry: Registry, target: object) -> None:
+    """Record the jobs and elections ``target`` carries, bound to ``locks``.
+
+    Raises:
+        LocksConfigurationError: ``target`` carries no job and no election.
+    """
+    found = False
+    spec = job_spec_of(target)
+    if spec is not None:
+        registry.add_job(spec)
+        BINDINGS.bind(spec, locks)
+        found = True
+    election = election_spec_of(target)
+    if election is not None:
+        participant = None if isinstance(target, type) else target
+        registry.add_election(election, participant)
+        found = True
+    if not isinstance(target, type) and not inspect.isfunction(target):
+        for _, member in inspect.getmembers_static(type(target)):
+            method_spec = job_spec_of(member)
+            if method_spec is not None:
+                registry.add_job(method_spec)
+                found = True
+        if found:
+            BINDINGS.bind(target, locks)
+    if not found:
+        raise LocksConfigurationError(
+            f"{target!r} carries no leaselock job or election; decorate its methods with "
+            "@leaselock.on_one_instance / @leaselock.without_overlapping, or its class with "
+            "@leaselock.leader_election(key), then register it"
+        )
+
+
+def _instantiate(spec: ElectionSpec) -> object:
+    try:
+        return spec.target()
+    except TypeError as error:
+        raise LocksConfigurationError(
+            f"The election {spec.describe()} needs an instance of {spec.target.__qualname__}, "
+            f"which cannot be made without arguments ({error}); register one: "
+            f"locks.register({spec.target.__qualname__}(...))"
+        ) from error

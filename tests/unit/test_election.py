@@ -1,0 +1,215 @@
+"""Leader election: one leader among instances, handover on pause, shutdown and failure."""
+
+import asyncio
+import logging
+import threading
+from typing import Self
+
+import pytest
+
+import leaselock
+from helpers import let_loop_run
+from leaselock import Event, Lock, Locks, LocksConfigurationError, current_lock
+from leaselock.stores import InMemoryLockStore
+from leaselock.testing import ManualClock
+
+
+@leaselock.leader_election("inventory:warehouse-feed")
+class WarehouseFeed:
+    """Connects to the warehouse's alerts while leading."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.log: list[tuple[str, int]] = []
+        self.fail_on_acquire = False
+
+    async def on_leadership_acquired(self, lock: Lock) -> None:
+        assert current_lock() is lock
+        self.log.append(("acquired", lock.fencing_token))
+        if self.fail_on_acquire:
+            raise RuntimeError("warehouse refused the connection")
+
+    async def on_leadership_lost(self, lock: Lock) -> None:
+        self.log.append(("lost", lock.fencing_token))
+
+
+class Cluster:
+    """Three instances, each with its Locks and its feed."""
+
+    def __init__(self, store: InMemoryLockStore, clocks: list[ManualClock]) -> None:
+        self.locks = [Locks(store=store, clock=clock, ttl="30s") for clock in clocks]
+        self.feeds = [WarehouseFeed(f"instance-{n}") for n in range(len(clocks))]
+        self.events: list[Event] = []
+        for locks, feed in zip(self.locks, self.feeds, strict=True):
+            locks.register(feed)
+            locks.events.subscribe(self.events.append, "leadership-acquired", "leadership-lost")
+
+    async def __aenter__(self) -> Self:
+        for locks in self.locks:
+            await locks.start()
+        await let_loop_run()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for locks in self.locks:
+            await locks.aclose()
+
+    def leaders(self) -> list[str]:
+        return [feed.name for feed in self.feeds if feed.log and feed.log[-1][0] == "acquired"]
+
+
+async def test_exactly_one_of_three_instances_leads(store, clock, caplog: pytest.LogCaptureFixture):
+    with caplog.at_level(logging.INFO, logger="leaselock"):
+        async with Cluster(store, [clock] * 3) as cluster:
+            await clock.advance("1m")
+            assert cluster.leaders() == ["instance-0"]
+            assert [len(feed.log) for feed in cluster.feeds] == [1, 0, 0]
+    token = cluster.feeds[0].log[0][1]
+    assert f'Leading "inventory:warehouse-feed" (fencing token {token})' in caplog.text
+    assert 'Stepped down from "inventory:warehouse-feed"' in caplog.text
+
+
+async def test_a_paused_leader_is_replaced_after_ttl_and_learns_at_its_next_renewal(store, clock):
+    paused = ManualClock()
+    async with Cluster(store, [paused, clock, clock]) as cluster:
+        old = cluster.feeds[0].log[0][1]
+        await clock.advance("31s")
+        await let_loop_run()
+        assert cluster.feeds[1].log == [("acquired", cluster.feeds[1].log[0][1])]
+        assert cluster.feeds[1].log[0][1] > old
+        assert cluster.feeds[0].log == [("acquired", old)], "a paused leader cannot know yet"
+        await paused.advance("10s")
+        await let_loop_run()
+        assert cluster.feeds[0].log == [("acquired", old), ("lost", old)]
+        lost = [e for e in cluster.events if e.type == "leadership-lost"]
+        assert [(e.key, e.reason) for e in lost] == [  # type: ignore[union-attr]
+            ("inventory:warehouse-feed", "lost")
+        ]
+
+
+async def test_a_leader_that_shuts_down_hands_over_at_the_next_campaign(store, clock):
+    async with Cluster(store, [clock] * 3) as cluster:
+        await cluster.locks[0].aclose()
+        assert cluster.feeds[0].log[-1][0] == "lost"
+        assert cluster.leaders() == []
+        await clock.advance("10s")
+        await let_loop_run()
+        assert cluster.leaders() == ["instance-1"]
+        released = [e for e in cluster.events if e.type == "leadership-lost"]
+        assert [e.reason for e in released] == ["released"]  # type: ignore[union-attr]
+
+
+async def test_an_acquired_hook_that_raises_steps_down(
+    store, clock, caplog: pytest.LogCaptureFixture
+):
+    cluster = Cluster(store, [clock] * 2)
+    cluster.feeds[0].fail_on_acquire = True
+    with caplog.at_level(logging.ERROR, logger="leaselock"):
+        async with cluster:
+            assert cluster.feeds[0].log[0][0] == "acquired"
+            assert cluster.feeds[0].log[1][0] == "lost"
+            cluster.feeds[0].fail_on_acquire = False
+            await clock.advance("10s")
+            await let_loop_run()
+            assert len(cluster.leaders()) == 1
+    assert "Leadership of 'inventory:warehouse-feed' failed; stepping down" in caplog.text
+    assert "warehouse refused the connection" in caplog.text
+
+
+async def test_a_duty_runs_while_leading_and_is_cancelled_when_leadership_is_lost(store, clock):
+    started = asyncio.Event()
+    cancelled: list[int] = []
+
+    @leaselock.leader_election("cache:warmer")
+    async def warm_cache(lock: Lock) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(lock.fencing_token)
+            raise
+
+    async with Locks(store=store, clock=clock) as locks:
+        locks.register(warm_cache)
+        await asyncio.wait_for(started.wait(), timeout=5)
+        del store._rows["cache:warmer"]
+        await clock.advance("10s")
+        await let_loop_run()
+        assert len(cancelled) == 1
+
+
+async def test_a_duty_that_returns_steps_down_and_campaigns_again(store, clock):
+    terms: list[int] = []
+
+    @leaselock.leader_election("report:once-per-term")
+    async def report(lock: Lock) -> None:
+        terms.append(lock.fencing_token)
+
+    async with Locks(store=store, clock=clock) as locks:
+        locks.register(report)
+        await let_loop_run()
+        assert len(terms) == 1
+        assert "report:once-per-term" not in store._rows
+        await clock.advance("10s")
+        await let_loop_run()
+        assert len(terms) == 2
+
+
+async def test_sync_hooks_run_in_a_worker_thread(store, clock):
+    threads: list[int] = []
+
+    @leaselock.leader_election("sync:feed")
+    class SyncFeed:
+        def on_leadership_acquired(self, lock: Lock) -> None:
+            threads.append(threading.get_ident())
+
+        def on_leadership_lost(self, lock: Lock) -> None:
+            threads.append(threading.get_ident())
+
+    async with Locks(store=store, clock=clock) as locks:
+        locks.register(SyncFeed)
+        await let_loop_run()
+    assert len(threads) == 2
+    assert threading.get_ident() not in threads
+
+
+async def test_a_bound_election_class_is_made_at_start(store, clock):
+    made: list[str] = []
+    locks = Locks(store=store, clock=clock)
+
+    @locks.leader_election("bound:feed")
+    class Feed:
+        def __init__(self) -> None:
+            made.append("made")
+
+        async def on_leadership_acquired(self, lock: Lock) -> None: ...
+
+        async def on_leadership_lost(self, lock: Lock) -> None: ...
+
+    async with locks:
+        assert made == ["made"]
+        assert "bound:feed" in store._rows
+
+
+async def test_an_election_class_that_needs_arguments_must_be_registered(store, clock):
+    locks = Locks(store=store, clock=clock)
+    locks.register(WarehouseFeed)
+    with pytest.raises(
+        LocksConfigurationError, match=r"cannot be made without arguments.*register"
+    ):
+        await locks.start()
+
+
+def test_bad_election_targets_are_refused():
+    class NoHooks:
+        pass
+
+    with pytest.raises(LocksConfigurationError, match="has no on_leadership_acquired or"):
+        leaselock.leader_election("k")(NoHooks)
+
+    def sync_duty(lock: Lock) -> None: ...
+
+    with pytest.raises(LocksConfigurationError, match="async duty"):
+        leaselock.leader_election("k")(sync_duty)
+    with pytest.raises(LocksConfigurationError, match="key is empty"):
+        leaselock.leader_election("")

@@ -1,0 +1,499 @@
+"""Jobs on one instance and without overlapping: the design's story on the manual clock."""
+
+import asyncio
+import functools
+import inspect
+import logging
+import threading
+from typing import Self
+
+import pytest
+
+import leaselock
+from helpers import let_loop_run
+from leaselock import Event, LockLostError, Locks, LocksConfigurationError, current_lock
+from leaselock.stores import AcquireResult, InMemoryLockStore
+from leaselock.testing import ManualClock
+
+SKIP_ELSEWHERE = "Skipped inventory:stock-reconciliation: it runs on another instance"
+SKIP_IN_PROGRESS = "Skipped inventory:stock-reconciliation: a run is still in progress"
+
+
+class StockReconciliationJob:
+    """The design's job: one instance, one run at a time; a run can be held open."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.tokens: list[int] = []
+        self.hold_open: asyncio.Event | None = None
+        self.signals: list[leaselock.LockSignal] = []
+
+    @leaselock.on_one_instance(key="inventory:stock-reconciliation")
+    @leaselock.without_overlapping()
+    async def reconcile_stock(self) -> str:
+        """Ask the warehouse for a count and write it."""
+        lock = current_lock()
+        assert lock is not None
+        self.tokens.append(lock.fencing_token)
+        self.signals.append(lock.signal)
+        if self.hold_open is not None:
+            await self.hold_open.wait()
+        return self.name
+
+
+class Instances:
+    """Three instances of one application in one process, each with its Locks and its job."""
+
+    def __init__(self, store: InMemoryLockStore, clocks: list[ManualClock]) -> None:
+        self.locks = [Locks(store=store, clock=clock, ttl="30s") for clock in clocks]
+        self.jobs = [StockReconciliationJob(f"instance-{n}") for n in range(len(clocks))]
+        for locks, job in zip(self.locks, self.jobs, strict=True):
+            locks.register(job)
+
+    async def __aenter__(self) -> Self:
+        for locks in self.locks:
+            await locks.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for locks in self.locks:
+            await locks.aclose()
+
+    async def tick(self) -> list[str | None]:
+        return list(await asyncio.gather(*(job.reconcile_stock() for job in self.jobs)))
+
+
+async def test_without_leaselock_every_instance_runs_every_tick():
+    runs: list[str] = []
+
+    async def plain_reconcile_stock(instance: str) -> None:
+        runs.append(instance)
+
+    await asyncio.gather(*(plain_reconcile_stock(f"instance-{n}") for n in range(3)))
+    assert runs == ["instance-0", "instance-1", "instance-2"]
+
+
+async def test_on_one_instance_runs_once_per_tick_always_on_the_same_instance(
+    store, clock, caplog: pytest.LogCaptureFixture
+):
+    with caplog.at_level(logging.DEBUG, logger="leaselock"):
+        async with Instances(store, [clock] * 3) as app:
+            first = await app.tick()
+            await clock.advance("5m")
+            second = await app.tick()
+    assert first == ["instance-0", None, None]
+    assert second == ["instance-0", None, None]
+    assert [len(job.tokens) for job in app.jobs] == [2, 0, 0]
+    assert caplog.text.count(SKIP_ELSEWHERE) == 4
+    runs_here = [
+        r.getMessage() for r in caplog.records if "runs on this instance" in r.getMessage()
+    ]
+    assert runs_here == [
+        (
+            "inventory:stock-reconciliation runs on this instance (lease "
+            f'"inventory:stock-reconciliation:owner", fencing token {store_token(runs_here)})'
+        )
+    ]
+
+
+def store_token(lines: list[str]) -> str:
+    return lines[0].rsplit(" ", 1)[-1].rstrip(")")
+
+
+async def test_each_run_gets_a_new_fencing_token_from_its_run_lock(store, clock):
+    async with Instances(store, [clock]) as app:
+        for _ in range(3):
+            await app.tick()
+            await clock.advance("5m")
+    tokens = app.jobs[0].tokens
+    assert tokens == sorted(set(tokens))
+    assert len(tokens) == 3
+
+
+async def test_skips_are_events_too(store, clock):
+    async with Instances(store, [clock] * 2) as app:
+        skipped: list[Event] = []
+        app.locks[1].events.subscribe(skipped.append, "tick-skipped")
+        await app.tick()
+    assert [(e.type, e.key, e.reason) for e in skipped] == [  # type: ignore[union-attr]
+        ("tick-skipped", "inventory:stock-reconciliation:owner", "another-instance")
+    ]
+
+
+async def test_a_crashed_owner_hands_over_after_ttl_with_a_greater_token(store, clock):
+    crashed = ManualClock()
+    async with Instances(store, [crashed, clock, clock]) as app:
+        assert await app.tick() == ["instance-0", None, None]
+        await clock.advance("29s")
+        assert await app.tick() == ["instance-0", None, None]
+        await clock.advance("2s")
+        assert (await app.tick())[1:] == ["instance-1", None]
+        assert app.jobs[1].tokens[0] > app.jobs[0].tokens[-1]
+        lost: list[Event] = []
+        app.locks[0].events.subscribe(lost.append, "lock-lost")
+        await crashed.advance("10s")
+        assert [e.key for e in lost] == ["inventory:stock-reconciliation:owner"]
+        assert await app.jobs[0].reconcile_stock() is None
+
+
+async def test_after_a_clean_shutdown_the_next_tick_elsewhere_runs_at_once(store, clock):
+    async with Instances(store, [clock] * 2) as app:
+        await app.tick()
+        await clock.advance("5m")
+        await app.tick()
+        await clock.advance("2s")
+        await app.locks[0].aclose()
+        assert await app.jobs[1].reconcile_stock() == "instance-1"
+
+
+async def test_a_lease_whose_job_started_within_the_last_second_is_kept_for_that_second(
+    store, clock
+):
+    async with Instances(store, [clock] * 2) as app:
+        await app.jobs[0].reconcile_stock()
+        await clock.advance(200)
+        await app.locks[0].aclose()
+        await clock.advance(300)
+        assert await app.jobs[1].reconcile_stock() is None
+        await clock.advance(500)
+        assert await app.jobs[1].reconcile_stock() == "instance-1"
+
+
+async def test_a_run_held_open_through_three_ticks_skips_them_all_then_the_next_runs(
+    store, clock, caplog: pytest.LogCaptureFixture
+):
+    async with Instances(store, [clock] * 2) as app:
+        owner = app.jobs[0]
+        owner.hold_open = asyncio.Event()
+        long_run = asyncio.create_task(owner.reconcile_stock())
+        await let_loop_run()
+        with caplog.at_level(logging.DEBUG, logger="leaselock"):
+            for _ in range(3):
+                await clock.advance("5m")
+                assert await app.tick() == [None, None]
+        owner.hold_open.set()
+        assert await long_run == "instance-0"
+        owner.hold_open = None
+        await clock.advance("5m")
+        assert await app.tick() == ["instance-0", None]
+    assert caplog.text.count(SKIP_IN_PROGRESS) == 3
+    assert caplog.text.count(SKIP_ELSEWHERE) == 3
+    assert len(owner.tokens) == 2
+
+
+async def test_without_overlapping_alone_lets_any_instance_run_one_at_a_time(store, clock):
+    runs: list[str] = []
+    gate = asyncio.Event()
+
+    class Export:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @leaselock.without_overlapping(key="invoices:nightly-export")
+        async def export(self) -> str:
+            runs.append(self.name)
+            await gate.wait()
+            return self.name
+
+    async with Locks(store=store, clock=clock) as a, Locks(store=store, clock=clock) as b:
+        first, second = a.register(Export("a")), b.register(Export("b"))
+        running = asyncio.create_task(first.export())
+        await let_loop_run()
+        assert await second.export() is None
+        gate.set()
+        await running
+        assert await second.export() == "b"
+    assert runs == ["a", "b"]
+
+
+async def test_losing_the_lease_aborts_the_runs_signal_and_its_fenced_write_is_refused(
+    store, clock
+):
+    warehouse = {"salmon-kibble-2kg": (12, 0)}
+
+    def fenced_write(count: int, token: int) -> bool:
+        if token < warehouse["salmon-kibble-2kg"][1]:
+            return False
+        warehouse["salmon-kibble-2kg"] = (count, token)
+        return True
+
+    paused = ManualClock()
+    async with Instances(store, [paused, clock]) as app:
+        stale, fresh = app.jobs
+        stale.hold_open = asyncio.Event()
+        stale_run = asyncio.create_task(stale.reconcile_stock())
+        await let_loop_run()
+        stale_token = stale.tokens[0]
+        await clock.advance("31s")
+        assert await fresh.reconcile_stock() == "instance-1"
+        assert fenced_write(9, fresh.tokens[0])
+        await paused.advance("10s")
+        reason = stale.signals[0].reason
+        assert isinstance(reason, LockLostError)
+        assert reason.detected_by == "renewal"
+        assert not fenced_write(12, stale_token)
+        stale.hold_open.set()
+        await stale_run
+    assert warehouse["salmon-kibble-2kg"] == (9, fresh.tokens[0])
+
+
+async def test_the_decorators_keep_the_signature_name_and_asyncness():
+    async def reconcile(store_id: int, *, full: bool = False) -> int:
+        """Count one store."""
+        return store_id
+
+    def export(batch: str) -> str:
+        return batch
+
+    wrapped = leaselock.on_one_instance()(leaselock.without_overlapping()(reconcile))
+    assert inspect.signature(wrapped) == inspect.signature(reconcile)
+    assert wrapped.__name__ == "reconcile"
+    assert wrapped.__doc__ == "Count one store."
+    assert inspect.iscoroutinefunction(wrapped)
+    sync_wrapped = leaselock.without_overlapping()(export)
+    assert not inspect.iscoroutinefunction(sync_wrapped)
+    assert inspect.signature(sync_wrapped) == inspect.signature(export)
+    assert sync_wrapped.__wrapped__ is export  # type: ignore[attr-defined]
+
+
+async def test_either_decorator_order_shares_one_key(store, clock):
+    class Job:
+        @leaselock.without_overlapping()
+        @leaselock.on_one_instance(key="reports:daily")
+        async def run(self) -> int:
+            lock = current_lock()
+            assert lock is not None
+            assert lock.key == "reports:daily"
+            return 1
+
+    async with Locks(store=store, clock=clock) as locks:
+        assert await locks.register(Job()).run() == 1
+        assert "reports:daily:owner" in store._rows
+
+
+async def test_the_default_key_is_the_qualname(store, clock):
+    async with Locks(store=store, clock=clock) as locks:
+        job = locks.register(StockReconciliationJob("x"))
+        assert job.reconcile_stock.__qualname__ == "StockReconciliationJob.reconcile_stock"
+
+        class Reports:
+            @leaselock.on_one_instance()
+            async def daily(self) -> None:
+                return None
+
+        await locks.register(Reports()).daily()
+    assert any(key.endswith("Reports.daily:owner") for key in store._rows)
+
+
+async def test_a_sync_job_runs_in_the_calling_thread_with_its_lock(store, clock):
+    seen: list[tuple[int, int]] = []
+
+    class Count:
+        @leaselock.on_one_instance(key="count")
+        def count(self) -> str:
+            lock = current_lock()
+            assert lock is not None
+            seen.append((threading.get_ident(), lock.fencing_token))
+            return "counted"
+
+    async with Locks(store=store, clock=clock) as locks:
+        job = locks.register(Count())
+        worker_result = await asyncio.to_thread(job.count)
+        assert worker_result == "counted"
+        assert seen[0][0] != threading.get_ident()
+        with pytest.raises(LocksConfigurationError, match="ran on the event loop thread"):
+            job.count()
+
+
+async def test_a_bound_decorator_runs_on_its_own_locks(store, clock):
+    locks = Locks(store=store, clock=clock)
+
+    @locks.on_one_instance(key="bound:job")
+    async def bound_job() -> str:
+        return "ran"
+
+    async with locks:
+        assert await bound_job() == "ran"
+
+
+async def test_a_shared_job_called_inside_a_started_locks_uses_it(store, clock):
+    @leaselock.on_one_instance(key="shared:job")
+    async def shared_job() -> str:
+        return "ran"
+
+    async with Locks(store=store, clock=clock):
+        assert await shared_job() == "ran"
+
+
+async def test_a_job_with_no_locks_running_names_both_fixes():
+    @leaselock.on_one_instance(key="orphan")
+    async def orphan() -> None:
+        return None
+
+    with pytest.raises(LocksConfigurationError, match=r"no Locks runs it.*register.*async with"):
+        await orphan()
+
+
+class FailingStore:
+    """A store that is down."""
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        raise ConnectionRefusedError("store down")
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        raise ConnectionRefusedError("store down")
+
+    async def release(self, key: str, owner: str) -> bool:
+        raise ConnectionRefusedError("store down")
+
+
+async def test_a_store_failure_skips_the_tick_and_never_reaches_the_scheduler(
+    clock, caplog: pytest.LogCaptureFixture
+):
+    async with Locks(store=FailingStore(), clock=clock) as locks:
+        job = locks.register(StockReconciliationJob("x"))
+        with caplog.at_level(logging.WARNING, logger="leaselock"):
+            assert await job.reconcile_stock() is None
+    assert job.tokens == []
+    assert "Skipped inventory:stock-reconciliation: the lock store is unavailable" in caplog.text
+    assert "store down" in caplog.text
+
+
+async def test_shutdown_waits_for_a_run_in_progress_then_hands_the_lease_back(store, clock):
+    locks = Locks(store=store, clock=clock, shutdown_grace="1m")
+    job = locks.register(StockReconciliationJob("x"))
+    job.hold_open = asyncio.Event()
+    await locks.start()
+    run = asyncio.create_task(job.reconcile_stock())
+    await let_loop_run()
+    closing = asyncio.create_task(locks.aclose())
+    await clock.advance("2s")
+    assert not closing.done()
+    job.hold_open.set()
+    assert await run == "x"
+    await closing
+    assert "inventory:stock-reconciliation:owner" not in store._rows
+    assert "inventory:stock-reconciliation" not in store._rows
+
+
+async def test_a_run_that_outlives_the_shutdown_grace_loses_its_locks(store, clock):
+    locks = Locks(store=store, clock=clock, shutdown_grace="5s")
+    job = locks.register(StockReconciliationJob("x"))
+    job.hold_open = asyncio.Event()
+    await locks.start()
+    run = asyncio.create_task(job.reconcile_stock())
+    await let_loop_run()
+    closing = asyncio.create_task(locks.aclose())
+    await clock.advance("5s")
+    await closing
+    reason = job.signals[0].reason
+    assert reason is not None
+    assert reason.detected_by == "shutdown"
+    job.hold_open.set()
+    await run
+
+
+async def test_ticks_during_shutdown_are_skipped(store, clock):
+    locks = Locks(store=store, clock=clock)
+    job = locks.register(StockReconciliationJob("x"))
+    job.hold_open = asyncio.Event()
+    await locks.start()
+    run = asyncio.create_task(job.reconcile_stock())
+    await let_loop_run()
+    closing = asyncio.create_task(locks.aclose())
+    await let_loop_run()
+    assert await job.reconcile_stock() is None
+    job.hold_open.set()
+    await run
+    await closing
+
+
+# --- configuration errors --------------------------------------------------------------------
+
+
+def two_jobs_with_one_key() -> tuple[object, object]:
+    class A:
+        @leaselock.on_one_instance(key="same")
+        async def run(self) -> None: ...
+
+    class B:
+        @leaselock.without_overlapping(key="same")
+        async def run(self) -> None: ...
+
+    return A(), B()
+
+
+async def test_two_jobs_with_one_key_fail_at_start_naming_both(store, clock):
+    locks = Locks(store=store, clock=clock)
+    for job in two_jobs_with_one_key():
+        locks.register(job)
+    with pytest.raises(LocksConfigurationError, match=r"A\.run and the job .*B\.run both use"):
+        await locks.start()
+
+
+async def test_a_job_key_equal_to_another_jobs_lease_fails_at_start(store, clock):
+    class Report:
+        @leaselock.on_one_instance(key="report")
+        async def run(self) -> None: ...
+
+    class Shadow:
+        @leaselock.without_overlapping(key="report:owner")
+        async def run(self) -> None: ...
+
+    locks = Locks(store=store, clock=clock)
+    locks.register(Report())
+    locks.register(Shadow())
+    with pytest.raises(LocksConfigurationError, match=r"'report:owner'.*rename the job"):
+        await locks.start()
+
+
+async def test_an_election_key_equal_to_a_job_key_fails_at_start(store, clock):
+    class Job:
+        @leaselock.on_one_instance(key="feed")
+        async def run(self) -> None: ...
+
+    @leaselock.leader_election("feed")
+    async def feed_duty(lock: leaselock.Lock) -> None: ...
+
+    locks = Locks(store=store, clock=clock)
+    locks.register(Job())
+    locks.register(feed_duty)
+    with pytest.raises(LocksConfigurationError, match=r"the election 'feed'.*both use the key"):
+        await locks.start()
+
+
+async def test_a_conflict_registered_after_start_is_refused_at_once(store, clock):
+    first, second = two_jobs_with_one_key()
+    async with Locks(store=store, clock=clock) as locks:
+        locks.register(first)
+        with pytest.raises(LocksConfigurationError, match="both use the key 'same'"):
+            locks.register(second)
+
+
+def test_bad_decorator_uses_are_refused_with_the_fix():
+    with pytest.raises(LocksConfigurationError, match="key is empty"):
+        leaselock.on_one_instance(key="")
+    with pytest.raises(LocksConfigurationError, match="ttl=0 is zero"):
+        leaselock.without_overlapping(ttl=0)
+    with pytest.raises(LocksConfigurationError, match="not <class"):
+        leaselock.on_one_instance()(StockReconciliationJob)
+    with pytest.raises(LocksConfigurationError, match="has no __qualname__: pass key="):
+        leaselock.on_one_instance()(functools.partial(print))
+    assert leaselock.on_one_instance(key="print")(functools.partial(print)) is not None
+
+    async def job() -> None: ...
+
+    with pytest.raises(LocksConfigurationError, match="on_one_instance twice; once is enough"):
+        leaselock.on_one_instance()(leaselock.on_one_instance()(job))
+
+
+def test_two_keys_on_one_function_are_refused():
+    async def job() -> None: ...
+
+    with pytest.raises(LocksConfigurationError, match=r"two keys, 'b' and 'a'"):
+        leaselock.on_one_instance(key="a")(leaselock.without_overlapping(key="b")(job))
+
+
+def test_registering_an_object_without_jobs_is_refused(store):
+    with pytest.raises(LocksConfigurationError, match="carries no leaselock job or election"):
+        Locks(store=store).register(object())
