@@ -1,0 +1,1 @@
+"""Glue for frameworks; each module is imported explicitly and imports its framework lazily."""
