@@ -1,5 +1,7 @@
-"""Fixtures shared by the library's tests and the example shop's: real servers, and the option
-that turns a missing server into a failure (CI)."""
+"""Fixtures shared by the library's tests and the example shop's.
+
+Real servers, and the option that turns a missing server into a failure (CI).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from servers import ServerUnavailable, postgres_server, redis_server
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add ``--require-servers``."""
     parser.addoption(
         "--require-servers",
         action="store_true",

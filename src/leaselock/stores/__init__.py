@@ -1,8 +1,12 @@
 """Lock stores: where every instance's locks meet, behind one small contract.
 
-Each store imports its database driver inside its own module, so ``import leaselock.stores``
-needs no driver; a store whose driver is missing says which extra to install.
+The stores that need a database driver are imported on first use (``from leaselock.stores import
+PostgresLockStore``), so ``import leaselock`` never loads a driver; a store whose driver is missing
+says which extra to install.
 """
+
+import importlib
+from typing import TYPE_CHECKING
 
 from ._protocol import MAX_FENCING_TOKEN as MAX_FENCING_TOKEN
 from ._protocol import Acquired as Acquired
@@ -15,6 +19,11 @@ from ._protocol import SupportsLifecycle as SupportsLifecycle
 from ._protocol import SupportsReleaseNotifications as SupportsReleaseNotifications
 from .memory import InMemoryLockStore as InMemoryLockStore
 
+if TYPE_CHECKING:
+    from .postgres import PostgresLockStore as PostgresLockStore
+    from .redis import RedisLockStore as RedisLockStore
+    from .sqlite import SQLiteLockStore as SQLiteLockStore
+
 __all__ = [
     "MAX_FENCING_TOKEN",
     "AcquireResult",
@@ -22,8 +31,28 @@ __all__ = [
     "InMemoryLockStore",
     "LockStore",
     "NotAcquired",
+    "PostgresLockStore",
+    "RedisLockStore",
     "Renewal",
+    "SQLiteLockStore",
     "SupportsBatchRenew",
     "SupportsLifecycle",
     "SupportsReleaseNotifications",
 ]
+
+_ON_FIRST_USE = {
+    "PostgresLockStore": ".postgres",
+    "RedisLockStore": ".redis",
+    "SQLiteLockStore": ".sqlite",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_ON_FIRST_USE))

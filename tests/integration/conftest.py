@@ -1,0 +1,62 @@
+"""The ``bench`` fixture: every story of this directory runs once per shipped store."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from benches import (
+    STORES,
+    Bench,
+    MemoryStock,
+    PostgresStock,
+    RedisStock,
+    SQLiteStock,
+)
+from leaselock.stores import InMemoryLockStore
+from leaselock.testing import ManualClock
+
+
+@pytest.fixture(params=STORES)
+async def bench(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Bench]:
+    """One store, with a fenced resource beside it."""
+    name = request.param
+    run_id = uuid.uuid4().hex[:10]
+    if name == "memory":
+        clock = ManualClock()
+        shared = InMemoryLockStore(clock=clock)
+        yield Bench(name, lambda: shared, clock, 30_000, MemoryStock())
+    elif name == "sqlite":
+        from leaselock.stores import SQLiteLockStore  # noqa: PLC0415
+
+        clock = ManualClock()
+        path = tmp_path / "locks.db"
+        yield Bench(
+            name,
+            lambda: SQLiteLockStore(path, clock=clock),
+            clock,
+            30_000,
+            SQLiteStock(tmp_path / "stock.db"),
+        )
+    elif name == "postgres":
+        from leaselock.stores import PostgresLockStore  # noqa: PLC0415
+
+        url = request.getfixturevalue("postgres_url")
+        stock = PostgresStock(url, f"fenced_stock_{run_id}")
+        await stock.create()
+        yield Bench(name, lambda: PostgresLockStore.from_url(url), None, 600, stock)
+    else:
+        from leaselock.stores import RedisLockStore  # noqa: PLC0415
+
+        url = request.getfixturevalue("redis_url")
+        prefix = f"stories:{run_id}:"
+        yield Bench(
+            name,
+            lambda: RedisLockStore.from_url(url, prefix=prefix),
+            None,
+            600,
+            RedisStock(url, f"{prefix}stock"),
+        )
