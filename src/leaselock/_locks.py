@@ -249,8 +249,9 @@ class Locks:
             LockStoreError: the store failed (on the last attempt, when waiting).
             LockLostError: ``signal`` aborted before the lock was taken.
         """
-        key, ttl_ms, wait_ms = self._checked(key, ttl, wait, signal)
-        return await self._acquire(key, ttl_ms, wait_ms, signal)
+        key, ttl_ms, wait_ms, engine = self._checked(key, ttl, wait, signal)
+        lease = await engine.acquire(key, ttl_ms, wait_ms, signal)
+        return None if lease is None else Lock(engine, lease)
 
     def hold(
         self,
@@ -277,7 +278,7 @@ class Locks:
             LockNotAcquiredError: (on entry) the key stayed held for the whole wait.
             LocksConfigurationError: an argument is wrong.
         """
-        key, ttl_ms, wait_ms = self._checked(key, ttl, wait, signal)
+        key, ttl_ms, wait_ms, _ = self._checked(key, ttl, wait, signal)
         _check_flag("cancel_on_loss", cancel_on_loss)
         return LockHold(
             self,
@@ -421,7 +422,7 @@ class Locks:
 
     def _checked(
         self, key: object, ttl: object, wait: object, signal: object
-    ) -> tuple[str, int, int]:
+    ) -> tuple[str, int, int, LockEngine]:
         checked_key = validate_key(key)
         ttl_ms = self._ttl_ms if ttl is None else parse_ttl(ttl)
         wait_ms = parse_wait(wait)
@@ -430,8 +431,7 @@ class Locks:
                 f"signal={signal!r} is not a LockSignal; pass the signal of another lock "
                 "(lock.signal), or cancel the waiting task instead"
             )
-        self._running_engine()
-        return checked_key, ttl_ms, wait_ms
+        return checked_key, ttl_ms, wait_ms, self._running_engine()
 
     def _running_engine(self) -> LockEngine:
         if self._phase not in {_Phase.STARTED, _Phase.CLOSING} or self._engine is None:

@@ -47,6 +47,9 @@ class ReleaseBoard:
 
     def notify(self, store: object, key: str) -> None:
         """Wake every waiter on ``key`` of ``store``, each on its own loop."""
+        if (id(store), key) not in self._waiters:
+            # most releases have no waiter here: a lock-free look first (a dict read is atomic)
+            return
         with self._guard:
             waiters = list(self._waiters.get((id(store), key), {}).values())
         for loop, wake in waiters:

@@ -15,6 +15,7 @@ __all__ = ["LockSignal", "SignalCallback"]
 SignalCallback = Callable[[LockLostError], object]
 
 _log = logging.getLogger("leaselock")
+_THREAD_EVENT_GUARD = threading.Lock()
 
 
 @final
@@ -49,7 +50,8 @@ class LockSignal:
         self._reason: LockLostError | None = None
         self._callbacks: list[SignalCallback] = []
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self._thread_event = threading.Event()
+        # made on the first wait_blocking(): most locks are never waited on from a thread
+        self._thread_event: threading.Event | None = None
 
     @property
     def aborted(self) -> bool:
@@ -96,7 +98,13 @@ class LockSignal:
         Returns:
             Whether the lock is lost. Never call it on the event loop's thread.
         """
-        return self._thread_event.wait(timeout)
+        with _THREAD_EVENT_GUARD:
+            if self._thread_event is None:
+                self._thread_event = threading.Event()
+                if self._reason is not None:
+                    self._thread_event.set()
+            event = self._thread_event
+        return event.wait(timeout)
 
     def add_callback(self, callback: SignalCallback) -> Callable[[], None]:
         """Call ``callback(reason)`` when the lock is lost (at once if it already is).
@@ -121,7 +129,9 @@ class LockSignal:
             return self._reason
         reason = LockLostError(self._key, self._fencing_token, detected_by)
         self._reason = reason
-        self._thread_event.set()
+        with _THREAD_EVENT_GUARD:
+            if self._thread_event is not None:
+                self._thread_event.set()
         waiters, self._waiters = self._waiters, []
         for loop, waiter in waiters:
             loop.call_soon_threadsafe(_resolve, waiter)

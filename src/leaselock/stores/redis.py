@@ -1,0 +1,530 @@
+"""RedisLockStore: locks as Redis keys with a PX expiry, tokens from one counter that never resets.
+
+Every method is one Lua script run with EVALSHA (one round trip, atomic on the server). Keys:
+
+- ``<prefix>lock:<key>``: the lock, holding its owner, with ``PX`` expiry measured by Redis;
+- ``<prefix>fencing-token``: the one counter every acquisition increments. No lock key can be
+  equal to it: lock keys all start with ``<prefix>lock:``, the counter does not;
+- channel ``<prefix>released``: every release publishes its key there, so waiters in other
+  processes wake at once.
+
+Talks to Redis or Valkey through ``redis.asyncio`` (redis-py 5 or later); tested against Redis 6.2
+and 7.0 and Valkey 9.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, final
+
+from .._errors import LocksConfigurationError, LockStoreError
+from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
+
+try:
+    import redis.asyncio
+    import redis.exceptions
+except ImportError:  # the extra is not installed: constructing the store says which to install
+    _HAVE_DRIVER = False
+else:
+    _HAVE_DRIVER = True
+
+if TYPE_CHECKING:
+    from redis.asyncio.client import PubSub
+
+__all__ = ["RedisLockStore"]
+
+_log = logging.getLogger("leaselock.stores.redis")
+
+DEFAULT_PREFIX: Final = "leaselock:"
+MAX_PREFIX_LENGTH: Final = 100
+LOCKS_SEGMENT: Final = "lock:"
+COUNTER_NAME: Final = "fencing-token"
+CHANNEL_NAME: Final = "released"
+# pause between attempts to get the release subscription back; waiters poll meanwhile
+RESUBSCRIBE_PAUSE_S: Final = 1.0
+SUBSCRIBE_TIMEOUT_S: Final = 10.0
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Script:
+    name: str
+    source: str
+    sha: str
+
+
+def _script(name: str, source: str) -> _Script:
+    return _Script(name, source, hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest())
+
+
+ACQUIRE: Final = _script(
+    "acquire",
+    """
+-- KEYS[1] = lock key, KEYS[2] = fencing-token counter
+-- ARGV[1] = owner, ARGV[2] = ttl_ms
+-- -> the new fencing token if the key was free (no live lock), else 0
+-- SET NX sees an expired key as absent: Redis expires keys on access, on its own clock
+if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then
+  return redis.call('INCR', KEYS[2])
+end
+return 0
+""",
+)
+
+RENEW: Final = _script(
+    "renew",
+    """
+-- KEYS[1] = lock key
+-- ARGV[1] = owner, ARGV[2] = ttl_ms
+-- -> 1 if owner holds the live lock (its expiry now ttl_ms from now), else 0
+-- owner check and write in ONE script: a read first lets a takeover slip in
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+""",
+)
+
+RELEASE: Final = _script(
+    "release",
+    """
+-- KEYS[1] = lock key
+-- ARGV[1] = owner, ARGV[2] = release channel, ARGV[3] = the caller's key (the message)
+-- -> 1 if owner held the live lock (now deleted, release announced), else 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  return 1
+end
+return 0
+""",
+)
+
+RENEW_MANY: Final = _script(
+    "renew_many",
+    """
+-- KEYS[i] = lock key of renewal i (i = 1..n)
+-- ARGV[2i-1] = owner of renewal i, ARGV[2i] = ttl_ms of renewal i
+-- -> array of n integers: 1 where the owner held the live lock (expiry moved), else 0
+local renewed = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[2 * i - 1] then
+    renewed[i] = redis.call('PEXPIRE', key, ARGV[2 * i])
+  else
+    renewed[i] = 0
+  end
+end
+return renewed
+""",
+)
+
+_SCRIPTS: Final = (ACQUIRE, RENEW, RELEASE, RENEW_MANY)
+
+
+@final
+class RedisLockStore:
+    """Locks in Redis (or Valkey): one key per lock with a ``PX`` expiry, tokens from one counter.
+
+    Each method is one Lua script, so the owner check and the write are one atomic step on the
+    server, and expiry is measured by Redis's clock. Fencing tokens come from one ``INCR``
+    counter, so they only grow **as long as the counter never goes back**: run Redis with
+    persistence (``appendonly yes``) and ``maxmemory-policy noeviction``; :meth:`open` warns when
+    it can see that the server has neither. An asynchronous failover can lose the latest
+    acquisitions and counter increments (two holders, repeated tokens): fencing that must
+    survive a failover belongs in :class:`~leaselock.stores.PostgresLockStore`.
+
+    Releases are announced on a pub/sub channel, so waiters in other processes wake at once
+    (:meth:`watch_releases`); batches of renewals take one round trip (:meth:`renew_many`).
+
+    Example::
+
+        store = RedisLockStore.from_url("redis://redis.internal:6379/0")
+        async with Locks(store=store) as locks: ...
+
+    .. versionadded:: 0.1
+    """
+
+    __slots__ = (
+        "_channel",
+        "_client",
+        "_counter_key",
+        "_lock_prefix",
+        "_opens",
+        "_options",
+        "_prefix",
+        "_server",
+        "_url",
+    )
+
+    def __init__(self, client: redis.asyncio.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
+        """Keep locks through ``client``, which stays yours: the store never closes it.
+
+        Args:
+            client: a ``redis.asyncio.Redis`` client, with ``decode_responses`` on or off. Bind
+                it to the event loop the locks run on (redis.asyncio connections belong to the
+                loop they were first used on); :meth:`from_url` creates its client at
+                :meth:`open` instead, on the loop that opens it.
+            prefix: the start of every key and channel name this store uses; ends with ``:``.
+                Stores with different prefixes never see each other's locks or counter.
+
+        Raises:
+            LocksConfigurationError: the driver is missing, ``client`` is not an async Redis
+                client, or ``prefix`` is unusable.
+        """
+        _require_driver()
+        if not isinstance(client, redis.asyncio.Redis):
+            raise LocksConfigurationError(
+                f"client={client!r} is not a redis.asyncio.Redis client; pass "
+                "redis.asyncio.Redis(...) (not the blocking redis.Redis, and not RedisCluster, "
+                "which RedisLockStore does not support), or use RedisLockStore.from_url(url)"
+            )
+        self._setup(prefix, client=client, url=None, options={})
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, prefix: str = DEFAULT_PREFIX, **options: object
+    ) -> RedisLockStore:
+        """Create a store that owns its connection pool, made at :meth:`open` on the running loop.
+
+        The pool is a ``redis.asyncio.BlockingConnectionPool``: when all its connections are
+        busy, callers wait for one (up to ``timeout`` seconds) instead of failing. It is closed
+        when the last :meth:`aclose` leaves.
+
+        Args:
+            url: ``redis://[[user]:[password]@]host[:port][/db]``, ``rediss://...`` (TLS) or
+                ``unix://path?db=0``.
+            prefix: as for the constructor.
+            **options: passed to ``BlockingConnectionPool.from_url``: ``max_connections``
+                (default 50), ``timeout`` (seconds to wait for a free connection, default 20),
+                ``socket_timeout``, ``decode_responses``, TLS options, ...
+
+        Raises:
+            LocksConfigurationError: the driver is missing, or ``url``, ``options`` or
+                ``prefix`` is unusable.
+
+        .. versionadded:: 0.1
+        """
+        _require_driver()
+        if not isinstance(url, str):
+            raise LocksConfigurationError(
+                f"url={url!r} is a {type(url).__name__}; pass a str such as "
+                '"redis://localhost:6379/0"'
+            )
+        try:
+            # builds no connection and binds to no loop: it only checks url and options now
+            pool = redis.asyncio.BlockingConnectionPool.from_url(url, **options)
+            pool.connection_class(**pool.connection_kwargs)
+        except (TypeError, ValueError) as error:
+            raise LocksConfigurationError(
+                f"RedisLockStore.from_url: {error}; pass a URL such as "
+                '"redis://localhost:6379/0" and options that '
+                "redis.asyncio.BlockingConnectionPool accepts"
+            ) from None
+        store = cls.__new__(cls)
+        store._setup(prefix, client=None, url=url, options=options)  # noqa: SLF001 -- same class
+        store._server = _describe(pool)  # noqa: SLF001 -- same class
+        return store
+
+    def _setup(
+        self,
+        prefix: str,
+        *,
+        client: redis.asyncio.Redis | None,
+        url: str | None,
+        options: Mapping[str, object],
+    ) -> None:
+        _check_prefix(prefix)
+        self._prefix = prefix
+        self._lock_prefix = prefix + LOCKS_SEGMENT
+        self._counter_key = prefix + COUNTER_NAME
+        self._channel = prefix + CHANNEL_NAME
+        self._client = client
+        self._url = url
+        self._options = dict(options)
+        self._opens = 0
+        self._server = "" if client is None else _describe(client.connection_pool)
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, load the scripts, and warn if the server can lose the fencing counter.
+
+        Reference-counted: every :meth:`open` is undone by one :meth:`aclose`. The first one
+        checks the server in one round trip: the scripts are loaded, and a server without
+        persistence (``save ""`` and ``appendonly no``) or with an evicting
+        ``maxmemory-policy`` is logged as a warning on ``leaselock.stores.redis``, because the
+        counter must never go back. Where ``CONFIG`` is not allowed (managed services), that
+        check is skipped and logged at DEBUG.
+
+        Raises:
+            LockStoreError: the server could not be reached, or refused to load the scripts.
+        """
+        client = self._connected()
+        self._opens += 1
+        if self._opens > 1:
+            return
+        try:
+            await self._prepare(client)
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Undo one :meth:`open`; the last one closes the pool that :meth:`from_url` made."""
+        if self._opens == 0:
+            return
+        self._opens -= 1
+        if self._opens == 0 and self._url is not None and self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    def _connected(self) -> redis.asyncio.Redis:
+        """Return the client; a store from :meth:`from_url` makes it now, on the running loop."""
+        client = self._client
+        if client is None:
+            # no await between the check and the assignment: concurrent first calls share it
+            assert self._url is not None  # noqa: S101 -- only from_url leaves the client unset
+            pool = redis.asyncio.BlockingConnectionPool.from_url(self._url, **self._options)
+            client = self._client = redis.asyncio.Redis.from_pool(pool)
+        return client
+
+    async def _prepare(self, client: redis.asyncio.Redis) -> None:
+        pipe = client.pipeline(transaction=False)
+        for script in _SCRIPTS:
+            pipe.script_load(script.source)
+        for parameter in ("save", "appendonly", "maxmemory-policy"):
+            pipe.config_get(parameter)
+        try:
+            answers = await pipe.execute(raise_on_error=False)
+        except redis.exceptions.RedisError as error:
+            raise LockStoreError(
+                f"{self!r} could not reach Redis: {type(error).__name__}: {error}. Check that "
+                "the server runs and the URL, password and TLS options are right"
+            ) from error
+        loaded, config = answers[: len(_SCRIPTS)], answers[len(_SCRIPTS) :]
+        for script, answer in zip(_SCRIPTS, loaded, strict=True):
+            if isinstance(answer, Exception):
+                raise LockStoreError(
+                    f"{self!r}: Redis refused to load the {script.name} script: {answer}. "
+                    "RedisLockStore needs SCRIPT LOAD and EVALSHA; allow them for this user"
+                )
+        self._warn_if_counter_can_go_back(config)
+
+    def _warn_if_counter_can_go_back(
+        self, config: Sequence[Mapping[str | bytes, str | bytes] | Exception]
+    ) -> None:
+        settings: dict[str, str] = {}
+        for answer in config:
+            if isinstance(answer, Exception):
+                _log.debug(
+                    "%r could not check the server's persistence and eviction settings (CONFIG "
+                    "GET is not allowed: %s); make sure the fencing counter survives restarts",
+                    self,
+                    answer,
+                )
+                return
+            settings.update({_text(name): _text(value) for name, value in answer.items()})
+        if settings.get("save") == "" and settings.get("appendonly") == "no":
+            _log.warning(
+                '%r: the Redis server keeps nothing on disk (save "", appendonly no): a restart '
+                "resets the fencing-token counter and hands out old tokens again. Fix: "
+                "CONFIG SET appendonly yes (and CONFIG REWRITE, or appendonly yes in redis.conf)",
+                self,
+            )
+        policy = settings.get("maxmemory-policy", "noeviction")
+        if policy != "noeviction":
+            _log.warning(
+                "%r: the Redis server's maxmemory-policy is %s: under memory pressure it can "
+                "evict live locks (two holders) or the fencing-token counter (old tokens again). "
+                "Fix: CONFIG SET maxmemory-policy noeviction (and in redis.conf)",
+                self,
+                policy,
+            )
+
+    # --- the store contract --------------------------------------------------------------------
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        """Take ``key`` for ``owner`` for ``ttl_ms`` if no live lock holds it; one round trip."""
+        token = await self._run(
+            ACQUIRE, 2, self._lock_prefix + key, self._counter_key, owner, ttl_ms
+        )
+        # an integer reply is an int whether or not the client decodes responses
+        return Acquired(token) if token else NotAcquired()
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        """Move the expiry to ``ttl_ms`` from now if ``owner`` holds a live lock on ``key``."""
+        renewed: int = await self._run(RENEW, 1, self._lock_prefix + key, owner, ttl_ms)
+        return renewed == 1
+
+    async def release(self, key: str, owner: str) -> bool:
+        """Free ``key`` if ``owner`` holds a live lock on it, and announce the release."""
+        lock_key = self._lock_prefix + key
+        released: int = await self._run(RELEASE, 1, lock_key, owner, self._channel, key)
+        return released == 1
+
+    async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
+        """Renew each lease as :meth:`renew` would, all in one script: one round trip."""
+        if not renewals:
+            return []
+        lock_prefix = self._lock_prefix
+        keys = [lock_prefix + renewal.key for renewal in renewals]
+        args: list[str | int] = []
+        for renewal in renewals:
+            args += (renewal.owner, renewal.ttl_ms)
+        answers = await self._run(RENEW_MANY, len(keys), *keys, *args)
+        return [answer == 1 for answer in answers]
+
+    async def _run(self, script: _Script, numkeys: int, *keys_and_args: str | int) -> Any:  # noqa: ANN401 -- a reply's type is its script's: an int, or a list of ints
+        """Run ``script`` by its SHA; load it once if the server does not know it (NOSCRIPT)."""
+        client = self._client or self._connected()
+        try:
+            return await client.evalsha(script.sha, numkeys, *keys_and_args)
+        except redis.exceptions.NoScriptError:
+            # a restart, a failover or SCRIPT FLUSH emptied the script cache
+            await client.script_load(script.source)
+            return await client.evalsha(script.sha, numkeys, *keys_and_args)
+
+    # --- release notifications -----------------------------------------------------------------
+
+    @asynccontextmanager
+    async def watch_releases(self, on_release: Callable[[str], None]) -> AsyncIterator[None]:
+        """Call ``on_release(key)`` on this loop for every release on this server and prefix.
+
+        Releases through any process's store with the same prefix are heard, while entered.
+        One pub/sub connection per entered context. Notifications only make waiters wake
+        sooner: where the server refuses the subscription, or while its connection is down,
+        a warning is logged and waiters rely on their retries.
+        """
+        client = self._client or self._connected()
+        pubsub = client.pubsub()
+        reader: asyncio.Task[None] | None = None
+        try:
+            if await self._subscribed(pubsub):
+                reader = asyncio.get_running_loop().create_task(
+                    self._read_releases(pubsub, _encoding(client), on_release),
+                    name=f"leaselock release watcher {self._channel}",
+                )
+            yield
+        finally:
+            if reader is not None:
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+            await pubsub.aclose()  # type: ignore[no-untyped-call] # redis-py leaves it unannotated
+
+    async def _subscribed(self, pubsub: PubSub) -> bool:
+        """Subscribe, and wait for the server's confirmation: releases before it go unheard."""
+        try:
+            async with asyncio.timeout(SUBSCRIBE_TIMEOUT_S):
+                await pubsub.subscribe(self._channel)
+                while True:
+                    message = await pubsub.get_message(timeout=None)
+                    if message is not None and message["type"] == "subscribe":
+                        return True
+        except (redis.exceptions.RedisError, TimeoutError) as error:
+            _log.warning(
+                "%r could not subscribe to %r (%s): waiters in this process wake up to 1 s "
+                "after a release elsewhere, instead of at once. Fix: allow SUBSCRIBE on that "
+                "channel for this user (ACL: +subscribe &%s)",
+                self,
+                self._channel,
+                str(error) or f"no confirmation within {SUBSCRIBE_TIMEOUT_S:.0f} s",
+                self._channel,
+            )
+            return False
+
+    async def _read_releases(
+        self, pubsub: PubSub, encoding: str, on_release: Callable[[str], None]
+    ) -> None:
+        failures = 0
+        while True:
+            try:
+                # reconnects and subscribes again when the connection was lost
+                message = await pubsub.get_message(timeout=None)
+            except redis.exceptions.RedisError as error:
+                failures += 1
+                self._report_lost_subscription(failures, error)
+                if failures > 1:
+                    # the server is away: do not spin; waiters poll meanwhile
+                    await asyncio.sleep(RESUBSCRIBE_PAUSE_S)  # noqa: TID251 -- reconnect pacing
+                continue
+            if failures:
+                _log.info("%r has its release subscription back", self)
+                failures = 0
+            if message is None or message["type"] != "message":
+                continue
+            try:
+                on_release(_text(message["data"], encoding))
+            except Exception:  # noqa: BLE001 -- one bad callback must not stop the notifications
+                _log.exception("A release callback of %r failed", self)
+
+    def _report_lost_subscription(self, failures: int, error: Exception) -> None:
+        if failures == 1:
+            _log.info("%r lost its release subscription (%s); reconnecting", self, error)
+        elif failures == 2:  # noqa: PLR2004 -- the first failed reconnection
+            _log.warning(
+                "%r cannot get its release subscription back (%s); retrying every %.0f s. "
+                "Waiters in this process poll meanwhile, so they wake up to 1 s late",
+                self,
+                error,
+                RESUBSCRIBE_PAUSE_S,
+            )
+        else:
+            _log.debug("%r still has no release subscription: %s", self, error)
+
+    def __repr__(self) -> str:
+        """Show the server and the prefix; never a password."""
+        return f"RedisLockStore({self._server}, prefix={self._prefix!r})"
+
+
+def _require_driver() -> None:
+    if not _HAVE_DRIVER:
+        raise LocksConfigurationError(
+            "RedisLockStore needs the redis package (redis-py 5 or later); "
+            "install it with: pip install 'leaselock[redis]'"
+        )
+
+
+def _check_prefix(prefix: object) -> None:
+    """Refuse a prefix under which one store's counter could be another store's lock key.
+
+    Lock keys are ``<prefix>lock:<key>``; a prefix that ends with ``:`` and has no ``lock``
+    segment cannot start with another prefix's ``<prefix>lock:``, so no two stores share a key.
+    """
+    if (
+        not isinstance(prefix, str)
+        or not prefix.endswith(":")
+        or len(prefix) > MAX_PREFIX_LENGTH
+        or "lock" in prefix.split(":")
+        or "\x00" in prefix
+    ):
+        raise LocksConfigurationError(
+            f"prefix={prefix!r}; pass a str of at most {MAX_PREFIX_LENGTH} characters that ends "
+            'with ":" and has no "lock" segment (which would overlap lock keys), such as '
+            f'{DEFAULT_PREFIX!r} or "myapp:leaselock:"'
+        )
+
+
+def _describe(pool: redis.asyncio.ConnectionPool) -> str:
+    """Describe where a pool connects, for logs: host, port, db, or socket path; no secrets."""
+    kwargs = pool.connection_kwargs
+    db = kwargs.get("db", 0)
+    if kwargs.get("path"):
+        return f"path={kwargs['path']!r}, db={db}"
+    if "host" in kwargs:
+        return f"host={kwargs['host']!r}, port={kwargs.get('port', 6379)}, db={db}"
+    # a Sentinel pool finds its primary at connection time
+    return f"{type(pool).__name__}, db={db}"
+
+
+def _encoding(client: redis.asyncio.Redis) -> str:
+    """Return the encoding ``client`` sends text in, which its messages come back in."""
+    return str(client.connection_pool.connection_kwargs.get("encoding", "utf-8"))
+
+
+def _text(value: object, encoding: str = "utf-8") -> str:
+    return value.decode(encoding) if isinstance(value, bytes) else str(value)

