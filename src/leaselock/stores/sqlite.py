@@ -1,0 +1,575 @@
+"""SQLiteLockStore: locks in a SQLite file, shared by every process of ONE host.
+
+Each store object runs its SQL on one worker thread of its own, with its own connection: a
+``sqlite3`` connection must stay on one thread, and the event loop must never wait on the disk.
+Calls queue on that thread in the order they were made, and each runs as ONE short
+``BEGIN IMMEDIATE`` transaction: it takes the file's write lock before reading anything, so the
+check that a key is free and the write that takes it can't be split by another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final, Protocol, TypeAlias, TypeVar, final
+
+from .._clock import Clock
+from .._durations import Duration, parse_duration
+from .._errors import LocksConfigurationError, LockStoreError
+from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
+
+__all__ = ["SQLiteLockStore"]
+
+T = TypeVar("T")
+
+MIN_SQLITE_VERSION: Final = (3, 24, 0)
+"""UPSERT (``INSERT ... ON CONFLICT DO UPDATE``) arrived in SQLite 3.24.0."""
+
+DEFAULT_TABLE: Final = "leaselock_locks"
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+# --- SQL -------------------------------------------------------------------------------------
+# {locks} and {tokens} are the validated, quoted table names, filled in once per store.
+
+# -> ("wal",) once the file is in WAL mode: readers never block the one writer, nor it them
+JOURNAL_MODE_WAL: Final = "PRAGMA journal_mode = WAL"
+
+# a new file is switched once, by whichever process gets there first; the others wait and see
+WAL_SWITCH_ATTEMPTS: Final = 5
+
+# -> nothing; every commit reaches the disk before it returns, so a power cut can't take back a
+# fencing token already handed out (NORMAL would lose the last commits)
+SYNCHRONOUS_FULL: Final = "PRAGMA synchronous = FULL"
+
+# takes the write lock now, waiting up to the busy timeout; a deferred BEGIN would read first
+# and could then fail to upgrade without waiting at all
+BEGIN_IMMEDIATE: Final = "BEGIN IMMEDIATE"
+COMMIT: Final = "COMMIT"
+ROLLBACK: Final = "ROLLBACK"
+
+# -> nothing; owner is NULL once released: the row (and its token, the floor of the next) stays
+CREATE_LOCKS: Final = """
+CREATE TABLE IF NOT EXISTS {locks} (
+    key           TEXT    NOT NULL PRIMARY KEY,
+    owner         TEXT,
+    fencing_token INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL
+) WITHOUT ROWID
+"""
+
+# -> nothing; one row, id 1: the last token handed out to any key
+CREATE_TOKENS: Final = """
+CREATE TABLE IF NOT EXISTS {tokens} (
+    id         INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
+    last_token INTEGER NOT NULL
+)
+"""
+
+# -> nothing; a counter that already exists is kept
+SEED_TOKENS: Final = "INSERT OR IGNORE INTO {tokens} (id, last_token) VALUES (1, 0)"
+
+# :key :owner :now_ms :expires_at_ms -> changes() 1 if owner took key, 0 if a live lock holds it
+ACQUIRE: Final = """
+INSERT INTO {locks} AS held (key, owner, fencing_token, expires_at_ms)
+VALUES (
+    :key,
+    :owner,
+    coalesce((SELECT last_token FROM {tokens} WHERE id = 1), 0) + 1,
+    :expires_at_ms
+)
+ON CONFLICT (key) DO UPDATE SET
+    owner = excluded.owner,
+    -- the row's own token is the floor: a counter that went back can't repeat a token
+    fencing_token = max(excluded.fencing_token, held.fencing_token + 1),
+    expires_at_ms = excluded.expires_at_ms
+-- free check and write in ONE statement; an expired lock counts as free
+WHERE held.owner IS NULL OR held.expires_at_ms <= :now_ms
+"""
+
+# :key -> (fencing_token,) of the row ACQUIRE just wrote
+TAKEN_ROW: Final = "SELECT fencing_token FROM {locks} WHERE key = :key"
+
+# :token -> nothing; the counter moves to the token just handed out (never below it)
+ADVANCE_COUNTER: Final = """
+INSERT INTO {tokens} (id, last_token) VALUES (1, :token)
+ON CONFLICT (id) DO UPDATE SET last_token = excluded.last_token
+"""
+
+# :key :owner :now_ms :expires_at_ms -> changes() 1 if owner held a live lock on key, else 0
+RENEW: Final = """
+UPDATE {locks} SET expires_at_ms = :expires_at_ms
+WHERE key = :key AND owner = :owner AND expires_at_ms > :now_ms
+"""
+
+# :key :owner :now_ms -> changes() 1 if owner held a live lock on key, else 0
+RELEASE: Final = """
+UPDATE {locks} SET owner = NULL
+WHERE key = :key AND owner = :owner AND expires_at_ms > :now_ms
+"""
+
+
+class _ReadsTime(Protocol):
+    def now_ms(self) -> int: ...
+
+
+@final
+class _WallClock:
+    """The host's wall clock: the one clock every process of the host shares, across reboots."""
+
+    __slots__ = ()
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+# a job, the future its caller awaits, and the caller's loop; no job: close and stop
+_Job: TypeAlias = tuple[
+    Callable[[sqlite3.Connection], object] | None, asyncio.Future[Any], asyncio.AbstractEventLoop
+]
+
+
+@final
+class _Worker:
+    """One thread and the one connection it owns; jobs run one at a time, in submission order.
+
+    Each result goes back to its caller's own event loop, so callers on several loops (a
+    ``Locks`` and a ``SyncLocks`` sharing the store) are served alike.
+    """
+
+    __slots__ = ("_connect", "_connection", "_jobs", "_thread", "pid")
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._connect = connect
+        self._connection: sqlite3.Connection | None = None
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        # a daemon: a store nobody closed must not hold the interpreter at exit, and SQLite
+        # rolls back a transaction cut short there when the file is next opened
+        self._thread = threading.Thread(target=self._serve, name="leaselock-sqlite", daemon=True)
+        self._thread.start()
+        self.pid = os.getpid()
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
+    def submit(self, job: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        """Queue ``job``; call it on the running loop that awaits the result."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[T] = loop.create_future()
+        self._jobs.put((job, done, loop))
+        return done
+
+    def close(self) -> asyncio.Future[None]:
+        """Close the connection after the jobs already queued; the thread then ends."""
+        loop = asyncio.get_running_loop()
+        closed: asyncio.Future[None] = loop.create_future()
+        self._jobs.put((None, closed, loop))
+        return closed
+
+    def _serve(self) -> None:
+        while True:
+            job, done, loop = self._jobs.get()
+            if job is None:
+                break
+            if done.cancelled():
+                # its caller left before its turn: nothing is run on its behalf
+                continue
+            try:
+                if self._connection is None:
+                    self._connection = self._connect()
+                result = job(self._connection)
+            except BaseException as error:  # noqa: BLE001 -- raised to the caller, on its loop
+                _hand_back(loop, done, None, error)
+            else:
+                _hand_back(loop, done, result, None)
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+        # the thread's last act, so a join() after the caller heard it returns at once
+        _hand_back(loop, done, None, None)
+
+
+def _hand_back(
+    loop: asyncio.AbstractEventLoop,
+    done: asyncio.Future[Any],
+    result: object,
+    error: BaseException | None,
+) -> None:
+    # a closed loop has nobody left waiting for the answer
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(_settle, done, result, error)
+
+
+def _settle(done: asyncio.Future[Any], result: object, error: BaseException | None) -> None:
+    if done.cancelled():
+        return
+    if error is None:
+        done.set_result(result)
+    else:
+        done.set_exception(error)
+
+
+# workers a forked child inherited: SQLite forbids using (even closing) a connection across a
+# fork, so the child keeps them unreachable but alive rather than let them be collected
+_INHERITED_WORKERS: list[_Worker] = []
+
+
+@final
+class SQLiteLockStore:
+    """Locks in a SQLite file: they exclude every process of ONE host that opens the file.
+
+    The embedded default for gunicorn or uvicorn workers and cron jobs on one machine; use
+    :class:`~leaselock.stores.PostgresLockStore` or :class:`~leaselock.stores.RedisLockStore`
+    across hosts. The file must be on a local disk (WAL mode needs shared memory: not NFS).
+
+    The contract, and how it is kept here:
+
+    - Each method is ONE ``BEGIN IMMEDIATE`` transaction, on a worker thread with its own
+      connection; it takes the file's write lock first, waiting up to ``busy_timeout``, and a
+      call that waited longer raises :class:`~leaselock.LockStoreError`.
+    - Expiry is measured on the host's wall clock, read inside the transaction: every process of
+      the host shares it, and it survives a reboot, as the file does.
+    - Tokens come from one counter, and the key's own row is their floor: a released lock keeps
+      its row (owner cleared), and the next token is ``max(counter + 1, row token + 1)``, so a
+      file restored from an older copy can't hand a key an old token.
+    - Every commit is synced to disk (``synchronous = FULL``): a power cut can't take a token
+      back.
+
+    There are no release notifications across processes: waiters elsewhere find a released key
+    when they next poll (50 ms doubling to 1 s); waiters in this process wake at once.
+
+    .. versionadded:: 0.1
+    """
+
+    __slots__ = (
+        "_acquire_sql",
+        "_advance_counter_sql",
+        "_busy_timeout_ms",
+        "_clock",
+        "_guard",
+        "_path",
+        "_release_sql",
+        "_renew_sql",
+        "_schema_sql",
+        "_table",
+        "_taken_row_sql",
+        "_users",
+        "_worker",
+    )
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        table: str = DEFAULT_TABLE,
+        busy_timeout: Duration = "5s",
+        clock: Clock | None = None,
+    ) -> None:
+        """Configure the store; the file is opened (and created) by :meth:`open` or first use.
+
+        Args:
+            path: the SQLite file every process of the host opens; its directory must exist.
+                Relative paths are resolved now, against the current directory.
+            table: the locks table; the token counter lives in ``<table>_tokens``. Both are
+                created if missing, so the file may be one your application already uses.
+            busy_timeout: how long a call waits for another connection's write transaction on
+                the file before it fails. Keep it well under a third of your ttl.
+            clock: where expiry is read; pass the :class:`~leaselock.testing.ManualClock` of a
+                test to move time by hand. Defaults to the host's wall clock.
+
+        Raises:
+            LocksConfigurationError: ``path`` is ``":memory:"`` or empty, ``table`` is not a
+                plain identifier, ``busy_timeout`` is not a duration, ``clock`` has no
+                ``now_ms()``, or this Python's SQLite is older than 3.24.
+        """
+        if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
+            raise LocksConfigurationError(
+                f"SQLiteLockStore needs SQLite 3.24 or newer, and this Python uses "
+                f"{sqlite3.sqlite_version}; upgrade the system's libsqlite3, or use a Python "
+                "build that bundles a newer one (python.org, uv or conda builds do)"
+            )
+        self._path = _checked_path(path)
+        if not isinstance(table, str) or not _TABLE_NAME.fullmatch(table):
+            raise LocksConfigurationError(
+                f"table={table!r}; pass a plain SQL identifier of at most 63 characters "
+                f'(letters, digits, underscores), such as "{DEFAULT_TABLE}"'
+            )
+        if table.lower().startswith("sqlite_"):
+            raise LocksConfigurationError(
+                f'table={table!r}; names starting with "sqlite_" are reserved by SQLite, '
+                f'pass another name such as "{DEFAULT_TABLE}"'
+            )
+        if clock is not None and not callable(getattr(clock, "now_ms", None)):
+            raise LocksConfigurationError(
+                f"clock={clock!r} has no now_ms(); pass None (the host's wall clock) or "
+                "leaselock.testing.ManualClock() in tests"
+            )
+        self._table = table
+        self._busy_timeout_ms = parse_duration(busy_timeout, name="busy_timeout")
+        self._clock: _ReadsTime = clock if clock is not None else _WallClock()
+        names = {"locks": f'"{table}"', "tokens": f'"{table}_tokens"'}
+        self._schema_sql = tuple(
+            sql.format_map(names) for sql in (CREATE_LOCKS, CREATE_TOKENS, SEED_TOKENS)
+        )
+        self._acquire_sql = ACQUIRE.format_map(names)
+        self._taken_row_sql = TAKEN_ROW.format_map(names)
+        self._advance_counter_sql = ADVANCE_COUNTER.format_map(names)
+        self._renew_sql = RENEW.format_map(names)
+        self._release_sql = RELEASE.format_map(names)
+        # guards the worker and the user count; held only for quick, non-blocking work
+        self._guard = threading.Lock()
+        self._worker: _Worker | None = None
+        self._users = 0
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the file (creating it and the tables if missing) for one more user.
+
+        Raises:
+            LocksConfigurationError: the directory does not exist, or the file can't be used.
+            LockStoreError: another connection held the file's write lock past the busy timeout.
+        """
+        with self._guard:
+            self._users += 1
+            opened = self._worker_locked().submit(_connected)
+        try:
+            await opened
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Undo one :meth:`open`; the last one closes the connection and ends the thread.
+
+        Calls still queued run first. A store used without :meth:`open` (opened on first use)
+        is closed by any ``aclose()``.
+        """
+        with self._guard:
+            self._users = max(0, self._users - 1)
+            worker = self._worker
+            if self._users > 0 or worker is None:
+                return
+            self._worker = None
+            closed = worker.close()
+        # shielded: a cancelled aclose must still close the connection on its own thread
+        await asyncio.shield(closed)
+        worker.thread.join()
+
+    # --- the store contract --------------------------------------------------------------
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        """Take ``key`` if no live lock holds it; the token is greater than any it had."""
+        token = await self._call(
+            "acquire", lambda db, now_ms: self._take(db, now_ms, key, owner, ttl_ms)
+        )
+        return NotAcquired() if token is None else Acquired(token)
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        """Move the expiry to ``ttl_ms`` from now if ``owner`` holds a live lock on ``key``."""
+        return await self._call(
+            "renew", lambda db, now_ms: self._renew(db, now_ms, key, owner, ttl_ms)
+        )
+
+    async def renew_many(self, renewals: Sequence[Renewal]) -> list[bool]:
+        """Renew each lease as :meth:`renew` would, in order, in ONE transaction."""
+        return await self._call(
+            "renew_many",
+            lambda db, now_ms: [self._renew(db, now_ms, *renewal) for renewal in renewals],
+        )
+
+    async def release(self, key: str, owner: str) -> bool:
+        """Free ``key`` if ``owner`` holds a live lock on it; the row and its token stay."""
+        return await self._call("release", lambda db, now_ms: self._release(db, now_ms, key, owner))
+
+    # --- on the worker thread ------------------------------------------------------------
+
+    def _take(
+        self, db: sqlite3.Connection, now_ms: int, key: str, owner: str, ttl_ms: int
+    ) -> int | None:
+        taken = db.execute(
+            self._acquire_sql,
+            {"key": key, "owner": owner, "now_ms": now_ms, "expires_at_ms": now_ms + ttl_ms},
+        )
+        if taken.rowcount != 1:
+            return None
+        token: int = db.execute(self._taken_row_sql, {"key": key}).fetchone()[0]
+        db.execute(self._advance_counter_sql, {"token": token})
+        return token
+
+    def _renew(
+        self, db: sqlite3.Connection, now_ms: int, key: str, owner: str, ttl_ms: int
+    ) -> bool:
+        renewed = db.execute(
+            self._renew_sql,
+            {"key": key, "owner": owner, "now_ms": now_ms, "expires_at_ms": now_ms + ttl_ms},
+        )
+        return renewed.rowcount == 1
+
+    def _release(self, db: sqlite3.Connection, now_ms: int, key: str, owner: str) -> bool:
+        released = db.execute(self._release_sql, {"key": key, "owner": owner, "now_ms": now_ms})
+        return released.rowcount == 1
+
+    async def _call(self, method: str, body: Callable[[sqlite3.Connection, int], T]) -> T:
+        with self._guard:
+            # submitted under the guard: an aclose() can't shut the worker down in between
+            done = self._worker_locked().submit(lambda db: self._in_transaction(db, method, body))
+        return await done
+
+    def _in_transaction(
+        self, db: sqlite3.Connection, method: str, body: Callable[[sqlite3.Connection, int], T]
+    ) -> T:
+        try:
+            db.execute(BEGIN_IMMEDIATE)
+            try:
+                # read after the write lock is ours: a wait for it can't make "now" stale
+                result = body(db, self._clock.now_ms())
+                db.execute(COMMIT)
+            except BaseException:
+                if db.in_transaction:
+                    # the original error matters more than a failed rollback, which SQLite
+                    # completes itself when the connection is next used or closed
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute(ROLLBACK)
+                raise
+        except sqlite3.Error as error:
+            raise self._failed(method, error) from error
+        return result
+
+    def _worker_locked(self) -> _Worker:
+        worker = self._worker
+        if worker is not None and worker.pid != os.getpid():
+            # a forked child: the parent's thread did not come along, and its connection must
+            # not be touched here
+            _INHERITED_WORKERS.append(worker)
+            worker = None
+        if worker is None:
+            worker = self._worker = _Worker(self._connect)
+        return worker
+
+    def _connect(self) -> sqlite3.Connection:
+        directory = self._path.parent
+        if not directory.is_dir():
+            raise LocksConfigurationError(
+                f"{self!r}: the directory {str(directory)!r} does not exist; create it first "
+                "(os.makedirs(directory, exist_ok=True), or mkdir -p in your deployment), "
+                "or pass a path in an existing directory"
+            )
+        try:
+            db = sqlite3.connect(
+                self._path,
+                timeout=self._busy_timeout_ms / 1000,
+                # transactions are explicit: BEGIN IMMEDIATE ... COMMIT in _in_transaction
+                isolation_level=None,
+            )
+        except sqlite3.Error as error:
+            raise self._unusable(error) from error
+        try:
+            self._prepare(db)
+        except sqlite3.Error as error:
+            db.close()
+            raise self._failed("open", error) from error
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        mode = _switch_to_wal(db)
+        if mode != "wal":
+            raise LocksConfigurationError(
+                f"{self!r}: SQLite kept the file in journal mode {mode!r} instead of WAL; "
+                "put it on a local disk (not a network share or a read-only volume)"
+            )
+        db.execute(SYNCHRONOUS_FULL)
+        # in a transaction: processes that open a new file at once create the tables once
+        self._in_transaction(db, "open", self._create_schema)
+
+    def _create_schema(self, db: sqlite3.Connection, _now_ms: int) -> None:
+        for sql in self._schema_sql:
+            db.execute(sql)
+
+    # --- errors --------------------------------------------------------------------------
+
+    def _failed(
+        self, method: str, error: sqlite3.Error
+    ) -> LockStoreError | LocksConfigurationError:
+        if _is_busy(error):
+            return LockStoreError(
+                f"{self!r}.{method} waited busy_timeout={self._busy_timeout_ms} ms for the "
+                f"file's write lock ({error}): another connection held a write transaction that "
+                "long. Keep other transactions on this file short (or give the locks a file of "
+                "their own), or raise busy_timeout"
+            )
+        if method == "open":
+            return self._unusable(error)
+        return LockStoreError(
+            f"{self!r}.{method} failed: {type(error).__name__}: {error}. Check that the file "
+            "is on a local disk with space left, and that this process may write it"
+        )
+
+    def _unusable(self, error: sqlite3.Error) -> LocksConfigurationError:
+        return LocksConfigurationError(
+            f"{self!r} cannot use the file: {type(error).__name__}: {error}. Check that this "
+            "process may read and write the file and its directory, and that the path is a "
+            "SQLite file (or a new one)"
+        )
+
+    def __repr__(self) -> str:
+        """Show the file and the table, as the start-up log shows them."""
+        return f"SQLiteLockStore({str(self._path)!r}, table={self._table!r})"
+
+
+def _checked_path(path: object) -> Path:
+    if not isinstance(path, str | os.PathLike):
+        raise LocksConfigurationError(
+            f"path={path!r} ({type(path).__name__}); pass the path of the SQLite file as a str "
+            'or a pathlib.Path, such as "/var/lib/myapp/locks.db"'
+        )
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise LocksConfigurationError(f"path={path!r} is bytes; pass it as a str or a pathlib.Path")
+    if text in {"", ":memory:"}:
+        raise LocksConfigurationError(
+            f"path={text!r} is a private database that each connection would get for itself, "
+            "so it would exclude nobody; pass a file path shared by every process, or use "
+            "leaselock.stores.InMemoryLockStore for one process"
+        )
+    # resolved once: every process that names the file its own way still meets in it
+    return Path(text).resolve()
+
+
+def _switch_to_wal(db: sqlite3.Connection) -> str:
+    """Put the file in WAL mode; return the journal mode SQLite settled on."""
+    for _ in range(WAL_SWITCH_ATTEMPTS - 1):
+        try:
+            (mode,) = db.execute(JOURNAL_MODE_WAL).fetchone()
+        except sqlite3.OperationalError as error:
+            if not _is_busy(error):
+                raise
+            # another process is switching a new file to WAL: the pragma fails at once instead
+            # of waiting for it, BEGIN IMMEDIATE waits (up to the busy timeout); then try again
+            db.execute(BEGIN_IMMEDIATE)
+            db.execute(ROLLBACK)
+        else:
+            return str(mode)
+    (mode,) = db.execute(JOURNAL_MODE_WAL).fetchone()
+    return str(mode)
+
+
+def _connected(_db: sqlite3.Connection) -> None:
+    """A job that only makes the worker connect."""
+
+
+def _is_busy(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    # extended codes (SQLITE_BUSY_SNAPSHOT, ...) keep the primary code in their low byte
+    return code is not None and (code & 0xFF) in {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}

@@ -1,0 +1,509 @@
+"""SQLiteLockStore: the contract on one file, and what only a SQLite file on one host does."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.process import BaseProcess
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+
+import pytest
+
+from helpers import unique_key
+from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
+from leaselock._durations import MAX_TTL_MS
+from leaselock.stores import Acquired, AcquireResult, NotAcquired, Renewal
+from leaselock.stores.sqlite import SQLiteLockStore
+from leaselock.testing import ManualClock
+from leaselock.testing.pytest import LockStoreContractTests
+
+LONG_TTL_MS = 60_000
+PROCESSES = 8
+RACE_ROUNDS = 200
+# a child process that never reaches a barrier fails the test instead of hanging it
+BARRIER_TIMEOUT_S = 60.0
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "locks.db"
+
+
+def read_row(path: Path, key: str) -> tuple[str | None, int, int]:
+    with sqlite3.connect(path) as db:
+        row = db.execute(
+            "SELECT owner, fencing_token, expires_at_ms FROM leaselock_locks WHERE key = ?",
+            (key,),
+        ).fetchone()
+    db.close()
+    owner, token, expires_at_ms = row
+    return owner, token, expires_at_ms
+
+
+def worker_thread(store: SQLiteLockStore) -> threading.Thread:
+    worker = store._worker
+    assert worker is not None
+    return worker.thread
+
+
+# --- the contract --------------------------------------------------------------------------
+
+
+class TestSQLiteContract(LockStoreContractTests):
+    concurrent = {"callers": 32}  # noqa: RUF012 -- the base class declares it a ClassVar
+
+    @pytest.fixture(autouse=True)
+    def _fresh_file(self, tmp_path: Path) -> None:
+        self.path = tmp_path / "locks.db"
+        self.clock = ManualClock()
+
+    def make_store(self) -> SQLiteLockStore:
+        return SQLiteLockStore(self.path, clock=self.clock)
+
+    async def advance_time(self, ms: int) -> None:
+        await self.clock.advance(ms)
+
+
+class _RoundRobinStore:
+    """Spreads calls over several stores on one file: one connection and thread each, as if
+    each were a process of its own."""
+
+    def __init__(self, stores: Sequence[SQLiteLockStore]) -> None:
+        self._stores = stores
+        self._next = itertools.cycle(stores)
+
+    async def open(self) -> None:
+        for store in self._stores:
+            await store.open()
+
+    async def aclose(self) -> None:
+        for store in self._stores:
+            await store.aclose()
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        return await next(self._next).acquire(key, owner, ttl_ms)
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        return await next(self._next).renew(key, owner, ttl_ms)
+
+    async def renew_many(self, renewals: Sequence[Renewal]) -> list[bool]:
+        return await next(self._next).renew_many(renewals)
+
+    async def release(self, key: str, owner: str) -> bool:
+        return await next(self._next).release(key, owner)
+
+
+class TestSQLiteContractOverFourConnections(LockStoreContractTests):
+    concurrent = {"callers": 32}  # noqa: RUF012 -- the base class declares it a ClassVar
+
+    @pytest.fixture(autouse=True)
+    def _fresh_file(self, tmp_path: Path) -> None:
+        self.path = tmp_path / "locks.db"
+        self.clock = ManualClock()
+
+    def make_store(self) -> _RoundRobinStore:
+        return _RoundRobinStore([SQLiteLockStore(self.path, clock=self.clock) for _ in range(4)])
+
+    async def advance_time(self, ms: int) -> None:
+        await self.clock.advance(ms)
+
+
+# --- processes -----------------------------------------------------------------------------
+
+
+def race_for_one_key(
+    path: str,
+    key: str,
+    start: Barrier,
+    attempted: Barrier,
+    results: Queue[list[tuple[int, int]] | str],
+) -> None:
+    """In a process of its own: race the others for ``key`` each round; the winner releases."""
+    owner = f"process-{os.getpid()}"
+    won: list[tuple[int, int]] = []
+    try:
+        with asyncio.Runner() as runner:
+            store = SQLiteLockStore(path)
+            runner.run(store.open())
+            try:
+                for round_number in range(RACE_ROUNDS):
+                    start.wait(BARRIER_TIMEOUT_S)
+                    result = runner.run(store.acquire(key, owner, LONG_TTL_MS))
+                    # nobody releases before every process has tried: one winner per round
+                    attempted.wait(BARRIER_TIMEOUT_S)
+                    if isinstance(result, Acquired):
+                        won.append((round_number, result.fencing_token))
+                        if not runner.run(store.release(key, owner)):
+                            raise AssertionError(f"round {round_number}: the release was refused")
+            finally:
+                runner.run(store.aclose())
+    except BaseException as error:
+        start.abort()
+        attempted.abort()
+        results.put(repr(error))
+        raise
+    results.put(won)
+
+
+def open_new_file_at_once(
+    path: str, key: str, start: Barrier, results: Queue[AcquireResult | str]
+) -> None:
+    """In a process of its own: open a file no one created yet, with the others, and acquire."""
+
+    async def open_and_acquire() -> AcquireResult:
+        store = SQLiteLockStore(path)
+        start.wait(BARRIER_TIMEOUT_S)
+        await store.open()
+        try:
+            return await store.acquire(key, f"process-{os.getpid()}", LONG_TTL_MS)
+        finally:
+            await store.aclose()
+
+    try:
+        results.put(asyncio.run(open_and_acquire()))
+    except BaseException as error:
+        results.put(repr(error))
+        raise
+
+
+def start_processes(
+    monkeypatch: pytest.MonkeyPatch, target: Callable[..., None], args: tuple[object, ...]
+) -> list[BaseProcess]:
+    # the children import this module by the name pytest gave it: make that name importable
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2]))
+    context = multiprocessing.get_context("spawn")
+    processes: list[BaseProcess] = [
+        context.Process(target=target, args=args) for _ in range(PROCESSES)
+    ]
+    for process in processes:
+        process.start()
+    return processes
+
+
+def join_processes(processes: list[BaseProcess]) -> None:
+    for process in processes:
+        process.join(BARRIER_TIMEOUT_S)
+    assert [process.exitcode for process in processes] == [0] * len(processes)
+
+
+def test_eight_processes_race_for_one_key_and_exactly_one_wins_each_round(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    context = multiprocessing.get_context("spawn")
+    start, attempted = context.Barrier(PROCESSES), context.Barrier(PROCESSES)
+    results: Queue[list[tuple[int, int]] | str] = context.Queue()
+    args = (str(path), unique_key("race"), start, attempted, results)
+    processes = start_processes(monkeypatch, race_for_one_key, args)
+    reports = [results.get(timeout=2 * BARRIER_TIMEOUT_S) for _ in processes]
+    join_processes(processes)
+
+    assert [report for report in reports if isinstance(report, str)] == []
+    wins = sorted(win for report in reports if isinstance(report, list) for win in report)
+    assert [round_number for round_number, _ in wins] == list(range(RACE_ROUNDS))
+    tokens = [token for _, token in wins]
+    assert all(earlier < later for earlier, later in itertools.pairwise(tokens))
+
+
+def test_processes_opening_a_new_file_at_once_create_it_once_and_one_acquires(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(PROCESSES)
+    results: Queue[AcquireResult | str] = context.Queue()
+    args = (str(path), unique_key("new"), start, results)
+    processes = start_processes(monkeypatch, open_new_file_at_once, args)
+    reports = [results.get(timeout=2 * BARRIER_TIMEOUT_S) for _ in processes]
+    join_processes(processes)
+
+    assert [report for report in reports if isinstance(report, str)] == []
+    assert sum(isinstance(report, Acquired) for report in reports) == 1
+    assert sum(isinstance(report, NotAcquired) for report in reports) == PROCESSES - 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+async def test_a_store_opened_before_a_fork_works_in_the_child(path: Path) -> None:
+    store = SQLiteLockStore(path)
+    await store.open()
+    context = multiprocessing.get_context("fork")
+    results: Queue[object] = context.Queue()
+    key = unique_key("forked")
+
+    def in_child() -> None:
+        results.put(asyncio.run(store.acquire(key, "child", LONG_TTL_MS)))
+
+    child = context.Process(target=in_child)
+    child.start()
+    child.join(BARRIER_TIMEOUT_S)
+    assert child.exitcode == 0
+    assert isinstance(results.get(timeout=BARRIER_TIMEOUT_S), Acquired)
+    assert isinstance(await store.acquire(key, "parent", LONG_TTL_MS), NotAcquired)
+    await store.aclose()
+
+
+# --- threads -------------------------------------------------------------------------------
+
+
+def test_sync_locks_used_from_eight_threads_never_overlap_and_tokens_grow(path: Path) -> None:
+    key = unique_key("threads")
+    guard = threading.Lock()
+    inside = 0
+    most_inside = 0
+    tokens: list[int] = []
+
+    def critical_section() -> None:
+        nonlocal inside, most_inside
+        lock = current_lock()
+        assert lock is not None
+        with guard:
+            inside += 1
+            most_inside = max(most_inside, inside)
+            tokens.append(lock.fencing_token)
+        with guard:
+            inside -= 1
+
+    with SyncLocks(store=SQLiteLockStore(path), ttl="30s") as locks:
+
+        def worker() -> None:
+            for _ in range(10):
+                locks.with_lock(key, critical_section, wait="30s")
+
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    assert most_inside == 1
+    assert len(tokens) == 80
+    assert all(earlier < later for earlier, later in itertools.pairwise(tokens))
+
+
+# --- tokens and rows -----------------------------------------------------------------------
+
+
+async def test_a_released_lock_keeps_its_row_with_the_owner_cleared(
+    path: Path, clock: ManualClock
+) -> None:
+    store = SQLiteLockStore(path, clock=clock)
+    key = unique_key("kept")
+    acquired = await store.acquire(key, "holder", LONG_TTL_MS)
+    assert isinstance(acquired, Acquired)
+    assert read_row(path, key) == ("holder", acquired.fencing_token, LONG_TTL_MS)
+    assert await store.release(key, "holder")
+    assert read_row(path, key) == (None, acquired.fencing_token, LONG_TTL_MS)
+    await store.aclose()
+
+
+async def test_the_key_s_own_token_is_the_floor_when_the_counter_went_back(
+    path: Path, clock: ManualClock
+) -> None:
+    store = SQLiteLockStore(path, clock=clock)
+    key = unique_key("floor")
+    for _ in range(3):
+        taken = await store.acquire(key, "holder", LONG_TTL_MS)
+        assert await store.release(key, "holder")
+    assert taken == Acquired(3)
+    # a restored, older file: the counter is back at 0 while the key's row kept its token
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE leaselock_locks_tokens SET last_token = 0")
+    db.close()
+
+    assert await store.acquire(unique_key("new"), "other", LONG_TTL_MS) == Acquired(1)
+    after = await store.acquire(key, "holder", LONG_TTL_MS)
+    assert after == Acquired(4)
+    assert isinstance(after, Acquired)
+    assert type(after.fencing_token) is int
+    await store.aclose()
+
+
+async def test_a_key_whose_row_was_deleted_gets_a_greater_token_from_the_counter(
+    path: Path, clock: ManualClock
+) -> None:
+    store = SQLiteLockStore(path, clock=clock)
+    key = unique_key("purged")
+    assert await store.acquire(key, "holder", LONG_TTL_MS) == Acquired(1)
+    assert await store.release(key, "holder")
+    # an application that cleans up released rows
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM leaselock_locks WHERE owner IS NULL")
+    db.close()
+
+    assert await store.acquire(key, "holder", LONG_TTL_MS) == Acquired(2)
+    await store.aclose()
+
+
+async def test_a_token_returned_as_text_is_refused_by_the_engine(
+    path: Path, clock: ManualClock
+) -> None:
+    class TextTokens:
+        """A driver that hands a bigint back as text."""
+
+        def __init__(self, store: SQLiteLockStore) -> None:
+            self.store = store
+
+        async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+            result = await self.store.acquire(key, owner, ttl_ms)
+            if isinstance(result, Acquired):
+                return Acquired(str(result.fencing_token))  # type: ignore[arg-type]
+            return result
+
+        async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+            return await self.store.renew(key, owner, ttl_ms)
+
+        async def release(self, key: str, owner: str) -> bool:
+            return await self.store.release(key, owner)
+
+    store = SQLiteLockStore(path, clock=clock)
+    async with Locks(store=TextTokens(store), clock=clock) as locks:
+        with pytest.raises(LockStoreError, match="fencing token '1' as str"):
+            await locks.acquire(unique_key("text"))
+    await store.aclose()
+
+
+async def test_a_ttl_of_a_year_is_kept_exactly_and_held_until_it_passes(
+    path: Path, clock: ManualClock
+) -> None:
+    store = SQLiteLockStore(path, clock=clock)
+    key = unique_key("year")
+    assert isinstance(await store.acquire(key, "holder", MAX_TTL_MS), Acquired)
+    assert read_row(path, key)[2] == MAX_TTL_MS
+    await clock.advance(MAX_TTL_MS - 1)
+    assert await store.acquire(key, "other", LONG_TTL_MS) == NotAcquired()
+    await clock.advance(1)
+    assert isinstance(await store.acquire(key, "other", LONG_TTL_MS), Acquired)
+    await store.aclose()
+
+
+async def test_expiry_is_on_the_host_wall_clock_by_default(path: Path) -> None:
+    store = SQLiteLockStore(path)
+    key = unique_key("wall")
+    before_ms = time.time_ns() // 1_000_000
+    assert isinstance(await store.acquire(key, "holder", LONG_TTL_MS), Acquired)
+    after_ms = time.time_ns() // 1_000_000
+    assert before_ms + LONG_TTL_MS <= read_row(path, key)[2] <= after_ms + LONG_TTL_MS
+    await store.aclose()
+
+
+async def test_two_tables_in_one_file_keep_their_locks_apart(
+    path: Path, clock: ManualClock
+) -> None:
+    jobs = SQLiteLockStore(path, table="job_locks", clock=clock)
+    reports = SQLiteLockStore(path, table="report_locks", clock=clock)
+    assert await jobs.acquire("shared-name", "a", LONG_TTL_MS) == Acquired(1)
+    assert await reports.acquire("shared-name", "b", LONG_TTL_MS) == Acquired(1)
+    await jobs.aclose()
+    await reports.aclose()
+
+
+# --- busy file -----------------------------------------------------------------------------
+
+
+async def test_a_call_fails_after_the_busy_timeout_while_another_connection_writes(
+    path: Path,
+) -> None:
+    store = SQLiteLockStore(path, busy_timeout="200ms")
+    await store.open()
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    started = time.perf_counter()
+    with pytest.raises(LockStoreError, match="busy_timeout=200 ms"):
+        await store.acquire(unique_key("busy"), "holder", LONG_TTL_MS)
+    waited_s = time.perf_counter() - started
+    blocker.execute("ROLLBACK")
+    blocker.close()
+
+    assert 0.15 <= waited_s < 2.0
+    assert isinstance(await store.acquire(unique_key("free"), "holder", LONG_TTL_MS), Acquired)
+    await store.aclose()
+
+
+async def test_a_renewal_that_meets_a_busy_file_is_retried_and_the_lock_is_kept(
+    path: Path, clock: ManualClock
+) -> None:
+    store = SQLiteLockStore(path, busy_timeout="50ms", clock=clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        lock = await locks.acquire(unique_key("renewed"))
+        assert lock is not None
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        await clock.advance("10s")  # the renewal is due, and fails on the busy file
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        await clock.advance("25s")  # past the first deadline: only a retried renewal keeps it
+        assert lock.held
+        assert await lock.release()
+
+
+# --- configuration and lifecycle -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("private", [":memory:", ""])
+def test_a_private_database_is_refused_pointing_to_the_in_memory_store(private: str) -> None:
+    with pytest.raises(LocksConfigurationError, match="InMemoryLockStore"):
+        SQLiteLockStore(private)
+
+
+async def test_a_missing_directory_is_a_configuration_error_naming_the_fix(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteLockStore(tmp_path / "missing" / "locks.db")
+    with pytest.raises(LocksConfigurationError, match="does not exist; create it first"):
+        async with Locks(store=store):
+            pass
+    assert store._worker is None
+
+
+@pytest.mark.parametrize("table", ["locks; drop table x", "1locks", "sqlite_locks", "a" * 64])
+def test_a_table_name_that_is_not_a_plain_identifier_is_refused(path: Path, table: str) -> None:
+    with pytest.raises(LocksConfigurationError, match="table="):
+        SQLiteLockStore(path, table=table)
+
+
+def test_an_sqlite_older_than_3_24_is_refused_naming_the_fix(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 22, 0))
+    with pytest.raises(LocksConfigurationError, match=r"SQLite 3\.24 or newer"):
+        SQLiteLockStore(path)
+
+
+def test_repr_shows_the_absolute_path_and_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = SQLiteLockStore("locks.db", table="job_locks")
+    assert repr(store) == f"SQLiteLockStore({str(tmp_path / 'locks.db')!r}, table='job_locks')"
+
+
+async def test_the_last_aclose_closes_the_connection_and_ends_the_thread(path: Path) -> None:
+    store = SQLiteLockStore(path)
+    await store.open()
+    await store.open()
+    thread = worker_thread(store)
+    await store.aclose()
+    assert isinstance(await store.acquire(unique_key("still-open"), "a", LONG_TTL_MS), Acquired)
+    assert thread.is_alive()
+    await store.aclose()
+    assert not thread.is_alive()
+    assert store._worker is None
+
+
+async def test_concurrent_first_calls_open_one_connection_on_one_thread(path: Path) -> None:
+    store = SQLiteLockStore(path)
+    key = unique_key("lazy")
+    results = await asyncio.gather(
+        *(store.acquire(key, f"owner-{n}", LONG_TTL_MS) for n in range(32))
+    )
+    assert sum(isinstance(result, Acquired) for result in results) == 1
+    thread = worker_thread(store)
+    await store.aclose()
+    assert not thread.is_alive()
