@@ -1,0 +1,51 @@
+"""The body of one OS process in the multi-process tests (importable by a spawned child)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from leaselock import Locks, current_lock
+from leaselock.stores import LockStore
+
+
+def make_store(kind: str, where: str) -> LockStore:
+    """Build a fresh store of ``kind`` on the shared server or file ``where``."""
+    if kind == "postgres":
+        from leaselock.stores import PostgresLockStore  # noqa: PLC0415
+
+        return PostgresLockStore.from_url(where)
+    if kind == "redis":
+        from leaselock.stores import RedisLockStore  # noqa: PLC0415
+
+        url, prefix = where.split(" ")
+        return RedisLockStore.from_url(url, prefix=prefix)
+    from leaselock.stores import SQLiteLockStore  # noqa: PLC0415
+
+    return SQLiteLockStore(where)
+
+
+def race(kind: str, where: str, key: str, sections: int, record: str) -> None:
+    """Enter ``sections`` critical sections on ``key``; log each entry and exit to ``record``."""
+    asyncio.run(_race(kind, where, key, sections, Path(record)))
+
+
+async def _race(kind: str, where: str, key: str, sections: int, record: Path) -> None:
+    pid = os.getpid()
+    # O_APPEND: each line lands whole, and the file's order is the order the writes happened
+    descriptor = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+
+    async def critical_section() -> None:
+        lock = current_lock()
+        assert lock is not None
+        os.write(descriptor, f"enter {lock.fencing_token} {pid}\n".encode())
+        await asyncio.to_thread(os.fsync, descriptor)
+        os.write(descriptor, f"exit {lock.fencing_token} {pid}\n".encode())
+
+    try:
+        async with Locks(store=make_store(kind, where), ttl="30s") as locks:
+            for _ in range(sections):
+                await locks.with_lock(key, critical_section, wait="2m")
+    finally:
+        os.close(descriptor)
