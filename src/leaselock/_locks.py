@@ -48,6 +48,10 @@ class _Phase(enum.Enum):
     CLOSED = "closed"
 
 
+# calls are served while started, and while closing: runs in progress may still take locks
+_USABLE = frozenset({_Phase.STARTED, _Phase.CLOSING})
+
+
 @final
 class Locks:
     """Distributed lease locks with fencing tokens, on one store shared by every instance.
@@ -434,7 +438,7 @@ class Locks:
         return checked_key, ttl_ms, wait_ms, self._running_engine()
 
     def _running_engine(self) -> LockEngine:
-        if self._phase not in {_Phase.STARTED, _Phase.CLOSING} or self._engine is None:
+        if self._phase not in _USABLE or self._engine is None:
             raise LocksConfigurationError(
                 f"This Locks is {self._phase.value}, not started; use `async with locks:` "
                 "or `await locks.start()` first"
@@ -477,7 +481,7 @@ class Locks:
                 block the renewals it waits for).
         """
         loop = self._loop
-        if loop is None or self._phase not in {_Phase.STARTED, _Phase.CLOSING}:
+        if loop is None or self._phase not in _USABLE:
             work.close()
             self._running_engine()
         assert loop is not None  # noqa: S101 -- checked by _running_engine

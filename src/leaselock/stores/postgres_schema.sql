@@ -1,0 +1,20 @@
+-- leaselock: the schema of PostgresLockStore, with its default names.
+--
+-- PostgresLockStore creates it by itself (create_schema=True, the default, or
+-- `await store.create_schema()`); run this file instead where the application's role may not
+-- run DDL (psql -f postgres_schema.sql), or copy docs/stores/alembic_leaselock_locks.py into
+-- your Alembic migrations. Keep it identical to what the store creates: a test compares them.
+--
+-- One row per key. A released lock keeps its row (owner NULL): its fencing_token is the floor
+-- of the key's next token, so a sequence that went back (restore, failover) can never hand the
+-- key an old token. Tokens stay below 2**53, exact in a JSON number.
+
+CREATE SEQUENCE IF NOT EXISTS "leaselock_fencing_token_seq"
+    AS bigint MINVALUE 1 MAXVALUE 9007199254740991 NO CYCLE;
+
+CREATE TABLE IF NOT EXISTS "leaselock_locks" (
+    key text COLLATE "C" PRIMARY KEY,
+    owner text,
+    fencing_token bigint NOT NULL CHECK (fencing_token > 0),
+    expires_at timestamptz NOT NULL
+);

@@ -1,0 +1,635 @@
+"""PostgresLockStore: the contract over every way in, and what only PostgreSQL can show."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+from typing import Any, ClassVar
+
+import pytest
+
+from helpers import unique_key, wait_for_real
+from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
+from leaselock.stores import Acquired, AcquireResult, LockStore
+from leaselock.stores.postgres import PostgresLockStore
+from leaselock.testing.pytest import LockStoreContractTests
+
+asyncpg = pytest.importorskip("asyncpg")
+
+pytestmark = pytest.mark.postgres
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA_FILE = REPO / "src" / "leaselock" / "stores" / "postgres_schema.sql"
+ALEMBIC_MIGRATION = REPO / "docs" / "stores" / "alembic_leaselock_locks.py"
+HAS_PSYCOPG = importlib.util.find_spec("psycopg") is not None
+HAS_ALEMBIC = importlib.util.find_spec("alembic") is not None
+
+# every contract class of this run shares one table: their keys are unique, their rows are not
+# worth a table each; the scratch fixture drops it at the end
+CONTRACT_TABLE = f"leaselock_test_{uuid.uuid4().hex[:12]}"
+CONTRACT_SEQUENCE = f"{CONTRACT_TABLE}_seq"
+
+
+class Scratch:
+    """Fresh table and sequence names on the test server, dropped when the module ends."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._names: list[tuple[str, str]] = [(CONTRACT_TABLE, CONTRACT_SEQUENCE)]
+
+    def names(self, label: str) -> tuple[str, str]:
+        table = f"leaselock_test_{label.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+        self._names.append((table, f"{table}_seq"))
+        return table, f"{table}_seq"
+
+    def store(self, label: str, **options: Any) -> PostgresLockStore:
+        table, sequence = self.names(label)
+        return PostgresLockStore.from_url(self.url, table=table, sequence=sequence, **options)
+
+    async def drop_all(self) -> None:
+        connection = await asyncpg.connect(self.url)
+        try:
+            for table, sequence in self._names:
+                await connection.execute(f'DROP TABLE IF EXISTS "{table}"')
+                await connection.execute(f'DROP SEQUENCE IF EXISTS "{sequence}"')
+        finally:
+            await connection.close()
+
+
+@pytest.fixture(scope="module")
+def scratch(postgres_url: str) -> Iterator[Scratch]:
+    made = Scratch(postgres_url)
+    yield made
+    asyncio.run(made.drop_all())
+
+
+@pytest.fixture
+async def store(scratch: Scratch) -> AsyncIterator[PostgresLockStore]:
+    opened = scratch.store("store")
+    await opened.open()
+    yield opened
+    await opened.aclose()
+
+
+def sqlalchemy_url(url: str, driver: str) -> str:
+    return "postgresql+" + driver + "://" + url.partition("://")[2]
+
+
+# --- the contract, over every way in -------------------------------------------------------
+
+
+class _PostgresContract(LockStoreContractTests):
+    concurrent: ClassVar[Mapping[str, int]] = {"callers": 32}
+    url = ""
+
+    @pytest.fixture(autouse=True)
+    def _server(self, scratch: Scratch) -> None:
+        self.url = scratch.url
+
+    async def advance_time(self, ms: int) -> None:
+        await wait_for_real(ms)
+
+
+class TestPostgresContractAsyncpgPool(_PostgresContract):
+    async def make_store(self) -> LockStore:
+        pool = await asyncpg.create_pool(self.url, min_size=1, max_size=20)
+        return PostgresLockStore(
+            pool, table=CONTRACT_TABLE, sequence=CONTRACT_SEQUENCE, own_pool=True
+        )
+
+
+class TestPostgresContractFromUrl(_PostgresContract):
+    def make_store(self) -> LockStore:
+        return PostgresLockStore.from_url(
+            self.url, table=CONTRACT_TABLE, sequence=CONTRACT_SEQUENCE, max_size=20
+        )
+
+
+class TestPostgresContractSQLAlchemy(_PostgresContract):
+    def make_store(self) -> LockStore:
+        from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
+
+        engine = create_async_engine(sqlalchemy_url(self.url, "asyncpg"), pool_size=20)
+        return PostgresLockStore(
+            engine, table=CONTRACT_TABLE, sequence=CONTRACT_SEQUENCE, own_pool=True
+        )
+
+
+@pytest.mark.skipif(not HAS_PSYCOPG, reason="psycopg (v3) is not installed")
+class TestPostgresContractSQLAlchemyPsycopg(_PostgresContract):
+    def make_store(self) -> LockStore:
+        from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
+
+        engine = create_async_engine(sqlalchemy_url(self.url, "psycopg"), pool_size=20)
+        return PostgresLockStore(
+            engine, table=CONTRACT_TABLE, sequence=CONTRACT_SEQUENCE, own_pool=True
+        )
+
+
+# --- fencing tokens ------------------------------------------------------------------------
+
+
+async def restart_sequence(store: PostgresLockStore, url: str) -> None:
+    connection = await asyncpg.connect(url)
+    try:
+        await connection.execute(f"ALTER SEQUENCE {store._sql.sequence} RESTART WITH 1")
+    finally:
+        await connection.close()
+
+
+async def test_tokens_keep_growing_after_the_sequence_restarted_at_one(
+    store: PostgresLockStore, scratch: Scratch
+) -> None:
+    key = unique_key("restart")
+    for number in range(5):
+        result = await store.acquire(key, f"owner-{number}", 60_000)
+        assert await store.release(key, f"owner-{number}")
+    assert isinstance(result, Acquired)
+    await restart_sequence(store, scratch.url)
+
+    after = await store.acquire(key, "after-restart", 60_000)
+
+    assert isinstance(after, Acquired)
+    assert after.fencing_token >= result.fencing_token + 1
+
+
+async def test_a_takeover_after_expiry_keeps_growing_after_the_sequence_restarted(
+    store: PostgresLockStore, scratch: Scratch
+) -> None:
+    key = unique_key("restart-expired")
+    for number in range(5):
+        await store.acquire(unique_key("elsewhere"), f"owner-{number}", 60_000)
+    first = await store.acquire(key, "short", 300)
+    assert isinstance(first, Acquired)
+    await restart_sequence(store, scratch.url)
+    await wait_for_real(400)
+
+    after = await store.acquire(key, "taker", 60_000)
+
+    assert isinstance(after, Acquired)
+    assert after.fencing_token > first.fencing_token
+
+
+class _TokensAsText:
+    """A store whose driver hands bigints back as text: the engine must refuse it."""
+
+    def __init__(self, inner: PostgresLockStore) -> None:
+        self.inner = inner
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        result = await self.inner.acquire(key, owner, ttl_ms)
+        if isinstance(result, Acquired):
+            return Acquired(str(result.fencing_token))  # type: ignore[arg-type]
+        return result
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        return await self.inner.renew(key, owner, ttl_ms)
+
+    async def release(self, key: str, owner: str) -> bool:
+        return await self.inner.release(key, owner)
+
+    async def open(self) -> None:
+        await self.inner.open()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_token_returned_as_str_is_refused_with_the_fix(scratch: Scratch) -> None:
+    wrapped = _TokensAsText(scratch.store("as-text"))
+    async with Locks(store=wrapped) as locks:
+        with pytest.raises(LockStoreError, match=r"as str; return an int \(convert .* int\(\)\)"):
+            await locks.acquire(unique_key("as-text"))
+
+
+async def test_a_release_keeps_the_row_with_its_token_and_clears_the_owner(
+    store: PostgresLockStore, scratch: Scratch
+) -> None:
+    key = unique_key("kept")
+    taken = await store.acquire(key, "holder", 60_000)
+    assert isinstance(taken, Acquired)
+
+    assert await store.release(key, "holder")
+
+    connection = await asyncpg.connect(scratch.url)
+    try:
+        row = await connection.fetchrow(
+            # the store's own validated, quoted table name
+            f"SELECT owner, fencing_token FROM {store._sql.table} WHERE key = $1",
+            key,
+        )
+    finally:
+        await connection.close()
+    assert row is not None
+    assert row["owner"] is None
+    assert row["fencing_token"] == taken.fencing_token
+
+
+# --- the server's clock --------------------------------------------------------------------
+
+
+async def test_expiry_reads_clock_timestamp_so_time_moves_inside_one_transaction(
+    store: PostgresLockStore, scratch: Scratch
+) -> None:
+    # now() stands still for a whole transaction: with it, a lock taken inside one would never
+    # expire there. The store's own statements, run in one transaction, see time pass.
+    key = unique_key("clock")
+    connection = await asyncpg.connect(scratch.url)
+    try:
+        async with connection.transaction():
+            first = await connection.fetchval(store._sql.acquire, key, "first", 300)
+            assert first is not None
+            assert await connection.fetchval(store._sql.acquire, key, "second", 60_000) is None
+            await wait_for_real(400)
+
+            assert await connection.fetchrow(store._sql.renew, key, "first", 60_000) is None
+            taken = await connection.fetchval(store._sql.acquire, key, "second", 60_000)
+            assert taken is not None
+            assert taken > first
+    finally:
+        await connection.close()
+
+
+# --- schema --------------------------------------------------------------------------------
+
+
+async def test_create_schema_from_many_connections_at_once_succeeds(scratch: Scratch) -> None:
+    table, sequence = scratch.names("race")
+    stores = [
+        PostgresLockStore.from_url(
+            scratch.url, table=table, sequence=sequence, create_schema=False, min_size=0
+        )
+        for _ in range(8)
+    ]
+    try:
+        # eight pools: eight server sessions, each one racing the others on the catalog
+        await asyncio.gather(*(created.create_schema() for created in stores))
+        result = await stores[0].acquire(unique_key("race"), "owner", 60_000)
+    finally:
+        await asyncio.gather(*(created.aclose() for created in stores))
+    assert isinstance(result, Acquired)
+
+
+async def test_a_missing_table_is_reported_with_the_ways_to_create_it(scratch: Scratch) -> None:
+    missing = scratch.store("missing", create_schema=False)
+    try:
+        with pytest.raises(LockStoreError, match=r"does not exist .*create_schema"):
+            await missing.acquire(unique_key("missing"), "owner", 60_000)
+    finally:
+        await missing.aclose()
+
+
+def schema_file_statements() -> list[str]:
+    text = "\n".join(
+        line for line in SCHEMA_FILE.read_text().splitlines() if not line.startswith("--")
+    )
+    return [" ".join(part.split()) for part in text.split(";") if part.strip()]
+
+
+def test_the_shipped_schema_file_is_what_create_schema_runs() -> None:
+    store = PostgresLockStore.from_url("postgresql://localhost/db")
+    created = [" ".join(statement.split()) for statement in store._sql.schema[1:]]
+
+    assert schema_file_statements() == created
+
+
+def load_migration(table: str, sequence: str) -> ModuleType:
+    """Load the Alembic migration of the docs, with its names set as a user would set them."""
+    spec = importlib.util.spec_from_file_location("alembic_leaselock_locks", ALEMBIC_MIGRATION)
+    assert spec is not None
+    assert spec.loader is not None
+    migration = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(migration)
+    migration.__dict__.update(TABLE=table, SEQUENCE=sequence)
+    return migration
+
+
+async def migrate(url: str, migration: ModuleType, step: str) -> None:
+    from alembic.migration import MigrationContext  # noqa: PLC0415
+    from alembic.operations import Operations  # noqa: PLC0415
+    from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
+
+    def in_context(connection: Any) -> None:
+        with Operations.context(MigrationContext.configure(connection)):
+            getattr(migration, step)()
+
+    engine = create_async_engine(sqlalchemy_url(url, "asyncpg"))
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(in_context)
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.skipif(not HAS_ALEMBIC, reason="alembic is not installed")
+async def test_the_alembic_migration_makes_the_schema_create_schema_makes(
+    scratch: Scratch,
+) -> None:
+    by_store = scratch.store("by-store")
+    await by_store.create_schema()
+    await by_store.aclose()
+    table, sequence = scratch.names("alembic")
+
+    await migrate(scratch.url, load_migration(table, sequence), "upgrade")
+
+    assert await describe(scratch.url, table, sequence) == await describe(
+        scratch.url, by_store._table_name, by_store._sql.sequence.strip('"')
+    )
+    migrated = PostgresLockStore.from_url(
+        scratch.url, table=table, sequence=sequence, create_schema=False
+    )
+    try:
+        key = unique_key("alembic")
+        assert isinstance(await migrated.acquire(key, "owner", 60_000), Acquired)
+        assert await migrated.release(key, "owner")
+    finally:
+        await migrated.aclose()
+
+
+@pytest.mark.skipif(not HAS_ALEMBIC, reason="alembic is not installed")
+async def test_the_alembic_downgrade_drops_the_table_and_the_sequence(scratch: Scratch) -> None:
+    table, sequence = scratch.names("downgrade")
+    migration = load_migration(table, sequence)
+    await migrate(scratch.url, migration, "upgrade")
+
+    await migrate(scratch.url, migration, "downgrade")
+
+    assert await describe(scratch.url, table, sequence) == ([], [], [])
+
+
+async def describe(url: str, table: str, sequence: str) -> tuple[list[Any], list[Any], list[Any]]:
+    """Columns, constraints (named relative to the table) and sequence settings."""
+    connection = await asyncpg.connect(url)
+    try:
+        columns = await connection.fetch(
+            "SELECT column_name, data_type, is_nullable, collation_name "
+            "FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position",
+            table,
+        )
+        constraints = await connection.fetch(
+            "SELECT replace(conname, $1, ''), contype, pg_get_constraintdef(oid) "
+            "FROM pg_constraint WHERE conrelid = to_regclass(quote_ident($1)) ORDER BY 1",
+            table,
+        )
+        sequences = await connection.fetch(
+            "SELECT data_type::text, min_value, max_value, cycle FROM pg_sequences "
+            "WHERE sequencename = $1",
+            sequence,
+        )
+    finally:
+        await connection.close()
+    return (
+        [tuple(r) for r in columns],
+        [tuple(r) for r in constraints],
+        [tuple(r) for r in sequences],
+    )
+
+
+# --- ways in, and out ----------------------------------------------------------------------
+
+
+async def test_a_pool_given_to_the_store_stays_open_after_the_store_closes(
+    scratch: Scratch,
+) -> None:
+    table, sequence = scratch.names("given")
+    pool = await asyncpg.create_pool(scratch.url, min_size=1, max_size=2)
+    try:
+        store = PostgresLockStore(pool, table=table, sequence=sequence)
+        await store.open()
+        assert isinstance(await store.acquire(unique_key("given"), "owner", 60_000), Acquired)
+        await store.aclose()
+
+        assert await pool.fetchval("SELECT 1") == 1
+    finally:
+        await pool.close()
+
+
+async def test_a_bare_store_opens_once_for_many_first_callers(scratch: Scratch) -> None:
+    bare = scratch.store("bare")
+    made = 0
+    original = bare._make_executor.make
+
+    async def counting() -> Any:
+        nonlocal made
+        made += 1
+        return await original()
+
+    bare._make_executor = type(bare._make_executor)(counting, bare._make_executor.after_close)
+    try:
+        results = await asyncio.gather(
+            *(bare.acquire(unique_key("bare"), "owner", 60_000) for _ in range(20))
+        )
+    finally:
+        await bare.aclose()
+    assert made == 1
+    assert all(isinstance(result, Acquired) for result in results)
+
+
+@pytest.mark.parametrize("scheme", ["postgres", "postgresql+asyncpg"])
+async def test_from_url_accepts_the_other_postgresql_schemes(scratch: Scratch, scheme: str) -> None:
+    table, sequence = scratch.names("scheme")
+    url = scheme + "://" + scratch.url.partition("://")[2]
+    store = PostgresLockStore.from_url(url, table=table, sequence=sequence)
+    try:
+        assert isinstance(await store.acquire(unique_key("scheme"), "owner", 60_000), Acquired)
+    finally:
+        await store.aclose()
+
+
+async def test_cancelled_calls_never_strand_the_stores_connections(scratch: Scratch) -> None:
+    store = scratch.store("cancelled", max_size=1)
+    try:
+        # one call in flight on the only connection, the others waiting for it
+        calls = [
+            asyncio.ensure_future(store.acquire(unique_key("cancelled"), "owner", 60_000))
+            for _ in range(5)
+        ]
+        await asyncio.wait(calls, timeout=0)
+        for call in calls:
+            call.cancel()
+        await asyncio.wait(calls)
+
+        after = await store.acquire(unique_key("after"), "owner", 60_000)
+    finally:
+        await store.aclose()
+    assert isinstance(after, Acquired)
+
+
+async def test_the_store_reconnects_after_the_server_ended_its_connections(
+    scratch: Scratch,
+) -> None:
+    table, sequence = scratch.names("ended")
+    separator = "&" if "?" in scratch.url else "?"
+    store = PostgresLockStore.from_url(
+        f"{scratch.url}{separator}application_name={table}",
+        table=table,
+        sequence=sequence,
+        min_size=2,
+        notify_releases=False,
+    )
+    await store.open()
+    admin = await asyncpg.connect(scratch.url)
+    try:
+        ended = await admin.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = $1",
+            table,
+        )
+        assert ended == 2
+        # each ended connection may fail one call that raced the server's goodbye, no more
+        failures = 0
+        while True:
+            try:
+                after = await store.acquire(unique_key("ended"), "owner", 60_000)
+                break
+            except Exception:  # noqa: BLE001 -- whatever the driver says of a dead session
+                failures += 1
+                assert failures <= ended
+    finally:
+        await admin.close()
+        await store.aclose()
+    assert isinstance(after, Acquired)
+
+
+async def test_a_release_wakes_a_watcher_in_another_pool(scratch: Scratch) -> None:
+    table, sequence = scratch.names("watch")
+    releaser = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    watcher = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    key = unique_key("watched")
+    try:
+        async with watcher.watch_releases(heard.put_nowait):
+            await releaser.acquire(key, "owner", 60_000)
+            assert await releaser.release(key, "owner")
+            assert await asyncio.wait_for(heard.get(), 5) == key
+    finally:
+        await releaser.aclose()
+        await watcher.aclose()
+
+
+async def test_a_watcher_listens_again_after_its_connection_was_killed(scratch: Scratch) -> None:
+    table, sequence = scratch.names("relisten")
+    store = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    admin = await asyncpg.connect(scratch.url)
+    try:
+        async with store.watch_releases(heard.put_nowait):
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = $1",
+                f'LISTEN "{table}_released"',
+            )
+            assert killed == 1
+            key = unique_key("relisten")
+            await store.acquire(key, "owner", 60_000)
+            await store.release(key, "owner")
+            for _ in range(20):  # releases before it listens again go unheard: release again
+                try:
+                    if await asyncio.wait_for(heard.get(), 0.5) == key:
+                        break
+                except TimeoutError:
+                    await store.acquire(key, "owner", 60_000)
+                    await store.release(key, "owner")
+            else:
+                pytest.fail("no release was heard within 10 s of the listener's death")
+    finally:
+        await admin.close()
+        await store.aclose()
+
+
+def test_sync_locks_from_several_threads_never_overlap(scratch: Scratch) -> None:
+    store = scratch.store("sync")  # built here, in a plain thread; opened on the portal's loop
+    key = unique_key("sync")
+    guard = threading.Lock()
+    inside = 0
+    most_inside = 0
+    tokens: list[int] = []
+
+    def critical_section() -> None:
+        nonlocal inside, most_inside
+        with guard:
+            inside += 1
+            most_inside = max(most_inside, inside)
+            lock = current_lock()
+            assert lock is not None
+            tokens.append(lock.fencing_token)
+        sum(range(20_000))  # a little work, so that an overlap would have room to show
+        with guard:
+            inside -= 1
+
+    with SyncLocks(store=store) as locks:
+
+        def worker() -> None:
+            for _ in range(5):
+                locks.with_lock(key, critical_section, wait="30s")
+
+        with ThreadPoolExecutor(max_workers=4) as threads:
+            for done in [threads.submit(worker) for _ in range(4)]:
+                done.result()
+
+    assert most_inside == 1
+    assert len(tokens) == 20
+    assert tokens == sorted(set(tokens))
+
+
+# --- configuration -------------------------------------------------------------------------
+
+
+def test_from_url_repr_names_the_server_and_table_but_never_the_password() -> None:
+    store = PostgresLockStore.from_url("postgresql://u:secret@db.internal:6432/shop")
+
+    shown = repr(store)
+
+    assert "secret" not in shown
+    assert "db.internal:6432/shop" in shown
+    assert "leaselock_locks" in shown
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "1locks", "locks; DROP TABLE x; --", 'a"b', "a.b.c", "a" * 64, "locks-1", "lo cks"],
+)
+def test_a_bad_table_name_is_refused(name: str) -> None:
+    with pytest.raises(LocksConfigurationError, match="table="):
+        PostgresLockStore.from_url("postgresql://localhost/db", table=name)
+
+
+def test_a_bad_sequence_name_is_refused() -> None:
+    with pytest.raises(LocksConfigurationError, match="sequence="):
+        PostgresLockStore.from_url("postgresql://localhost/db", sequence="seq'; --")
+
+
+def test_a_channel_too_long_for_listen_is_refused() -> None:
+    with pytest.raises(LocksConfigurationError, match="channel="):
+        PostgresLockStore.from_url("postgresql://localhost/db", table="a" * 60)
+
+
+@pytest.mark.parametrize(
+    ("url", "hint"),
+    [
+        ("mysql://localhost/db", "postgresql://"),
+        ("postgresql+psycopg://localhost/db", "create_async_engine"),
+        ("localhost/db", "postgresql://"),
+    ],
+)
+def test_from_url_refuses_other_urls_naming_what_works(url: str, hint: str) -> None:
+    with pytest.raises(LocksConfigurationError, match=hint):
+        PostgresLockStore.from_url(url)
+
+
+def test_something_that_is_not_a_pool_is_refused_naming_what_works() -> None:
+    with pytest.raises(LocksConfigurationError, match="from_url"):
+        PostgresLockStore("postgresql://localhost/db")  # type: ignore[arg-type]
+
+
+def test_a_missing_asyncpg_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "asyncpg", None)
+
+    with pytest.raises(LocksConfigurationError, match=r"pip install 'leaselock\[postgres\]'"):
+        PostgresLockStore.from_url("postgresql://localhost/db")
