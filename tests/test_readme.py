@@ -12,8 +12,9 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
 def python_programs() -> list[str]:
-    """Every python block that runs itself (calls asyncio.run or is a script)."""
-    return [block for block in BLOCK.findall(README.read_text()) if "asyncio.run(" in block]
+    """Every python block that runs itself (calls asyncio.run or has a __main__ part)."""
+    blocks = BLOCK.findall(README.read_text())
+    return [block for block in blocks if "asyncio.run(" in block or "__main__" in block]
 
 
 def test_the_readme_has_runnable_examples():
@@ -26,4 +27,4 @@ def test_a_readme_program_runs_and_exits_cleanly(program: str):
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False
     )
     assert finished.returncode == 0, finished.stderr
-    assert "fencing token" in finished.stdout
+    assert finished.stdout.strip(), "an example prints what it did"
