@@ -1,0 +1,180 @@
+"""The SQL of PostgresLockStore, written once for every driver, and what fills in its names.
+
+Each statement says its input and output above it. Table and sequence names are validated and
+quoted here, and channels validated, before any of them reaches a statement.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from .._errors import LocksConfigurationError
+
+__all__ = [
+    "ACQUIRE_SQL",
+    "CREATE_SEQUENCE_SQL",
+    "CREATE_TABLE_SQL",
+    "RELEASE_AND_NOTIFY_SQL",
+    "RELEASE_SQL",
+    "RENEW_MANY_SQL",
+    "RENEW_SQL",
+    "SCHEMA_EXISTS_SQL",
+    "SCHEMA_LOCK_SQL",
+    "Statements",
+    "checked_channel",
+    "quoted_name",
+    "statements",
+]
+
+_NAME_PART: Final = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
+_QUALIFIED_NAME: Final = re.compile(rf"(?:{_NAME_PART}\.)?{_NAME_PART}")
+_CHANNEL: Final = re.compile(r"[A-Za-z0-9_.:-]{1,63}")
+# "leaseloc" in ASCII: one advisory lock serializes every leaselock create_schema of a database
+_SCHEMA_LOCK_KEY: Final = int.from_bytes(b"leaseloc", "big")
+
+# --- SQL: {table} and {sequence} are quoted names, {sequence_name} and {channel} string literals
+
+# $1 key, $2 owner, $3 ttl_ms (bigint) -> fencing_token: one row if taken, none if a live lock
+# holds the key. Owner check and write are ONE statement: the row lock taken by ON CONFLICT makes
+# exactly one of any concurrent callers win. A new key takes the INSERT path and the token drawn in
+# VALUES; a released or expired row takes the UPDATE path, whose token is drawn in SET after the
+# row lock, with the row's own token as its floor: a sequence that went back (restore, failover)
+# cannot hand the key an old token. VALUES draws a number on every call, even when the UPDATE path
+# runs or nothing is taken: that only burns sequence numbers. RETURNING gives the written row's
+# token on both paths. Expiry is measured on the server's clock_timestamp(), never now(), which
+# stands still for a whole transaction.
+ACQUIRE_SQL: Final = """\
+INSERT INTO {table} AS existing (key, owner, fencing_token, expires_at)
+VALUES ($1, $2, nextval({sequence_name}),
+        clock_timestamp() + CAST($3 AS bigint) * INTERVAL '1 millisecond')
+ON CONFLICT (key) DO UPDATE
+   SET owner = excluded.owner,
+       fencing_token = greatest(nextval({sequence_name}), existing.fencing_token + 1),
+       expires_at = clock_timestamp() + CAST($3 AS bigint) * INTERVAL '1 millisecond'
+ WHERE existing.owner IS NULL OR existing.expires_at <= clock_timestamp()
+RETURNING existing.fencing_token"""
+
+# $1 key, $2 owner, $3 ttl_ms (bigint) -> one row if owner held a live lock (now renewed), else none
+RENEW_SQL: Final = """\
+UPDATE {table}
+   SET expires_at = clock_timestamp() + CAST($3 AS bigint) * INTERVAL '1 millisecond'
+ WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+RETURNING true"""
+
+# $1 keys text[], $2 owners text[], $3 ttl_ms bigint[] (one element per renewal)
+# -> (key, owner) of every renewal that held a live lock, now renewed
+RENEW_MANY_SQL: Final = """\
+UPDATE {table} AS held
+   SET expires_at = clock_timestamp() + renewal.ttl_ms * INTERVAL '1 millisecond'
+  FROM unnest(CAST($1 AS text[]), CAST($2 AS text[]), CAST($3 AS bigint[]))
+       AS renewal (key, owner, ttl_ms)
+ WHERE held.key = renewal.key AND held.owner = renewal.owner
+   AND held.expires_at > clock_timestamp()
+RETURNING held.key, held.owner"""
+
+# $1 key, $2 owner -> one row if owner held a live lock (now released), else none.
+# The row stays, owner NULL: its token is the floor of the key's next one. The NOTIFY rides in the
+# same statement (one round trip) and is delivered at its commit, after the row is free.
+RELEASE_AND_NOTIFY_SQL: Final = """\
+WITH released AS (
+    UPDATE {table}
+       SET owner = NULL, expires_at = clock_timestamp()
+     WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+    RETURNING key
+)
+SELECT pg_notify({channel}, key) FROM released"""
+
+# $1 key, $2 owner -> one row if owner held a live lock (now released), else none; no NOTIFY
+RELEASE_SQL: Final = """\
+UPDATE {table}
+   SET owner = NULL, expires_at = clock_timestamp()
+ WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+RETURNING true"""
+
+# $1 table, $2 sequence (quoted names, as text) -> one row: whether both exist. Needs no DDL
+# privilege, so a role without CREATE can open a store on a schema made by a migration.
+SCHEMA_EXISTS_SQL: Final = """\
+SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL"""
+
+# no input, no output; in one transaction: the lock keeps two processes creating the schema at
+# once from colliding on the catalog (CREATE ... IF NOT EXISTS alone races into unique_violation)
+SCHEMA_LOCK_SQL: Final = f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK_KEY})"
+
+# no input, no output. Tokens stay below 2**53: exact in a JSON number.
+CREATE_SEQUENCE_SQL: Final = """\
+CREATE SEQUENCE IF NOT EXISTS {sequence}
+    AS bigint MINVALUE 1 MAXVALUE 9007199254740991 NO CYCLE"""
+
+# no input, no output. COLLATE "C": keys compare byte for byte, never by a locale's rules.
+CREATE_TABLE_SQL: Final = """\
+CREATE TABLE IF NOT EXISTS {table} (
+    key text COLLATE "C" PRIMARY KEY,
+    owner text,
+    fencing_token bigint NOT NULL CHECK (fencing_token > 0),
+    expires_at timestamptz NOT NULL
+)"""
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """The SQL of one store, with its names filled in."""
+
+    acquire: str
+    renew: str
+    renew_many: str
+    release: str
+    schema: tuple[str, ...]
+    table: str
+    sequence: str
+
+
+def statements(table: str, sequence: str, channel: str | None) -> Statements:
+    names = {
+        "table": table,
+        "sequence": sequence,
+        "sequence_name": _literal(sequence),
+        "channel": _literal(channel or ""),
+    }
+    release = RELEASE_SQL if channel is None else RELEASE_AND_NOTIFY_SQL
+    return Statements(
+        acquire=ACQUIRE_SQL.format_map(names),
+        renew=RENEW_SQL.format_map(names),
+        renew_many=RENEW_MANY_SQL.format_map(names),
+        release=release.format_map(names),
+        schema=(
+            SCHEMA_LOCK_SQL,
+            CREATE_SEQUENCE_SQL.format_map(names),
+            CREATE_TABLE_SQL.format_map(names),
+        ),
+        table=table,
+        sequence=sequence,
+    )
+
+
+def quoted_name(value: object, argument: str) -> str:
+    """Return ``value`` as a quoted, optionally schema-qualified, PostgreSQL name."""
+    if not isinstance(value, str) or not _QUALIFIED_NAME.fullmatch(value):
+        raise LocksConfigurationError(
+            f"{argument}={value!r} is not a name PostgresLockStore accepts: use letters, digits "
+            "and underscores, starting with a letter or underscore, at most 63 characters, "
+            'optionally schema-qualified ("locks.leaselock_locks"); it is used as written (quoted)'
+        )
+    return ".".join(f'"{part}"' for part in value.split("."))
+
+
+def _literal(text: str) -> str:
+    """Return ``text`` as a SQL string literal (names and channels are validated already)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def checked_channel(channel: object, table: str) -> str:
+    name = f"{table}_released" if channel is None else channel
+    if not isinstance(name, str) or not _CHANNEL.fullmatch(name):
+        raise LocksConfigurationError(
+            f"channel={name!r} is not a usable LISTEN/NOTIFY channel: use 1 to 63 letters, "
+            "digits, '_', '.', ':' or '-'"
+            + ("; the default is derived from the table name, so pass channel=" * (channel is None))
+        )
+    return name
