@@ -1,4 +1,4 @@
-"""PostgresLockStore: the contract over every way in, and what only PostgreSQL can show."""
+"""PostgresLockStore: what only PostgreSQL can show (the contract is in test_contract.py)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,18 @@ import importlib.util
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from helpers import unique_key, wait_for_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
-from leaselock.stores import Acquired, AcquireResult, LockStore
+from leaselock.stores import Acquired, AcquireResult
 from leaselock.stores.postgres import PostgresLockStore
-from leaselock.testing.pytest import LockStoreContractTests
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -31,18 +30,13 @@ ALEMBIC_MIGRATION = REPO / "docs" / "stores" / "alembic_leaselock_locks.py"
 HAS_PSYCOPG = importlib.util.find_spec("psycopg") is not None
 HAS_ALEMBIC = importlib.util.find_spec("alembic") is not None
 
-# every contract class of this run shares one table: their keys are unique, their rows are not
-# worth a table each; the scratch fixture drops it at the end
-CONTRACT_TABLE = f"leaselock_test_{uuid.uuid4().hex[:12]}"
-CONTRACT_SEQUENCE = f"{CONTRACT_TABLE}_seq"
-
 
 class Scratch:
     """Fresh table and sequence names on the test server, dropped when the module ends."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._names: list[tuple[str, str]] = [(CONTRACT_TABLE, CONTRACT_SEQUENCE)]
+        self._names: list[tuple[str, str]] = []
 
     def names(self, label: str) -> tuple[str, str]:
         table = f"leaselock_test_{label.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
@@ -80,57 +74,6 @@ async def store(scratch: Scratch) -> AsyncIterator[PostgresLockStore]:
 
 def sqlalchemy_url(url: str, driver: str) -> str:
     return "postgresql+" + driver + "://" + url.partition("://")[2]
-
-
-# --- the contract, over every way in -------------------------------------------------------
-
-
-class _PostgresContract(LockStoreContractTests):
-    concurrent: ClassVar[Mapping[str, int]] = {"callers": 32}
-    url = ""
-
-    @pytest.fixture(autouse=True)
-    def _server(self, scratch: Scratch) -> None:
-        self.url = scratch.url
-
-    async def advance_time(self, ms: int) -> None:
-        await wait_for_real(ms)
-
-
-class TestPostgresContractAsyncpgPool(_PostgresContract):
-    async def make_store(self) -> LockStore:
-        pool = await asyncpg.create_pool(self.url, min_size=1, max_size=20)
-        return PostgresLockStore(
-            pool, table=CONTRACT_TABLE, sequence=CONTRACT_SEQUENCE, own_pool=True
-        )
-
-
-class TestPostgresContractFromUrl(_PostgresContract):
-    def make_store(self) -> LockStore:
-        return PostgresLockStore.from_url(
-            self.url, table=CONTRACT_TABLE, sequence=CONTRACT_SEQUENCE, max_size=20
-        )
-
-
-class TestPostgresContractSQLAlchemy(_PostgresContract):
-    def make_store(self) -> LockStore:
-        from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
-
-        engine = create_async_engine(sqlalchemy_url(self.url, "asyncpg"), pool_size=20)
-        return PostgresLockStore(
-            engine, table=CONTRACT_TABLE, sequence=CONTRACT_SEQUENCE, own_pool=True
-        )
-
-
-@pytest.mark.skipif(not HAS_PSYCOPG, reason="psycopg (v3) is not installed")
-class TestPostgresContractSQLAlchemyPsycopg(_PostgresContract):
-    def make_store(self) -> LockStore:
-        from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
-
-        engine = create_async_engine(sqlalchemy_url(self.url, "psycopg"), pool_size=20)
-        return PostgresLockStore(
-            engine, table=CONTRACT_TABLE, sequence=CONTRACT_SEQUENCE, own_pool=True
-        )
 
 
 # --- fencing tokens ------------------------------------------------------------------------

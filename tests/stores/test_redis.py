@@ -1,4 +1,4 @@
-"""RedisLockStore: the store contract on a real server, and what only the Redis store does."""
+"""RedisLockStore: what only the Redis store does (the contract is in test_contract.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ import pytest
 import redis
 import redis.asyncio
 
-from helpers import unique_key, wait_for_real
+from helpers import unique_key
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
 from leaselock.stores import Acquired, AcquireResult, Renewal
 from leaselock.stores.redis import RedisLockStore
-from leaselock.testing.pytest import LockStoreContractTests
 from servers import REDIS_URL_ENV, ServerUnavailable, redis_server
 
 LOGGER = "leaselock.stores.redis"
@@ -77,31 +76,6 @@ async def opened(store: RedisLockStore) -> AsyncIterator[RedisLockStore]:
         yield store
     finally:
         await store.aclose()
-
-
-# --- the contract --------------------------------------------------------------------------
-
-
-@pytest.mark.redis
-class TestRedisContract(LockStoreContractTests):
-    """The shipped contract on a pool of 8 connections that 32 racing callers queue for."""
-
-    concurrent = {"callers": 32}  # noqa: RUF012 -- the base class declares it a ClassVar
-
-    @pytest.fixture(autouse=True)
-    def _server(self, redis_url: str) -> Iterator[None]:
-        self.url = redis_url
-        self.prefix = unique_prefix()
-        yield
-        forget(redis_url, self.prefix)
-
-    def make_store(self) -> RedisLockStore:
-        # from_url's pool is a BlockingConnectionPool: the 33rd caller waits for a connection
-        return RedisLockStore.from_url(self.url, prefix=self.prefix, max_connections=8)
-
-    async def advance_time(self, ms: int) -> None:
-        # Redis measures expiry on its own clock, which cannot be moved
-        await wait_for_real(ms)
 
 
 # --- keys and the counter ------------------------------------------------------------------

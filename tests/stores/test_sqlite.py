@@ -1,4 +1,4 @@
-"""SQLiteLockStore: the contract on one file, and what only a SQLite file on one host does."""
+"""SQLiteLockStore: what only a file on one host does (the contract is in test_contract.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
@@ -20,10 +20,9 @@ import pytest
 from helpers import unique_key
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
 from leaselock._durations import MAX_TTL_MS
-from leaselock.stores import Acquired, AcquireResult, NotAcquired, Renewal
+from leaselock.stores import Acquired, AcquireResult, NotAcquired
 from leaselock.stores.sqlite import SQLiteLockStore
 from leaselock.testing import ManualClock
-from leaselock.testing.pytest import LockStoreContractTests
 
 LONG_TTL_MS = 60_000
 PROCESSES = 8
@@ -52,68 +51,6 @@ def worker_thread(store: SQLiteLockStore) -> threading.Thread:
     worker = store._worker
     assert worker is not None
     return worker.thread
-
-
-# --- the contract --------------------------------------------------------------------------
-
-
-class TestSQLiteContract(LockStoreContractTests):
-    concurrent = {"callers": 32}  # noqa: RUF012 -- the base class declares it a ClassVar
-
-    @pytest.fixture(autouse=True)
-    def _fresh_file(self, tmp_path: Path) -> None:
-        self.path = tmp_path / "locks.db"
-        self.clock = ManualClock()
-
-    def make_store(self) -> SQLiteLockStore:
-        return SQLiteLockStore(self.path, clock=self.clock)
-
-    async def advance_time(self, ms: int) -> None:
-        await self.clock.advance(ms)
-
-
-class _RoundRobinStore:
-    """Spreads calls over several stores on one file: one connection and thread each, as if
-    each were a process of its own."""
-
-    def __init__(self, stores: Sequence[SQLiteLockStore]) -> None:
-        self._stores = stores
-        self._next = itertools.cycle(stores)
-
-    async def open(self) -> None:
-        for store in self._stores:
-            await store.open()
-
-    async def aclose(self) -> None:
-        for store in self._stores:
-            await store.aclose()
-
-    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-        return await next(self._next).acquire(key, owner, ttl_ms)
-
-    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
-        return await next(self._next).renew(key, owner, ttl_ms)
-
-    async def renew_many(self, renewals: Sequence[Renewal]) -> list[bool]:
-        return await next(self._next).renew_many(renewals)
-
-    async def release(self, key: str, owner: str) -> bool:
-        return await next(self._next).release(key, owner)
-
-
-class TestSQLiteContractOverFourConnections(LockStoreContractTests):
-    concurrent = {"callers": 32}  # noqa: RUF012 -- the base class declares it a ClassVar
-
-    @pytest.fixture(autouse=True)
-    def _fresh_file(self, tmp_path: Path) -> None:
-        self.path = tmp_path / "locks.db"
-        self.clock = ManualClock()
-
-    def make_store(self) -> _RoundRobinStore:
-        return _RoundRobinStore([SQLiteLockStore(self.path, clock=self.clock) for _ in range(4)])
-
-    async def advance_time(self, ms: int) -> None:
-        await self.clock.advance(ms)
 
 
 # --- processes -----------------------------------------------------------------------------
