@@ -32,6 +32,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy src
+	$(BIN)/mypy --strict tests/typing examples/shop/shop
 
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)

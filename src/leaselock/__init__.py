@@ -5,6 +5,9 @@ dies; and take the lock underneath by hand, with a signal that aborts when the l
 fencing token that grows with every acquisition.
 """
 
+from ._clock import Clock as Clock
+from ._clock import SystemClock as SystemClock
+from ._clock import TimerHandle as TimerHandle
 from ._context import current_lock as current_lock
 from ._durations import Duration as Duration
 from ._election import leader_election as leader_election
@@ -32,6 +35,7 @@ from .sync import SyncLock as SyncLock
 from .sync import SyncLocks as SyncLocks
 
 __all__ = [
+    "Clock",
     "DetectedBy",
     "Duration",
     "Event",
@@ -52,7 +56,9 @@ __all__ = [
     "LocksConfigurationError",
     "SyncLock",
     "SyncLocks",
+    "SystemClock",
     "TickSkipped",
+    "TimerHandle",
     "current_lock",
     "leader_election",
     "on_one_instance",

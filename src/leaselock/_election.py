@@ -243,15 +243,17 @@ class Campaign:
 
     async def _step_down(self, lock: Lock, *, from_term: bool = False) -> None:
         self._lock = None
+        if not from_term:
+            await _stop(self._term)
+        # the lease is handed back only after the lost hook: no new leader while this one
+        # is still disconnecting
+        await self._call_lost_hook(lock)
         await release_logged(lock)
         self._events._emit(  # noqa: SLF001 -- the campaign reports through its Locks' hub
             LeadershipLost(
                 key=lock.key, fencing_token=lock.fencing_token, owner=lock.owner, reason="released"
             )
         )
-        if not from_term:
-            await _stop(self._term)
-        await self._call_lost_hook(lock)
 
     async def _call_lost_hook(self, lock: Lock) -> None:
         if self._spec.runs_a_duty:

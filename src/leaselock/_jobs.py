@@ -12,9 +12,9 @@ from __future__ import annotations
 import functools
 import inspect
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, cast, final, overload
 
 from ._context import CURRENT_LOCK, current_locks
 from ._durations import Duration, parse_ttl
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BINDINGS",
     "JOB_ATTRIBUTE",
+    "JobDecorator",
     "JobSpec",
     "job_decorator",
     "on_one_instance",
@@ -34,7 +35,26 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 JobKind = Literal["on_one_instance", "without_overlapping"]
+
+
+class JobDecorator(Protocol):
+    """A job decorator: the wrapped function keeps its parameters, and may return ``None``.
+
+    ``None`` is what a skipped tick returns (another instance runs the job, or a run is still
+    in progress), so the type says so.
+    """
+
+    @overload
+    def __call__(
+        self, function: Callable[P, Coroutine[Any, Any, R]]
+    ) -> Callable[P, Coroutine[Any, Any, R | None]]: ...
+
+    @overload
+    def __call__(self, function: Callable[P, R]) -> Callable[P, R | None]: ...
+
 
 JOB_ATTRIBUTE = "__leaselock_job__"
 
@@ -105,7 +125,7 @@ def _twice(kind: str, spec: JobSpec) -> LocksConfigurationError:
 
 def job_decorator(
     kind: JobKind, key: str | None, ttl: Duration | None, locks: Locks | None
-) -> Callable[[F], F]:
+) -> JobDecorator:
     """Return the decorator of ``kind`` (``locks`` given: the bound form)."""
     checked_key = None if key is None else validate_key(key)
     ttl_ms = None if ttl is None else parse_ttl(ttl)
@@ -123,7 +143,7 @@ def job_decorator(
             locks._registry.add_job(spec)  # noqa: SLF001 -- the bound form registers itself
         return wrapper
 
-    return decorate
+    return cast("JobDecorator", decorate)
 
 
 def _check_decoratable(kind: str, function: object, *, has_key: bool) -> None:
@@ -235,7 +255,7 @@ def resolve_locks(spec: JobSpec, args: tuple[Any, ...]) -> Locks:
     )
 
 
-def on_one_instance(key: str | None = None, ttl: Duration | None = None) -> Callable[[F], F]:
+def on_one_instance(key: str | None = None, ttl: Duration | None = None) -> JobDecorator:
     """Mark a job that runs on ONE instance; bound by ``locks.register`` or the current Locks.
 
     The first instance whose tick finds the lease ``<key>:owner`` free takes it and keeps it
@@ -255,7 +275,7 @@ def on_one_instance(key: str | None = None, ttl: Duration | None = None) -> Call
     return job_decorator("on_one_instance", key, ttl, None)
 
 
-def without_overlapping(key: str | None = None, ttl: Duration | None = None) -> Callable[[F], F]:
+def without_overlapping(key: str | None = None, ttl: Duration | None = None) -> JobDecorator:
     """Mark a job that never overlaps itself; bound by ``locks.register`` or the current Locks.
 
     Each run holds the lock ``<key>`` for the whole run; a tick that finds it held is skipped.

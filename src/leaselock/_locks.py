@@ -22,7 +22,7 @@ from ._errors import LocksConfigurationError
 from ._events import Events
 from ._hold import LockHold, run_in_thread_to_end
 from ._job_runs import JobRun
-from ._jobs import BINDINGS, F, JobSpec, job_decorator
+from ._jobs import BINDINGS, F, JobDecorator, JobSpec, job_decorator
 from ._keys import validate_key
 from ._lock import Lock
 from ._redact import redact_secrets
@@ -181,7 +181,11 @@ class Locks:
     async def aclose(self) -> None:
         """Release every held lock and close the store; a failure here is logged, never raised.
 
-        Locks still held are lost with ``detected_by="shutdown"``: their signals abort.
+        In order: elections step down, job runs in progress finish (up to ``shutdown_grace``),
+        their leases are handed back, and locks still held are lost with
+        ``detected_by="shutdown"`` (their signals abort). Waiting for runs reads this Locks'
+        clock: with a :class:`~leaselock.testing.ManualClock` that is never advanced (a paused
+        instance in a test), end the runs first, or advance it past the grace.
         """
         if self._phase is not _Phase.STARTED:
             if self._phase is _Phase.NEW:
@@ -355,9 +359,7 @@ class Locks:
                 result = await result
             return result
 
-    def on_one_instance(
-        self, key: str | None = None, ttl: Duration | None = None
-    ) -> Callable[[F], F]:
+    def on_one_instance(self, key: str | None = None, ttl: Duration | None = None) -> JobDecorator:
         """Run the decorated job on ONE instance of the application.
 
         The first instance whose tick finds the lease ``<key>:owner`` free takes it, keeps it
@@ -379,7 +381,7 @@ class Locks:
 
     def without_overlapping(
         self, key: str | None = None, ttl: Duration | None = None
-    ) -> Callable[[F], F]:
+    ) -> JobDecorator:
         """Never let the decorated job overlap itself, on any instance.
 
         Each run holds the lock ``<key>`` for the whole run (renewed, released at the end); a

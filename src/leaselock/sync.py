@@ -17,7 +17,7 @@ from ._context import CURRENT_LOCK, CURRENT_LOCKS
 from ._durations import Duration
 from ._errors import LockNotAcquiredError, LocksConfigurationError
 from ._events import Events
-from ._jobs import F
+from ._jobs import F, JobDecorator
 from ._lock import Lock, release_logged
 from ._locks import Locks
 from ._portal import Portal
@@ -249,9 +249,7 @@ class SyncLocks:
         with self.hold(key, ttl=ttl, wait=wait, signal=signal):
             return fn()
 
-    def on_one_instance(
-        self, key: str | None = None, ttl: Duration | None = None
-    ) -> Callable[[F], F]:
+    def on_one_instance(self, key: str | None = None, ttl: Duration | None = None) -> JobDecorator:
         """Bind a job to run on ONE instance; see :meth:`leaselock.Locks.on_one_instance`.
 
         A sync job runs in the thread that calls it (a ``BackgroundScheduler`` worker, a Celery
@@ -261,7 +259,7 @@ class SyncLocks:
 
     def without_overlapping(
         self, key: str | None = None, ttl: Duration | None = None
-    ) -> Callable[[F], F]:
+    ) -> JobDecorator:
         """Bind a job that never overlaps itself; see ``Locks.without_overlapping``."""
         return self._locks.without_overlapping(key, ttl)
 

@@ -213,3 +213,21 @@ def test_bad_election_targets_are_refused():
         leaselock.leader_election("k")(sync_duty)
     with pytest.raises(LocksConfigurationError, match="key is empty"):
         leaselock.leader_election("")
+
+
+async def test_stepping_down_runs_the_lost_hook_while_the_lease_is_still_held(store, clock):
+    held_in_hook: list[bool] = []
+
+    @leaselock.leader_election("feed:orderly")
+    class Feed:
+        async def on_leadership_acquired(self, lock: Lock) -> None: ...
+
+        async def on_leadership_lost(self, lock: Lock) -> None:
+            held_in_hook.append(lock.held)
+            held_in_hook.append("feed:orderly" in store._rows)
+
+    async with Locks(store=store, clock=clock) as locks:
+        locks.register(Feed)
+        await let_loop_run()
+    assert held_in_hook == [True, True]
+    assert "feed:orderly" not in store._rows
