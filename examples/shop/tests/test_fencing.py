@@ -1,0 +1,88 @@
+"""5. The stale write: a paused instance's late write, refused by the fencing token."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from leaselock import LockLostError
+from shop.clients import HeldCalls
+from shop.jobs import Reconciliation
+from shop.schedule import STOCK_RECONCILIATION_JOB
+from shop_harness import Cluster, Instance
+
+SALMON = "salmon-kibble-2kg"
+
+
+@dataclass
+class StaleWrite:
+    """Instance A, paused in the middle of its count; B's run, done after A's lease expired."""
+
+    a: Instance
+    a_count: HeldCalls
+    a_run: asyncio.Task[Any]
+    b_run: Reconciliation
+
+
+async def pause_a_after_it_reads_12_and_let_b_write_9(
+    cluster: Cluster, **settings: Any
+) -> StaleWrite:
+    """Instance A counts 12 bags and stands still; B takes over after the ttl and writes 9."""
+    a = await cluster.start(paused=True, **settings)
+    b = await cluster.start(**settings)
+    a_count = cluster.warehouse.hold_counts()
+    a_run = a.run_directly(STOCK_RECONCILIATION_JOB)
+    await a_count.wait_until_held()
+    cluster.warehouse.set_stock(SALMON, 9)
+    await cluster.backend.pass_ttl()
+    [b_run] = await cluster.fire(STOCK_RECONCILIATION_JOB, b)
+    assert isinstance(b_run, Reconciliation)
+    assert b_run.written == 3
+    assert (await cluster.products())[SALMON][0] == 9
+    return StaleWrite(a, a_count, a_run, b_run)
+
+
+async def test_without_fencing_the_paused_instances_late_write_wins(cluster: Cluster) -> None:
+    stale = await pause_a_after_it_reads_12_and_let_b_write_9(cluster, fenced_stock_writes=False)
+    stale.a_count.resume()
+    await stale.a_run
+    assert (await cluster.products())[SALMON][0] == 12
+
+
+async def test_with_the_fencing_token_the_late_write_is_refused(
+    cluster: Cluster, logs: pytest.LogCaptureFixture
+) -> None:
+    stale = await pause_a_after_it_reads_12_and_let_b_write_9(cluster)
+    stale.a_count.resume()
+    late = await stale.a_run
+    assert isinstance(late, Reconciliation)
+    newer = stale.b_run.fencing_token
+    assert late.fencing_token is not None
+    assert newer is not None
+    assert late.fencing_token < newer
+    assert (late.written, late.stale_writes) == (0, 3)
+    products = await cluster.products()
+    assert products[SALMON] == (9, newer)
+    assert {token for _, token in products.values()} == {newer}
+    assert (
+        f"Skipped 3 stale stock writes: a newer run (token > {late.fencing_token}) "
+        "wrote those products"
+    ) in logs.text
+
+
+async def test_an_instance_that_reaches_its_next_renewal_first_stops_and_writes_nothing(
+    cluster: Cluster,
+) -> None:
+    stale = await pause_a_after_it_reads_12_and_let_b_write_9(cluster)
+    assert stale.a.clock is not None
+    # A runs again, and its next renewal comes before its count returns: the store refuses it
+    await stale.a.clock.advance(cluster.backend.ttl_ms // 3)
+    with pytest.raises(LockLostError) as lost:
+        await stale.a_run
+    assert lost.value.detected_by == "renewal"
+    products = await cluster.products()
+    assert products[SALMON] == (9, stale.b_run.fencing_token)
+    assert {token for _, token in products.values()} == {stale.b_run.fencing_token}

@@ -1,0 +1,32 @@
+"""Migrations: the shop's tables, and leaselock's lock table and sequence on PostgreSQL."""
+
+from __future__ import annotations
+
+from sqlalchemy import inspect, text
+
+from shop.database import create_engine
+from shop.seed import PLACED_ORDER_IDS
+from shop_harness import Backend, Cluster
+
+
+async def test_the_migrated_and_seeded_database_has_orders_products_and_on_postgresql_the_locks(
+    database_backend: Backend, plain_cluster: Cluster
+) -> None:
+    engine = create_engine(database_backend.database_url)
+    try:
+        async with engine.connect() as connection:
+            tables = set(await connection.run_sync(lambda sync: inspect(sync).get_table_names()))
+            if database_backend.name == "postgres":
+                sequence = await connection.scalar(
+                    text("SELECT to_regclass('leaselock_fencing_token_seq') IS NOT NULL")
+                )
+                assert sequence is True
+    finally:
+        await engine.dispose()
+    assert {"orders", "products", "alembic_version"} <= tables
+    assert ("leaselock_locks" in tables) == (database_backend.name == "postgres")
+    batches = await plain_cluster.invoice_batches()
+    assert sorted(order for order, batch in batches.items() if batch is None) == sorted(
+        [*PLACED_ORDER_IDS, "ord_1003"]
+    )
+    assert len(await plain_cluster.products()) == 3
