@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from helpers import unique_key, wait_for_real
+from helpers import TokensAsText, unique_key, wait_for_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
-from leaselock.stores import Acquired, AcquireResult
+from leaselock.stores import Acquired
 from leaselock.stores.postgres import PostgresLockStore
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -120,33 +120,8 @@ async def test_a_takeover_after_expiry_keeps_growing_after_the_sequence_restarte
     assert after.fencing_token > first.fencing_token
 
 
-class _TokensAsText:
-    """A store whose driver hands bigints back as text: the engine must refuse it."""
-
-    def __init__(self, inner: PostgresLockStore) -> None:
-        self.inner = inner
-
-    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-        result = await self.inner.acquire(key, owner, ttl_ms)
-        if isinstance(result, Acquired):
-            return Acquired(str(result.fencing_token))  # type: ignore[arg-type]
-        return result
-
-    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
-        return await self.inner.renew(key, owner, ttl_ms)
-
-    async def release(self, key: str, owner: str) -> bool:
-        return await self.inner.release(key, owner)
-
-    async def open(self) -> None:
-        await self.inner.open()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
 async def test_a_token_returned_as_str_is_refused_with_the_fix(scratch: Scratch) -> None:
-    wrapped = _TokensAsText(scratch.store("as-text"))
+    wrapped = TokensAsText(scratch.store("as-text"))
     async with Locks(store=wrapped) as locks:
         with pytest.raises(LockStoreError, match=r"as str; return an int \(convert .* int\(\)\)"):
             await locks.acquire(unique_key("as-text"))

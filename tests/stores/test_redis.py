@@ -15,9 +15,9 @@ import pytest
 import redis
 import redis.asyncio
 
-from helpers import unique_key
+from helpers import TokensAsText, unique_key
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
-from leaselock.stores import Acquired, AcquireResult, Renewal
+from leaselock.stores import Acquired, Renewal
 from leaselock.stores.redis import RedisLockStore
 from servers import REDIS_URL_ENV, ServerUnavailable, redis_server
 
@@ -590,31 +590,12 @@ def test_sync_locks_in_threads_take_turns_on_one_key(redis_url: str, prefix: str
     assert tokens == sorted(set(tokens))
 
 
-class _TokenAsText:
-    """A store that breaks the contract: it returns the token as a str."""
-
-    def __init__(self, store: RedisLockStore) -> None:
-        self.store = store
-
-    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-        result = await self.store.acquire(key, owner, ttl_ms)
-        if isinstance(result, Acquired):
-            return Acquired(str(result.fencing_token))  # type: ignore[arg-type]
-        return result
-
-    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
-        return await self.store.renew(key, owner, ttl_ms)
-
-    async def release(self, key: str, owner: str) -> bool:
-        return await self.store.release(key, owner)
-
-
 @pytest.mark.redis
 async def test_the_engine_refuses_a_token_returned_as_str(redis_url: str, prefix: str) -> None:
     key = unique_key("text")
     async with (
         opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store,
-        Locks(store=_TokenAsText(store)) as locks,
+        Locks(store=TokensAsText(store)) as locks,
     ):
         with pytest.raises(LockStoreError, match="as str; return an int"):
             await locks.acquire(key)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import unique_key
+from helpers import TokensAsText, unique_key
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
 from leaselock._durations import MAX_TTL_MS
 from leaselock.stores import Acquired, AcquireResult, NotAcquired
@@ -281,26 +281,8 @@ async def test_a_key_whose_row_was_deleted_gets_a_greater_token_from_the_counter
 async def test_a_token_returned_as_text_is_refused_by_the_engine(
     path: Path, clock: ManualClock
 ) -> None:
-    class TextTokens:
-        """A driver that hands a bigint back as text."""
-
-        def __init__(self, store: SQLiteLockStore) -> None:
-            self.store = store
-
-        async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-            result = await self.store.acquire(key, owner, ttl_ms)
-            if isinstance(result, Acquired):
-                return Acquired(str(result.fencing_token))  # type: ignore[arg-type]
-            return result
-
-        async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
-            return await self.store.renew(key, owner, ttl_ms)
-
-        async def release(self, key: str, owner: str) -> bool:
-            return await self.store.release(key, owner)
-
     store = SQLiteLockStore(path, clock=clock)
-    async with Locks(store=TextTokens(store), clock=clock) as locks:
+    async with Locks(store=TokensAsText(store), clock=clock) as locks:
         with pytest.raises(LockStoreError, match="fencing token '1' as str"):
             await locks.acquire(unique_key("text"))
     await store.aclose()

@@ -5,7 +5,7 @@ import unittest
 
 import pytest
 
-from helpers import let_loop_run
+from helpers import TokensAsText, let_loop_run
 from leaselock import LocksConfigurationError
 from leaselock.stores import Acquired, AcquireResult, InMemoryLockStore, NotAcquired
 from leaselock.testing import ManualClock, lock_store_contract
@@ -86,25 +86,6 @@ class WholeSecondsStore:
         return await self._inner.release(key, owner)
 
 
-class StrTokenStore:
-    """Returns the token as the text a careless driver gives for a bigint."""
-
-    def __init__(self, clock: ManualClock) -> None:
-        self._inner = InMemoryLockStore(clock=clock)
-
-    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-        result = await self._inner.acquire(key, owner, ttl_ms)
-        if isinstance(result, Acquired):
-            return Acquired(str(result.fencing_token))  # type: ignore[arg-type]
-        return result
-
-    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
-        return await self._inner.renew(key, owner, ttl_ms)
-
-    async def release(self, key: str, owner: str) -> bool:
-        return await self._inner.release(key, owner)
-
-
 async def outcomes(make_store, clock: ManualClock) -> dict[str, str]:
     """Run every case; return name -> "passed" | "failed: <message>" | "skipped"."""
     results: dict[str, str] = {}
@@ -170,7 +151,9 @@ async def test_a_store_that_rounds_expiry_to_seconds_fails_the_millisecond_cases
 
 
 async def test_a_store_returning_tokens_as_text_fails_with_the_type_named():
-    results = await outcomes(StrTokenStore, ManualClock())
+    results = await outcomes(
+        lambda clock: TokensAsText(InMemoryLockStore(clock=clock)), ManualClock()
+    )
     assert "returned token '1' as str, not int" in results["free_key_taken_once"]
 
 
