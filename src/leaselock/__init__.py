@@ -26,6 +26,8 @@ from ._events import LeadershipLost as LeadershipLost
 from ._events import LeaseAcquired as LeaseAcquired
 from ._events import LockLost as LockLost
 from ._events import TickSkipped as TickSkipped
+from ._fencing import FencingGuard as FencingGuard
+from ._fencing import fenced_update as fenced_update
 from ._jobs import on_one_instance as on_one_instance
 from ._jobs import without_overlapping as without_overlapping
 from ._lock import Lock as Lock
@@ -42,6 +44,7 @@ __all__ = [
     "EventStream",
     "EventType",
     "Events",
+    "FencingGuard",
     "LeadershipAcquired",
     "LeadershipLost",
     "LeaseAcquired",
@@ -60,6 +63,7 @@ __all__ = [
     "TickSkipped",
     "TimerHandle",
     "current_lock",
+    "fenced_update",
     "leader_election",
     "on_one_instance",
     "without_overlapping",
