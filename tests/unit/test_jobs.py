@@ -497,3 +497,45 @@ def test_two_keys_on_one_function_are_refused():
 def test_registering_an_object_without_jobs_is_refused(store):
     with pytest.raises(LocksConfigurationError, match="carries no leaselock job or election"):
         Locks(store=store).register(object())
+
+
+class BreaksAfterStart:
+    """Works until told to break, as a store whose server goes away during the app's life."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.inner = InMemoryLockStore(clock=clock)
+        self.broken = False
+
+    def _check(self) -> None:
+        if self.broken:
+            raise ConnectionResetError("server went away")
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        self._check()
+        return await self.inner.acquire(key, owner, ttl_ms)
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        self._check()
+        return await self.inner.renew(key, owner, ttl_ms)
+
+    async def release(self, key: str, owner: str) -> bool:
+        self._check()
+        return await self.inner.release(key, owner)
+
+
+async def test_a_store_failing_at_shutdown_is_logged_never_raised(
+    clock, caplog: pytest.LogCaptureFixture
+):
+    store = BreaksAfterStart(clock)
+    locks = Locks(store=store, clock=clock)
+    job = locks.register(StockReconciliationJob("x"))
+    await locks.start()
+    await job.reconcile_stock()
+    held = await locks.acquire("report:monthly")
+    assert held is not None
+    await clock.advance("2s")
+    store.broken = True
+    with caplog.at_level(logging.INFO, logger="leaselock"):
+        await locks.aclose()
+    assert not held.held
+    assert "server went away" in caplog.text
