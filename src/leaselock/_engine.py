@@ -53,7 +53,16 @@ def backoff_ms(attempt: int) -> int:
 class LockEngine:
     """Acquires, releases and loses the leases of one Locks."""
 
-    __slots__ = ("_background", "_clock", "_events", "_exit_stack", "_held", "_renewal", "store")
+    __slots__ = (
+        "_background",
+        "_clock",
+        "_events",
+        "_exit_stack",
+        "_held",
+        "_renewal",
+        "_waiters",
+        "store",
+    )
 
     def __init__(self, store: CheckedStore, clock: Clock, events: Events) -> None:
         """Create an engine over ``store`` with time from ``clock``."""
@@ -63,6 +72,7 @@ class LockEngine:
         self._renewal = RenewalScheduler(store, clock, self.lose)
         self._held: set[Lease] = set()
         self._background: set[asyncio.Task[None]] = set()
+        self._waiters: set[_Waiter] = set()
         self._exit_stack = AsyncExitStack()
 
     @property
@@ -107,7 +117,11 @@ class LockEngine:
         waiter = _Waiter(
             self, key, owner, ttl_ms, give_up_at_ms=sent_at_ms + wait_ms, last_error=first_error
         )
-        outcome = await waiter.wait(signal)
+        self._waiters.add(waiter)
+        try:
+            outcome = await waiter.wait(signal)
+        finally:
+            self._waiters.discard(waiter)
         if outcome is None:
             return None
         token, sent_at_ms = outcome
@@ -222,7 +236,9 @@ class LockEngine:
             _log.info('Could not hand back "%s"; it expires on its own: %s', key, error)
 
     async def close(self) -> None:
-        """Lose every held lease (``"shutdown"``), stop renewing, and finish background work."""
+        """End waits (``None``), lose held leases (``"shutdown"``), stop renewing, finish work."""
+        for waiter in list(self._waiters):
+            waiter.give_up()
         for lease in list(self._held):
             self.lose(lease, "shutdown")
         self._renewal.close()
@@ -326,6 +342,13 @@ class _Waiter:
             and self._outcome.result() is not None
         ):
             self._engine.release_in_background(self._key, self._owner)
+
+    def give_up(self) -> None:
+        """End the wait now with ``None``; an attempt in flight hands back what it wins."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self._outcome.done():
+            self._outcome.set_result(None)
 
     def _abort(self, reason: LockLostError) -> None:
         if not self._outcome.done():

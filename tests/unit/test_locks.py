@@ -388,3 +388,14 @@ async def test_bad_hold_arguments_are_refused_when_hold_is_called(locks: Locks):
 async def test_the_configuration_errors_are_value_errors_too():
     with pytest.raises(ValueError, match="ttl"):
         Locks(ttl="0s")
+
+
+async def test_closing_ends_a_wait_in_progress_with_none(store, clock):
+    locks = Locks(store=store, clock=clock)
+    await locks.start()
+    await store.acquire("k", "someone-else", 3_600_000)
+    waiting = asyncio.create_task(locks.acquire("k", wait="1h"))
+    await let_loop_run()
+    await locks.aclose()
+    assert await waiting is None
+    assert clock.next_due_ms is None
