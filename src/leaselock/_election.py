@@ -132,6 +132,7 @@ class Campaign:
     """One instance's part in one election: campaigning, leading, stepping down."""
 
     __slots__ = (
+        "_between_terms",
         "_clock",
         "_engine",
         "_events",
@@ -168,6 +169,8 @@ class Campaign:
         self._term: asyncio.Task[None] | None = None
         self._timer: TimerHandle | None = None
         self._stopped = False
+        # set from the end of a term until its lost hook has run: no new term starts before
+        self._between_terms = False
 
     @property
     def leading(self) -> bool:
@@ -181,7 +184,7 @@ class Campaign:
     async def _campaign(self) -> None:
         if self._stopped:
             return
-        if self._lock is None:
+        if self._lock is None and not self._between_terms:
             try:
                 lease = await self._engine.acquire(self._spec.key, self._ttl_ms, 0, None)
             except LockStoreError as error:
@@ -230,6 +233,7 @@ class Campaign:
         if self._lock is not lock or reason.detected_by == "shutdown":
             return
         self._lock = None
+        self._between_terms = True
         self._events._emit(  # noqa: SLF001 -- the campaign reports through its Locks' hub
             LeadershipLost(
                 key=lock.key, fencing_token=lock.fencing_token, owner=lock.owner, reason="lost"
@@ -238,17 +242,24 @@ class Campaign:
         self._spawn(self._after_term(lock, self._term))
 
     async def _after_term(self, lock: Lock, term: asyncio.Task[None] | None) -> None:
-        await _stop(term)
-        await self._call_lost_hook(lock)
+        try:
+            await _stop(term)
+            await self._call_lost_hook(lock)
+        finally:
+            self._between_terms = False
 
     async def _step_down(self, lock: Lock, *, from_term: bool = False) -> None:
         self._lock = None
-        if not from_term:
-            await _stop(self._term)
-        # the lease is handed back only after the lost hook: no new leader while this one
-        # is still disconnecting
-        await self._call_lost_hook(lock)
-        await release_logged(lock)
+        self._between_terms = True
+        try:
+            if not from_term:
+                await _stop(self._term)
+            # the lease is handed back only after the lost hook: no new leader while this one
+            # is still disconnecting
+            await self._call_lost_hook(lock)
+            await release_logged(lock)
+        finally:
+            self._between_terms = False
         self._events._emit(  # noqa: SLF001 -- the campaign reports through its Locks' hub
             LeadershipLost(
                 key=lock.key, fencing_token=lock.fencing_token, owner=lock.owner, reason="released"

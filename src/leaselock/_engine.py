@@ -12,7 +12,7 @@ import random
 import secrets
 from collections.abc import Coroutine
 from contextlib import AsyncExitStack
-from typing import final
+from typing import Any, final
 
 from ._checked_store import CheckedStore
 from ._clock import Clock, TimerCallback, TimerHandle
@@ -30,6 +30,8 @@ __all__ = ["LockEngine", "backoff_ms", "new_owner"]
 _log = logging.getLogger("leaselock")
 
 BACKOFF_FIRST_MS = 50
+# how long close() waits for the store; a store that does not answer leaves locks to expire
+CLOSE_WAIT_MS = 5000
 BACKOFF_CAP_MS = 1000
 _jitter = random.Random()  # noqa: S311 -- jitter spreads retries; it guards no secret
 
@@ -54,8 +56,11 @@ class LockEngine:
     """Acquires, releases and loses the leases of one Locks."""
 
     __slots__ = (
+        "_acquires_done",
+        "_acquiring",
         "_background",
         "_clock",
+        "_closed",
         "_events",
         "_exit_stack",
         "_held",
@@ -74,6 +79,9 @@ class LockEngine:
         self._background: set[asyncio.Task[None]] = set()
         self._waiters: set[_Waiter] = set()
         self._exit_stack = AsyncExitStack()
+        self._closed = False
+        self._acquiring = 0
+        self._acquires_done = asyncio.Event()
 
     @property
     def held(self) -> frozenset[Lease]:
@@ -112,7 +120,7 @@ class LockEngine:
             first_error, token = error, None
         if token is not None:
             return self._adopt(key, owner, ttl_ms, token, sent_at_ms)
-        if wait_ms == 0:
+        if wait_ms == 0 or self._closed:
             return None
         waiter = _Waiter(
             self, key, owner, ttl_ms, give_up_at_ms=sent_at_ms + wait_ms, last_error=first_error
@@ -129,15 +137,26 @@ class LockEngine:
 
     async def acquire_once(self, key: str, owner: str, ttl_ms: int) -> int | None:
         """Return a token if the store gave ``key`` to ``owner``, else ``None``."""
+        self._acquiring += 1
         try:
             result = await self.store.acquire(key, owner, ttl_ms)
         except BaseException:
             # the store may have written before the failure or cancellation reached us
             self.release_in_background(key, owner)
             raise
+        finally:
+            self._acquiring -= 1
+            if not self._acquiring:
+                self._acquires_done.set()
         return result.fencing_token if isinstance(result, Acquired) else None
 
-    def _adopt(self, key: str, owner: str, ttl_ms: int, token: int, sent_at_ms: int) -> Lease:
+    def _adopt(
+        self, key: str, owner: str, ttl_ms: int, token: int, sent_at_ms: int
+    ) -> Lease | None:
+        if self._closed:
+            # won while closing: nobody renews it any more, so hand it back rather than hold it
+            self.release_in_background(key, owner)
+            return None
         lease = Lease(
             key=key,
             owner=owner,
@@ -214,7 +233,8 @@ class LockEngine:
         """
         if lease.state is not LeaseState.HELD:
             return
-        if keep_ms <= 0:
+        if keep_ms <= 0 or lease.renewing:
+            # a full-ttl renewal in flight could land after a short one: release instead
             await release_logged(Lock(self, lease))
             return
         lease.state = LeaseState.RELEASED
@@ -236,15 +256,50 @@ class LockEngine:
             _log.info('Could not hand back "%s"; it expires on its own: %s', key, error)
 
     async def close(self) -> None:
-        """End waits (``None``), lose held leases (``"shutdown"``), stop renewing, finish work."""
+        """End waits (``None``), lose held leases (``"shutdown"``), stop renewing, finish work.
+
+        Acquires still at the store are awaited first, so what they win is handed back, not
+        held; waiting for the store is bounded by :data:`CLOSE_WAIT_MS` on the clock, after
+        which what is left expires after its ttl.
+        """
+        self._closed = True
         for waiter in list(self._waiters):
             waiter.give_up()
+        if self._acquiring:
+            self._acquires_done.clear()
+            await self._within_close_wait({asyncio.ensure_future(self._acquires_done.wait())})
         for lease in list(self._held):
             self.lose(lease, "shutdown")
         self._renewal.close()
-        await self._exit_stack.aclose()
-        while self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        await self._within_close_wait({asyncio.ensure_future(self._exit_stack.aclose())})
+        if self._background:
+            await self._within_close_wait(set(self._background))
+
+    async def _within_close_wait(self, work: set[asyncio.Future[Any]]) -> None:
+        over = asyncio.get_running_loop().create_future()
+
+        async def time_is_up() -> None:
+            if not over.done():
+                over.set_result(None)
+
+        timer = self._clock.call_at(self._clock.now_ms() + CLOSE_WAIT_MS, time_is_up)
+        try:
+            pending = {future for future in work if not future.done()}
+            while pending and not over.done():
+                _, pending = await asyncio.wait(
+                    pending | {over}, return_when=asyncio.FIRST_COMPLETED
+                )
+                pending.discard(over)
+        finally:
+            timer.cancel()
+        if pending:
+            _log.warning(
+                "The lock store did not answer within %d ms at shutdown; what it holds for "
+                "this process expires after its ttl",
+                CLOSE_WAIT_MS,
+            )
+        for future in pending:
+            future.cancel()
 
     def _released_elsewhere(self, key: str) -> None:
         RELEASE_BOARD.notify(self.store.store, key)

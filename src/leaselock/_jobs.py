@@ -166,7 +166,7 @@ def _wrap(spec: JobSpec) -> Callable[..., Any]:
         @functools.wraps(function)
         async def run_async(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401 -- the job's own
             locks = resolve_locks(spec, args)
-            run = await locks._on_own_loop(locks._runs_begin(spec))  # noqa: SLF001
+            run = await locks._begin_run(spec)  # noqa: SLF001
             if run is None:
                 return None
             token = CURRENT_LOCK.set(run.lock)

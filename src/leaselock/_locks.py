@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import enum
 import inspect
 import logging
@@ -81,6 +82,7 @@ class Locks:
     __slots__ = (
         "_allow_in_memory_storage",
         "_clock",
+        "_closing",
         "_engine",
         "_loop",
         "_phase",
@@ -123,6 +125,7 @@ class Locks:
         self._phase = _Phase.NEW
         self._engine: LockEngine | None = None
         self._scheduling: Scheduling | None = None
+        self._closing: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._registry = Registry()
         self.events = Events()
@@ -162,21 +165,29 @@ class Locks:
         self._registry.participants()
         if isinstance(self._store, SupportsLifecycle):
             await self._store.open()
-        engine = LockEngine(CheckedStore(self._store), self._clock, self.events)
-        await engine.start()
-        self._engine = engine
-        self._loop = asyncio.get_running_loop()
-        self._scheduling = Scheduling(
-            engine, self._clock, self.events, self._registry, default_ttl_ms=self._ttl_ms
-        )
-        self._phase = _Phase.STARTED
-        started_locks.add(self)
-        # what this context starts next (a scheduler, its jobs' tasks) runs under this Locks
-        CURRENT_LOCKS.set(self)
-        _log.info(
-            "leaselock started on %s (ttl %d ms)", redact_secrets(repr(self._store)), self._ttl_ms
-        )
-        await self._scheduling.start()
+        try:
+            engine = LockEngine(CheckedStore(self._store), self._clock, self.events)
+            self._engine = engine
+            await engine.start()
+            self._loop = asyncio.get_running_loop()
+            self._scheduling = Scheduling(
+                engine, self._clock, self.events, self._registry, default_ttl_ms=self._ttl_ms
+            )
+            self._phase = _Phase.STARTED
+            started_locks.add(self)
+            # what this context starts next (a scheduler, its jobs' tasks) runs under this Locks
+            CURRENT_LOCKS.set(self)
+            _log.info(
+                "leaselock started on %s (ttl %d ms)",
+                redact_secrets(repr(self._store)),
+                self._ttl_ms,
+            )
+            await self._scheduling.start()
+        except BaseException:
+            # undo what started, so a failed start leaves no pool, listener or lease behind
+            await self._close_everything()
+            self._phase, self._closing = _Phase.NEW, None
+            raise
 
     async def aclose(self) -> None:
         """Release every held lock and close the store; a failure here is logged, never raised.
@@ -187,27 +198,34 @@ class Locks:
         clock: with a :class:`~leaselock.testing.ManualClock` that is never advanced (a paused
         instance in a test), end the runs first, or advance it past the grace.
         """
-        if self._phase is not _Phase.STARTED:
-            if self._phase is _Phase.NEW:
-                self._phase = _Phase.CLOSED
+        if self._phase is _Phase.NEW:
+            self._phase = _Phase.CLOSED
             return
+        if self._closing is None:
+            if self._phase is not _Phase.STARTED:
+                return
+            self._closing = asyncio.get_running_loop().create_task(self._close_everything())
+        # shielded: a shutdown timeout that cancels this wait must not stop the closing half-way;
+        # another aclose() waits for the same closing
+        await asyncio.shield(self._closing)
+
+    async def _close_everything(self) -> None:
         self._phase = _Phase.CLOSING
         started_locks.discard(self)
         BINDINGS.unbind(self)
         if CURRENT_LOCKS.get() is self:
             CURRENT_LOCKS.set(None)
-        engine, scheduling = self._engine, self._scheduling
-        assert engine is not None  # noqa: S101 -- set by start()
-        assert scheduling is not None  # noqa: S101 -- set by start()
-        try:
-            await scheduling.close(self._shutdown_grace_ms)
-        except Exception:  # noqa: BLE001 -- shutdown goes on; leases expire after their ttl
-            _log.exception("Stopping jobs and elections failed; their leases expire after ttl")
+        if self._scheduling is not None:
+            try:
+                await self._scheduling.close(self._shutdown_grace_ms)
+            except Exception:  # noqa: BLE001 -- shutdown goes on; leases expire after their ttl
+                _log.exception("Stopping jobs and elections failed; their leases expire after ttl")
         self._phase = _Phase.CLOSED
-        try:
-            await engine.close()
-        except Exception:  # noqa: BLE001 -- shutdown goes on; the locks expire after their ttl
-            _log.exception("Releasing locks at shutdown failed; they expire after their ttl")
+        if self._engine is not None:
+            try:
+                await self._engine.close()
+            except Exception:  # noqa: BLE001 -- shutdown goes on; the locks expire after ttl
+                _log.exception("Releasing locks at shutdown failed; they expire after their ttl")
         if isinstance(self._store, SupportsLifecycle):
             try:
                 await self._store.aclose()
@@ -463,6 +481,27 @@ class Locks:
         self._running_engine()
         assert self._scheduling is not None  # noqa: S101 -- set by start()
         return await self._scheduling.runs.begin(spec)
+
+    async def _begin_run(self, spec: JobSpec) -> JobRun | None:
+        """Begin a run from whichever loop the job was called on."""
+        loop = self._loop
+        if loop is None or _running_loop() is loop:
+            return await self._runs_begin(spec)
+        begun = asyncio.run_coroutine_threadsafe(self._runs_begin(spec), loop)
+        try:
+            return await asyncio.wrap_future(begun)
+        except asyncio.CancelledError:
+            # the run may have begun on our loop as the caller left: end it there, or its run
+            # lock would be renewed, and every later tick skipped, for ever
+            begun.add_done_callback(self._end_orphaned_run)
+            raise
+
+    def _end_orphaned_run(self, begun: concurrent.futures.Future[JobRun | None]) -> None:
+        if begun.cancelled() or begun.exception() is not None:
+            return
+        run = begun.result()
+        if run is not None and self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self._runs_end(run), self._loop)
 
     async def _runs_end(self, run: JobRun) -> None:
         assert self._scheduling is not None  # noqa: S101 -- set by start()

@@ -15,7 +15,8 @@ __all__ = ["LockSignal", "SignalCallback"]
 SignalCallback = Callable[[LockLostError], object]
 
 _log = logging.getLogger("leaselock")
-_THREAD_EVENT_GUARD = threading.Lock()
+# one lock for every signal's state: held for a few list operations, never across a callback
+_GUARD = threading.Lock()
 
 
 @final
@@ -79,16 +80,21 @@ class LockSignal:
 
     async def wait(self) -> LockLostError:
         """Wait until the lock is lost and return the reason."""
-        if self._reason is None:
-            loop = asyncio.get_running_loop()
-            waiter: asyncio.Future[None] = loop.create_future()
-            entry = (loop, waiter)
-            self._waiters.append(entry)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        entry = (loop, waiter)
+        with _GUARD:
+            # checked and registered in one step: _abort on another thread cannot slip between
+            waiting = self._reason is None
+            if waiting:
+                self._waiters.append(entry)
+        if waiting:
             try:
                 await waiter
             finally:
-                if entry in self._waiters:
-                    self._waiters.remove(entry)
+                with _GUARD:
+                    if entry in self._waiters:
+                        self._waiters.remove(entry)
         assert self._reason is not None  # noqa: S101 -- the waiter is resolved only by _abort
         return self._reason
 
@@ -98,7 +104,7 @@ class LockSignal:
         Returns:
             Whether the lock is lost. Never call it on the event loop's thread.
         """
-        with _THREAD_EVENT_GUARD:
+        with _GUARD:
             if self._thread_event is None:
                 self._thread_event = threading.Event()
                 if self._reason is not None:
@@ -112,30 +118,34 @@ class LockSignal:
         Returns:
             A function that removes the callback.
         """
-        if self._reason is not None:
-            _call_logged(callback, self._reason)
+        with _GUARD:
+            reason = self._reason
+            if reason is None:
+                self._callbacks.append(callback)
+        if reason is not None:
+            _call_logged(callback, reason)
             return _noop
-        self._callbacks.append(callback)
 
         def remove() -> None:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
+            with _GUARD:
+                if callback in self._callbacks:
+                    self._callbacks.remove(callback)
 
         return remove
 
     def _abort(self, detected_by: DetectedBy) -> LockLostError:
         """Abort once with a reason built from ``detected_by``; return the reason (internal)."""
-        if self._reason is not None:
-            return self._reason
-        reason = LockLostError(self._key, self._fencing_token, detected_by)
-        self._reason = reason
-        with _THREAD_EVENT_GUARD:
+        with _GUARD:
+            if self._reason is not None:
+                return self._reason
+            reason = LockLostError(self._key, self._fencing_token, detected_by)
+            self._reason = reason
             if self._thread_event is not None:
                 self._thread_event.set()
-        waiters, self._waiters = self._waiters, []
+            waiters, self._waiters = self._waiters, []
+            callbacks, self._callbacks = self._callbacks, []
         for loop, waiter in waiters:
             loop.call_soon_threadsafe(_resolve, waiter)
-        callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             _call_logged(callback, reason)
         return reason

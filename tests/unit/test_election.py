@@ -231,3 +231,33 @@ async def test_stepping_down_runs_the_lost_hook_while_the_lease_is_still_held(st
         await let_loop_run()
     assert held_in_hook == [True, True]
     assert "feed:orderly" not in store._rows
+
+
+async def test_no_new_term_starts_before_the_lost_hook_of_the_last_one_has_run(store, clock):
+    hook_may_finish = asyncio.Event()
+    log: list[str] = []
+
+    @leaselock.leader_election("feed:one-term-at-a-time")
+    class Feed:
+        async def on_leadership_acquired(self, lock: Lock) -> None:
+            log.append(f"acquired {lock.fencing_token}")
+
+        async def on_leadership_lost(self, lock: Lock) -> None:
+            log.append(f"losing {lock.fencing_token}")
+            await hook_may_finish.wait()
+            log.append(f"lost {lock.fencing_token}")
+
+    async with Locks(store=store, clock=clock) as locks:
+        locks.register(Feed)
+        await let_loop_run()
+        del store._rows["feed:one-term-at-a-time"]
+        await clock.advance("10s")
+        await clock.advance("10s")
+        await let_loop_run()
+        assert log == ["acquired 1", "losing 1"]
+        hook_may_finish.set()
+        await let_loop_run()
+        await clock.advance("10s")
+        await let_loop_run()
+        assert log[:3] == ["acquired 1", "losing 1", "lost 1"]
+        assert log[3].startswith("acquired ")

@@ -399,3 +399,80 @@ async def test_closing_ends_a_wait_in_progress_with_none(store, clock):
     await locks.aclose()
     assert await waiting is None
     assert clock.next_due_ms is None
+
+
+class GatedAcquires:
+    """Acquire calls wait for the test to open the gate, as a slow store would."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.inner = InMemoryLockStore(clock=clock)
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        self.entered.set()
+        await self.gate.wait()
+        return await self.inner.acquire(key, owner, ttl_ms)
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        return await self.inner.renew(key, owner, ttl_ms)
+
+    async def release(self, key: str, owner: str) -> bool:
+        return await self.inner.release(key, owner)
+
+
+async def test_an_acquire_still_at_the_store_when_closing_is_handed_back_not_held(clock):
+    store = GatedAcquires(clock)
+    locks = Locks(store=store, clock=clock)
+    await locks.start()
+    acquiring = asyncio.create_task(locks.acquire("k"))
+    await store.entered.wait()
+    closing = asyncio.create_task(locks.aclose())
+    await let_loop_run()
+    store.gate.set()
+    assert await acquiring is None
+    await closing
+    assert store.inner._rows == {}
+    assert clock.next_due_ms is None
+
+
+async def test_a_cancelled_close_still_finishes_and_a_second_close_waits_for_it(store, clock):
+    locks = Locks(store=store, clock=clock)
+    await locks.start()
+    held = await locks.acquire("k")
+    assert held is not None
+    closing = asyncio.create_task(locks.aclose())
+    await let_loop_run(1)
+    closing.cancel()
+    await locks.aclose()
+    assert not held.held
+    assert store._rows == {}
+    assert clock.next_due_ms is None
+
+
+class ListenerRefused(ReleaseFails):
+    """Opens fine, then refuses to watch releases; records its lifecycle."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.lifecycle: list[str] = []
+
+    async def open(self) -> None:
+        self.lifecycle.append("open")
+
+    async def aclose(self) -> None:
+        self.lifecycle.append("close")
+
+    def watch_releases(self, on_release: object) -> object:
+        raise PermissionError("LISTEN is not allowed for this user")
+
+
+async def test_a_failed_start_closes_what_it_opened_and_can_be_retried(clock):
+    store = ListenerRefused(clock)
+    locks = Locks(store=store, clock=clock)
+    with pytest.raises(PermissionError, match="LISTEN"):
+        await locks.start()
+    assert store.lifecycle == ["open", "close"]
+    assert not locks.started
+    with pytest.raises(PermissionError):
+        await locks.start()

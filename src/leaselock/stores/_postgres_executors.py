@@ -33,6 +33,9 @@ __all__ = [
     "safe_url",
 ]
 
+# how long UNLISTEN may take at teardown before the listening connection is cut instead
+UNLISTEN_TIMEOUT_S = 5.0
+
 _log = logging.getLogger("leaselock")
 
 RELISTEN_PAUSE_S: Final = 1.0
@@ -286,7 +289,9 @@ async def _asyncpg_listening(
         connection.remove_termination_listener(terminated)
         if not connection.is_closed():
             try:
-                await connection.remove_listener(channel, deliver)
+                # a server that stopped answering must not hold the application's shutdown
+                async with asyncio.timeout(UNLISTEN_TIMEOUT_S):
+                    await connection.remove_listener(channel, deliver)
             except Exception:  # noqa: BLE001 -- a session that may still listen is not reused
                 connection.terminate()
 

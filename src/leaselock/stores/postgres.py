@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, final
 
+from .._durations import Duration, parse_ttl
 from .._errors import LocksConfigurationError, LockStoreError
 from .._redact import redact_secrets
 from ._postgres_executors import (
@@ -154,6 +155,7 @@ class PostgresLockStore:
         max_size: int = DEFAULT_MAX_SIZE,
         create_schema: bool = True,
         notify_releases: bool = True,
+        command_timeout: Duration = "10s",
     ) -> PostgresLockStore:
         """Build a store that owns its connections to ``url``, made on the loop that opens it.
 
@@ -168,6 +170,10 @@ class PostgresLockStore:
                 Release notifications use one more, beside them.
             create_schema: as for the constructor.
             notify_releases: as for the constructor.
+            command_timeout: how long a connection attempt or a statement may take before it
+                fails; a server that stops answering then fails calls instead of hanging them
+                (renewals are retried until the holder's deadline; shutdown goes on). Keep it
+                under a third of your ttl.
 
         Raises:
             LocksConfigurationError: asyncpg is missing, or an argument is wrong.
@@ -181,11 +187,12 @@ class PostgresLockStore:
                 "PostgresLockStore.from_url needs asyncpg: pip install 'leaselock[postgres]'"
             ) from None
         dsn = _asyncpg_dsn(url)
+        timeout_s = parse_ttl(command_timeout, name="command_timeout") / 1000
         _check_pool_size(min_size, max_size)
         _check_flags(create_schema=create_schema, notify_releases=notify_releases)
 
         async def connect() -> asyncpg.Connection:
-            return await asyncpg.connect(dsn)
+            return await asyncpg.connect(dsn, timeout=timeout_s, command_timeout=timeout_s)
 
         async def make_executor() -> Executor:
             executor = ConnectionsExecutor(
