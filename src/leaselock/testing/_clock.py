@@ -3,27 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import heapq
 import itertools
+from collections.abc import Awaitable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import final
+from typing import TypeVar, final
 
-from .._clock import TimerCallback, TimerHandle
+from .._clock import Clock, TimerCallback, TimerHandle
 from .._durations import Duration, parse_duration
 from .._errors import LocksConfigurationError
+from ._settle import wait_all_tasks_blocked
 
-__all__ = ["ManualClock"]
+__all__ = ["ManualClock", "wait_on_clock"]
 
-# a resolved future wakes its waiter one loop pass later; a few passes let the woken code reach
-# its next suspension point before advance() returns or fires the next timer
-_SETTLE_PASSES = 5
-
-# set while a timer callback runs; tasks the callback starts inherit it, so a slow store call in
-# any of them may advance the clock itself, while unrelated tasks may not
-_RUNNING_CALLBACK_OF: ContextVar[ManualClock | None] = ContextVar(
-    "leaselock.testing.running_callback_of", default=None
-)
+T = TypeVar("T")
 
 
 @dataclass(order=True, slots=True)
@@ -38,25 +33,49 @@ class _Timer:
 
 
 @final
+class _Run:
+    """One timer callback in flight: its task, and how many of its waits only time can end."""
+
+    __slots__ = ("clock", "parked", "task")
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.parked = 0
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def settled(self) -> bool:
+        """Whether the run has nothing to do until the clock moves: ended, or parked."""
+        return self.task is None or self.task.done() or self.parked > 0
+
+
+# the run of the timer callback this code belongs to; tasks a callback starts inherit it, so a
+# slow store call in any of them may park on the clock or advance it, while unrelated tasks may not
+_CURRENT_RUN: ContextVar[_Run | None] = ContextVar("leaselock.testing.current_run", default=None)
+
+
+@final
 class ManualClock:
-    """A :class:`~leaselock._clock.Clock` for tests: ``await clock.advance("5m")`` moves it.
+    """A :class:`~leaselock.Clock` for tests: ``await clock.advance("5m")`` moves it.
 
     ``advance`` fires every timer that falls due on the way, in order of due time (ties in the
-    order they were scheduled), with :meth:`now_ms` set to each one's due time, and awaits each
-    callback to its end, store calls included: when ``advance`` returns, every renewal, retry and
-    deadline that fell due has reached the store. Give the store and every ``Locks`` the same clock
-    to share time; give one ``Locks`` a clock of its own and never advance it, and that instance
-    behaves as a paused process (no renewals, no deadlines) while the others move on.
+    order they were scheduled), with :meth:`now_ms` set to each one's due time, and lets each
+    callback run until it ends or waits for time to pass, store calls included: when ``advance``
+    returns, every renewal, retry and deadline that fell due has reached the store. Give the store
+    and every ``Locks`` the same clock to share time; give one ``Locks`` a clock of its own and
+    never advance it, and that instance behaves as a paused process (no renewals, no deadlines)
+    while the others move on.
 
-    A callback waiting on something that never completes (a store call that never returns) holds
-    ``advance`` too; model an unreachable store with one that raises, as a driver's timeout does.
-    To model a slow call, let the callback (a test store's method) ``await clock.advance(...)``
-    itself: time passes during the call, and what falls due meanwhile runs.
+    A store call that answers late or never (:class:`~leaselock.testing.FaultyStore`'s delays and
+    hangs) waits "on the clock": ``advance`` goes on past it to the timers that fall due later,
+    so the bound leaselock puts on every store call fires as it would in production. A callback
+    waiting on anything else that never completes holds ``advance``. A callback may also call
+    ``advance`` itself (time passing during a slow call).
 
     .. versionadded:: 0.1
     """
 
-    __slots__ = ("_advancing", "_now_ms", "_seq", "_timers")
+    __slots__ = ("_advancing", "_now_ms", "_progress", "_runs", "_seq", "_timers")
 
     def __init__(self, start: Duration = 0) -> None:
         """Create a clock reading ``start`` (a :data:`~leaselock.Duration`, default 0)."""
@@ -64,6 +83,9 @@ class ManualClock:
         self._timers: list[_Timer] = []
         self._seq = itertools.count()
         self._advancing = False
+        self._runs: set[_Run] = set()
+        # set whenever a run ends or parks: what advance waits for between timers
+        self._progress: asyncio.Event | None = None
 
     def now_ms(self) -> int:
         """Return the current time in milliseconds."""
@@ -85,15 +107,14 @@ class ManualClock:
     async def advance(self, duration: Duration) -> None:
         """Move the clock forward by ``duration``, running what falls due on the way.
 
-        A timer callback may itself call ``advance`` (time passing during a slow call).
-
         Raises:
             LocksConfigurationError: ``duration`` is not a duration, or another task is
                 advancing this clock.
-            Exception: whatever a timer callback raised (leaselock's own never raise).
         """
         step_ms = parse_duration(duration, name="duration")
-        if self._advancing and _RUNNING_CALLBACK_OF.get() is not self:
+        caller = _CURRENT_RUN.get()
+        inside_a_callback = caller is not None and caller.clock is self
+        if self._advancing and not inside_a_callback:
             raise LocksConfigurationError(
                 "ManualClock.advance() is already running in another task; await one advance "
                 "before starting the next"
@@ -102,20 +123,67 @@ class ManualClock:
         self._advancing = True
         try:
             target_ms = self._now_ms + step_ms
-            await _settle()
+            await wait_all_tasks_blocked()
             while (due_ms := self.next_due_ms) is not None and due_ms <= target_ms:
                 timer = heapq.heappop(self._timers)
                 self._now_ms = max(self._now_ms, due_ms)
-                running = _RUNNING_CALLBACK_OF.set(self)
-                try:
-                    await timer.callback()
-                finally:
-                    _RUNNING_CALLBACK_OF.reset(running)
-                await _settle()
+                self._start(timer.callback)
+                await self._until_settled(exclude=caller)
+                await wait_all_tasks_blocked()
             self._now_ms = max(self._now_ms, target_ms)
-            await _settle()
+            await wait_all_tasks_blocked()
         finally:
             self._advancing = outer
+
+    def jump(self, duration: Duration) -> None:
+        """Move the clock forward by ``duration`` without running the timers that fall due.
+
+        This is what a process finds when it resumes from a pause (``SIGSTOP``, a long garbage
+        collection, a VM migration): time has passed, and its overdue timers have not run yet.
+        Code that runs before them (an answer that arrived meanwhile, a ``release()``) reads the
+        new time. They run, in order, at the next :meth:`advance` (``advance(0)`` is enough).
+
+        Raises:
+            LocksConfigurationError: ``duration`` is not a duration.
+
+        .. versionadded:: 0.2
+        """
+        self._now_ms += parse_duration(duration, name="duration")
+
+    def _start(self, callback: TimerCallback) -> None:
+        run = _Run(self)
+        context = contextvars.copy_context()
+        context.run(_CURRENT_RUN.set, run)
+        run.task = asyncio.get_running_loop().create_task(_call(callback), context=context)
+        run.task.add_done_callback(lambda _: self._changed())
+        self._runs.add(run)
+
+    async def _until_settled(self, *, exclude: _Run | None) -> None:
+        """Wait until every run but ``exclude`` (the caller's own) has ended or parked."""
+        progress = self._progress
+        if progress is None:
+            progress = self._progress = asyncio.Event()
+        while True:
+            progress.clear()
+            self._runs = {run for run in self._runs if not (run.task and run.task.done())}
+            if all(run.settled for run in self._runs if run is not exclude):
+                return
+            await progress.wait()
+
+    def _changed(self) -> None:
+        if self._progress is not None:
+            self._progress.set()
+
+    async def _parked(self, waiting: Awaitable[T]) -> T:
+        run = _CURRENT_RUN.get()
+        if run is None or run.clock is not self:
+            return await waiting
+        run.parked += 1
+        self._changed()
+        try:
+            return await waiting
+        finally:
+            run.parked -= 1
 
     def __repr__(self) -> str:
         """Show the time and how many timers are pending."""
@@ -123,6 +191,16 @@ class ManualClock:
         return f"ManualClock(now_ms={self._now_ms}, pending_timers={pending})"
 
 
-async def _settle() -> None:
-    for _ in range(_SETTLE_PASSES):
-        await asyncio.sleep(0)
+async def _call(callback: TimerCallback) -> None:
+    await callback()
+
+
+async def wait_on_clock(clock: Clock, waiting: Awaitable[T]) -> T:
+    """Await ``waiting``, something only time or the test will end (a delay, a hang).
+
+    On a :class:`ManualClock`, a timer callback waiting here lets ``advance`` go on to the
+    timers after it, as a slow call lets a real process's other timers fire.
+    """
+    if isinstance(clock, ManualClock):
+        return await clock._parked(waiting)  # noqa: SLF001 -- the clock's own module
+    return await waiting

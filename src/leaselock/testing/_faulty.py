@@ -1,0 +1,422 @@
+"""FaultyStore: any store, with the faults of production scripted per method and per key."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Final, Literal, TypeAlias, TypeVar, final
+
+from .._clock import Clock, SystemClock
+from .._durations import Duration, parse_duration
+from .._errors import LocksConfigurationError
+from ..stores._protocol import (
+    Acquired,
+    AcquireResult,
+    LockStore,
+    SupportsLifecycle,
+    SupportsReleaseNotifications,
+)
+from ._clock import wait_on_clock
+
+__all__ = ["Fault", "FaultyStore", "InjectedFaultError", "Method", "StoreCall"]
+
+Method: TypeAlias = Literal["acquire", "renew", "release"]
+FaultKind: TypeAlias = Literal[
+    "delay", "fail", "hang", "lose_answer", "refuse_renewals", "tokens_back"
+]
+_METHODS: Final = ("acquire", "renew", "release")
+T = TypeVar("T")
+
+
+class InjectedFaultError(ConnectionError):
+    """What a call that a :class:`FaultyStore` fails raises: a connection error, as a driver's.
+
+    .. versionadded:: 0.2
+    """
+
+
+@final
+@dataclass(eq=False)
+class Fault:
+    """One scripted fault; :meth:`remove` ends it, and answers the calls it holds (a hang).
+
+    Attributes:
+        kind: what it does to a call.
+        method: the method it applies to, or ``None`` for all three.
+        key: the key it applies to, or ``None`` for every key.
+        hits: how many calls it has applied to so far.
+    """
+
+    kind: FaultKind
+    method: Method | None
+    key: str | None
+    times: int | None
+    until_ms: int | None
+    delay_ms: int = 0
+    on_request: bool = False
+    tokens_by: int = 0
+    hits: int = 0
+    _store: FaultyStore | None = field(default=None, repr=False)
+    _held: list[asyncio.Future[None]] = field(default_factory=list, repr=False)
+
+    def applies(self, method: Method, key: str, now_ms: int) -> bool:
+        """Whether the fault is live for a call of ``method`` on ``key`` at ``now_ms``."""
+        if self.times is not None and self.hits >= self.times:
+            return False
+        if self.until_ms is not None and now_ms >= self.until_ms:
+            return False
+        return (self.method is None or self.method == method) and (
+            self.key is None or self.key == key
+        )
+
+    def remove(self) -> None:
+        """End the fault; calls it holds (a hang) go on to the store now."""
+        if self._store is not None:
+            self._store._forget(self)  # noqa: SLF001 -- the store owns its list of faults
+        self.release()
+
+    def release(self) -> None:
+        """Let the calls this hang holds go on to the store now (the fault stays for new calls)."""
+        held, self._held = self._held, []
+        for future in held:
+            if not future.done():
+                future.set_result(None)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StoreCall:
+    """One call that reached the :class:`FaultyStore`, as the caller saw it.
+
+    Attributes:
+        method: ``"acquire"``, ``"renew"`` or ``"release"``.
+        key: the key.
+        owner: the owner id sent.
+        ttl_ms: the ttl sent (``None`` for a release).
+        sent_ms: the clock when the call came in.
+        answered_ms: the clock when it returned or raised (``None``: cancelled, never answered).
+        outcome: the answer (a bool, or the token), the error's class name, or ``"cancelled"``.
+        faults: the kinds of the faults applied.
+    """
+
+    method: Method
+    key: str
+    owner: str
+    ttl_ms: int | None
+    sent_ms: int
+    answered_ms: int | None
+    outcome: object
+    faults: tuple[FaultKind, ...]
+
+
+@final
+class FaultyStore:
+    """Wraps any store and injects scripted faults per method and per key.
+
+    Each fault method below adds a rule and returns its :class:`Fault`; rules apply to the calls
+    that match them, for ``times`` calls or until ``lasting`` has passed on the store's clock,
+    or until removed. Every call is recorded in :attr:`calls`. With a
+    :class:`~leaselock.testing.ManualClock` every delay is exact and the run deterministic;
+    with the system clock it works on a real store the same way::
+
+        store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
+        store.lose_answer("acquire", times=1)      # written, but the caller sees an error
+        store.delay("release", "500ms", on="request")
+
+    Optional capabilities of the inner store pass through: its lifecycle, and its release
+    notifications (a store without them simply never notifies). Batched renewals do not: each
+    renewal is a call of its own, so per-key faults apply to it.
+
+    .. versionadded:: 0.2
+    """
+
+    __slots__ = ("_clock", "_faults", "_inner", "calls")
+
+    def __init__(self, inner: LockStore, *, clock: Clock | None = None) -> None:
+        """Wrap ``inner``; ``clock`` times the delays and windows (default: the system clock).
+
+        Raises:
+            LocksConfigurationError: ``inner`` is not a store, or ``clock`` is not a clock.
+        """
+        for name in _METHODS:
+            if not callable(getattr(inner, name, None)):
+                raise LocksConfigurationError(
+                    f"inner={inner!r} has no {name}() method; wrap a lock store, such as "
+                    "InMemoryLockStore(clock=clock)"
+                )
+        if clock is not None and not isinstance(clock, Clock):
+            raise LocksConfigurationError(
+                f"clock={clock!r} is not a clock; pass the test's ManualClock, or None"
+            )
+        self._inner = inner
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._faults: list[Fault] = []
+        self.calls: list[StoreCall] = []
+
+    @property
+    def inner(self) -> LockStore:
+        """The wrapped store."""
+        return self._inner
+
+    # --- scripting faults ----------------------------------------------------------------------
+
+    def delay(
+        self,
+        method: Method | None,
+        by: Duration,
+        *,
+        key: str | None = None,
+        on: Literal["request", "answer"] = "answer",
+        times: int | None = None,
+        lasting: Duration | None = None,
+    ) -> Fault:
+        """Add ``by`` of latency: before the call reaches the store, or (default) to its answer.
+
+        A delayed request models one stuck in a network queue that still lands later; a delayed
+        answer models a write that happened on time and an answer that arrives late.
+        """
+        delay_ms = parse_duration(by, name="by")
+        if on not in ("request", "answer"):
+            raise LocksConfigurationError(f'on={on!r}; pass "request" or "answer"')
+        return self._add("delay", method, key, times, lasting, delay_ms=delay_ms, on=on)
+
+    def fail(
+        self,
+        method: Method | None = None,
+        *,
+        key: str | None = None,
+        times: int | None = None,
+        lasting: Duration | None = None,
+    ) -> Fault:
+        """Fail calls with :class:`InjectedFaultError` before they reach the store (an outage)."""
+        return self._add("fail", method, key, times, lasting)
+
+    def hang(
+        self,
+        method: Method | None = None,
+        *,
+        key: str | None = None,
+        times: int | None = None,
+        lasting: Duration | None = None,
+    ) -> Fault:
+        """Hold calls before they reach the store until :meth:`Fault.release` or ``remove``.
+
+        A held call that its caller gives up on (a timeout, a cancellation) never reaches the
+        store.
+        """
+        return self._add("hang", method, key, times, lasting)
+
+    def lose_answer(
+        self,
+        method: Method | None = None,
+        *,
+        key: str | None = None,
+        times: int | None = None,
+        lasting: Duration | None = None,
+    ) -> Fault:
+        """Let calls reach the store, then raise :class:`InjectedFaultError` instead of the answer.
+
+        The acquire or release happened; the caller cannot know.
+        """
+        return self._add("lose_answer", method, key, times, lasting)
+
+    def refuse_renewals(
+        self, *, key: str | None = None, times: int | None = None, lasting: Duration | None = None
+    ) -> Fault:
+        """Answer renewals ``False`` without asking the store, as when another owner took over."""
+        return self._add("refuse_renewals", "renew", key, times, lasting)
+
+    def tokens_back(
+        self,
+        by: int,
+        *,
+        key: str | None = None,
+        times: int | None = None,
+        lasting: Duration | None = None,
+    ) -> Fault:
+        """Return acquired tokens ``by`` lower (at least 1), as a counter restored from a backup."""
+        if isinstance(by, bool) or not isinstance(by, int) or by < 1:
+            raise LocksConfigurationError(f"by={by!r}; pass a positive int")
+        return self._add("tokens_back", "acquire", key, times, lasting, tokens_by=by)
+
+    def heal(self) -> None:
+        """Remove every fault; held calls go on to the store."""
+        for fault in list(self._faults):
+            fault.remove()
+
+    def _add(
+        self,
+        kind: FaultKind,
+        method: Method | None,
+        key: str | None,
+        times: int | None,
+        lasting: Duration | None,
+        *,
+        delay_ms: int = 0,
+        on: str = "answer",
+        tokens_by: int = 0,
+    ) -> Fault:
+        if method is not None and method not in _METHODS:
+            raise LocksConfigurationError(
+                f"method={method!r}; pass one of {', '.join(map(repr, _METHODS))}, or None for all"
+            )
+        if key is not None and not isinstance(key, str):
+            raise LocksConfigurationError(f"key={key!r}; pass a str, or None for every key")
+        if times is not None and (
+            isinstance(times, bool) or not isinstance(times, int) or times < 1
+        ):
+            raise LocksConfigurationError(f"times={times!r}; pass a positive int, or None")
+        until_ms = None
+        if lasting is not None:
+            until_ms = self._clock.now_ms() + parse_duration(lasting, name="lasting")
+        fault = Fault(
+            kind,
+            method,
+            key,
+            times,
+            until_ms,
+            delay_ms=delay_ms,
+            on_request=on == "request",
+            tokens_by=tokens_by,
+            _store=self,
+        )
+        self._faults.append(fault)
+        return fault
+
+    def _forget(self, fault: Fault) -> None:
+        if fault in self._faults:
+            self._faults.remove(fault)
+
+    # --- the store contract --------------------------------------------------------------------
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        """Call the inner store's ``acquire`` through the faults that match."""
+
+        async def reach(faults: list[Fault]) -> AcquireResult:
+            answer = await self._inner.acquire(key, owner, ttl_ms)
+            for fault in _of(faults, "tokens_back"):
+                if isinstance(answer, Acquired):
+                    answer = Acquired(max(1, answer.fencing_token - fault.tokens_by))
+            return answer
+
+        return await self._call("acquire", key, owner, ttl_ms, reach)
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        """Call the inner store's ``renew`` through the faults that match."""
+
+        async def reach(faults: list[Fault]) -> bool:
+            if any(_of(faults, "refuse_renewals")):
+                return False
+            return await self._inner.renew(key, owner, ttl_ms)
+
+        return await self._call("renew", key, owner, ttl_ms, reach)
+
+    async def release(self, key: str, owner: str) -> bool:
+        """Call the inner store's ``release`` through the faults that match."""
+
+        async def reach(_: list[Fault]) -> bool:
+            return await self._inner.release(key, owner)
+
+        return await self._call("release", key, owner, None, reach)
+
+    async def _call(
+        self,
+        method: Method,
+        key: str,
+        owner: str,
+        ttl_ms: int | None,
+        reach: Callable[[list[Fault]], Awaitable[T]],
+    ) -> T:
+        sent_ms = self._clock.now_ms()
+        faults = [fault for fault in self._faults if fault.applies(method, key, sent_ms)]
+        for fault in faults:
+            fault.hits += 1
+        outcome: object = "cancelled"
+        answered_ms: int | None = None
+        try:
+            answer = await self._through(method, key, faults, reach)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            outcome, answered_ms = type(error).__name__, self._clock.now_ms()
+            raise
+        else:
+            outcome, answered_ms = answer, self._clock.now_ms()
+            return answer
+        finally:
+            kinds = tuple(fault.kind for fault in faults)
+            self.calls.append(
+                StoreCall(method, key, owner, ttl_ms, sent_ms, answered_ms, outcome, kinds)
+            )
+
+    async def _through(
+        self,
+        method: Method,
+        key: str,
+        faults: list[Fault],
+        reach: Callable[[list[Fault]], Awaitable[T]],
+    ) -> T:
+        if any(_of(faults, "fail")):
+            raise InjectedFaultError(f"{method}({key!r}): store unreachable (injected outage)")
+        for fault in _of(faults, "hang"):
+            held = asyncio.get_running_loop().create_future()
+            fault._held.append(held)  # noqa: SLF001 -- the fault and its store work as one
+            await wait_on_clock(self._clock, held)
+        for fault in _of(faults, "delay"):
+            if fault.on_request:
+                await self._sleep(fault.delay_ms)
+        answer = await reach(faults)
+        for fault in _of(faults, "delay"):
+            if not fault.on_request:
+                await self._sleep(fault.delay_ms)
+        if any(_of(faults, "lose_answer")):
+            raise InjectedFaultError(
+                f"{method}({key!r}): the connection dropped after the store answered (injected)"
+            )
+        return answer
+
+    async def _sleep(self, delay_ms: int) -> None:
+        if delay_ms <= 0:
+            return
+        done = asyncio.get_running_loop().create_future()
+
+        async def wake() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        timer = self._clock.call_at(self._clock.now_ms() + delay_ms, wake)
+        try:
+            await wait_on_clock(self._clock, done)
+        finally:
+            timer.cancel()
+
+    # --- optional capabilities of the inner store ------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the inner store, if it has a lifecycle."""
+        if isinstance(self._inner, SupportsLifecycle):
+            await self._inner.open()
+
+    async def aclose(self) -> None:
+        """Close the inner store, if it has a lifecycle."""
+        if isinstance(self._inner, SupportsLifecycle):
+            await self._inner.aclose()
+
+    @asynccontextmanager
+    async def watch_releases(self, on_release: Callable[[str], None]) -> AsyncIterator[None]:
+        """Pass the inner store's release notifications through (none if it has none)."""
+        if isinstance(self._inner, SupportsReleaseNotifications):
+            async with self._inner.watch_releases(on_release):
+                yield
+        else:
+            yield
+
+    def __repr__(self) -> str:
+        """Show the inner store and the faults in force."""
+        return f"FaultyStore({self._inner!r}, faults={len(self._faults)})"
+
+
+def _of(faults: list[Fault], kind: FaultKind) -> Iterator[Fault]:
+    return (fault for fault in faults if fault.kind == kind)
