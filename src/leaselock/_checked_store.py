@@ -8,6 +8,7 @@ with a message naming the fix, so no caller ever believes in a lock it may not h
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Sequence
 from typing import final
 
@@ -38,12 +39,23 @@ def check_store_shape(store: object) -> LockStore:
     Raises:
         LocksConfigurationError: a method is missing or is not callable.
     """
+    if isinstance(store, type):
+        raise LocksConfigurationError(
+            f"store={store.__qualname__} is a class; pass an instance of it, such as "
+            f"{store.__qualname__}(...) (or {store.__qualname__}.from_url(url) where it has one)"
+        )
     for name, signature in _REQUIRED.items():
-        if not callable(getattr(store, name, None)):
+        method = getattr(store, name, None)
+        if not callable(method):
             raise LocksConfigurationError(
                 f"store={store!r} has no {name}() method; a lock store implements {signature} "
                 "(see leaselock.stores.LockStore), or use a shipped store such as "
                 "leaselock.stores.SQLiteLockStore"
+            )
+        if not inspect.iscoroutinefunction(method):
+            raise LocksConfigurationError(
+                f"store={store!r} has a {name}() that is not a coroutine function; leaselock "
+                f"awaits every store call: define it as {signature}"
             )
     return store  # type: ignore[return-value] # shape checked above, semantics by the contract suite
 
@@ -52,11 +64,11 @@ def check_store_shape(store: object) -> LockStore:
 class CheckedStore:
     """Calls into one store, validating what comes back."""
 
-    __slots__ = ("_batch", "store")
+    __slots__ = ("_batch", "inner")
 
     def __init__(self, store: LockStore) -> None:
         """Wrap ``store``; batch renewals are used when it supports them."""
-        self.store = store
+        self.inner = store
         self._batch = store if isinstance(store, SupportsBatchRenew) else None
 
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> Acquired | NotAcquired:
@@ -66,7 +78,7 @@ class CheckedStore:
             LockStoreError: the store raised, or returned something the contract does not allow.
         """
         try:
-            result = await self.store.acquire(key, owner, ttl_ms)
+            result = await self.inner.acquire(key, owner, ttl_ms)
         except (asyncio.CancelledError, LockStoreError):
             raise
         except Exception as error:
@@ -75,19 +87,19 @@ class CheckedStore:
             return result
         if not isinstance(result, Acquired):
             raise LockStoreError(
-                f"{self.store!r}.acquire returned {result!r}; return "
+                f"{self.inner!r}.acquire returned {result!r}; return "
                 "leaselock.stores.Acquired(fencing_token) or leaselock.stores.NotAcquired()"
             )
         token = result.fencing_token
         if type(token) is not int:
             raise LockStoreError(
-                f"{self.store!r}.acquire returned fencing token {token!r} as "
+                f"{self.inner!r}.acquire returned fencing token {token!r} as "
                 f"{type(token).__name__}; return an int (convert a driver's text or Decimal "
                 "bigint with int())"
             )
         if not 0 < token <= MAX_FENCING_TOKEN:
             raise LockStoreError(
-                f"{self.store!r}.acquire returned fencing token {token}; tokens are positive "
+                f"{self.inner!r}.acquire returned fencing token {token}; tokens are positive "
                 f"integers below 2**53 (at most {MAX_FENCING_TOKEN}): check the store's counter"
             )
         return result
@@ -99,7 +111,7 @@ class CheckedStore:
             LockStoreError: the store raised, or did not return a bool.
         """
         try:
-            renewed = await self.store.renew(key, owner, ttl_ms)
+            renewed = await self.inner.renew(key, owner, ttl_ms)
         except (asyncio.CancelledError, LockStoreError):
             raise
         except Exception as error:
@@ -126,7 +138,7 @@ class CheckedStore:
                 return [failure] * len(renewals)
             if len(answers) != len(renewals):
                 failure = LockStoreError(
-                    f"{self.store!r}.renew_many returned {len(answers)} results for "
+                    f"{self.inner!r}.renew_many returned {len(answers)} results for "
                     f"{len(renewals)} renewals; return one bool per renewal, in order"
                 )
                 return [failure] * len(renewals)
@@ -156,7 +168,7 @@ class CheckedStore:
             LockStoreError: the store raised, or did not return a bool.
         """
         try:
-            released = await self.store.release(key, owner)
+            released = await self.inner.release(key, owner)
         except (asyncio.CancelledError, LockStoreError):
             raise
         except Exception as error:
@@ -173,13 +185,13 @@ class CheckedStore:
         if isinstance(answer, bool):
             return answer
         return LockStoreError(
-            f"{self.store!r}.{method} returned {answer!r} ({type(answer).__name__}); "
+            f"{self.inner!r}.{method} returned {answer!r} ({type(answer).__name__}); "
             "return True or False"
         )
 
     def _failed(self, method: str, error: BaseException) -> LockStoreError:
         return LockStoreError(
-            f"{self.store!r}.{method} failed: {type(error).__name__}: {error}. "
+            f"{self.inner!r}.{method} failed: {type(error).__name__}: {error}. "
             "Check that the store's server is reachable; leaselock retries renewals until "
             "the holder's deadline"
         )

@@ -12,33 +12,56 @@ import random
 import secrets
 from collections.abc import Coroutine
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import Any, final
 
+from ._bounded import StoreCallTimeoutError, bounded
 from ._checked_store import CheckedStore
 from ._clock import Clock, TimerCallback, TimerHandle
 from ._errors import DetectedBy, LockLostError, LockStoreError
 from ._events import Events, LockLost
 from ._lease import Lease, LeaseState
-from ._lock import Lock, release_logged
 from ._release_board import RELEASE_BOARD
 from ._renewal import RenewalScheduler, renew_interval_ms
 from ._signal import LockSignal
 from .stores._protocol import Acquired, SupportsReleaseNotifications
 
-__all__ = ["LockEngine", "backoff_ms", "new_owner"]
+__all__ = ["LockEngine", "NotWon", "Won", "backoff_ms", "new_owner"]
 
 _log = logging.getLogger("leaselock")
 
 BACKOFF_FIRST_MS = 50
+BACKOFF_CAP_MS = 1000
 # how long close() waits for the store; a store that does not answer leaves locks to expire
 CLOSE_WAIT_MS = 5000
-BACKOFF_CAP_MS = 1000
+# the least an acquire attempt is given, whatever is left of the wait (unless the ttl is shorter)
+ATTEMPT_FLOOR_MS = 1000
+# how long a release or a hand-back may take; after it the lease is left to expire
+RELEASE_BOUND_MS = 2000
 _jitter = random.Random()  # noqa: S311 -- jitter spreads retries; it guards no secret
 
 
 def new_owner() -> str:
     """Return a fresh owner id: 128 random bits, as 32 hex digits."""
     return secrets.token_hex(16)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Won:
+    """An attempt that took the key: its token, its owner id, and when it was sent."""
+
+    fencing_token: int
+    owner: str
+    sent_at_ms: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class NotWon:
+    """An attempt that took nothing: the key was held, or the store failed (``error``)."""
+
+    error: LockStoreError | None
 
 
 def backoff_ms(attempt: int) -> int:
@@ -90,9 +113,9 @@ class LockEngine:
 
     async def start(self) -> None:
         """Listen for releases elsewhere, where the store can tell."""
-        if isinstance(self.store.store, SupportsReleaseNotifications):
+        if isinstance(self.store.inner, SupportsReleaseNotifications):
             await self._exit_stack.enter_async_context(
-                self.store.store.watch_releases(self._released_elsewhere)
+                self.store.inner.watch_releases(self._released_elsewhere)
             )
 
     async def acquire(
@@ -100,70 +123,96 @@ class LockEngine:
     ) -> Lease | None:
         """Take ``key`` for ``ttl_ms``, retrying for up to ``wait_ms``.
 
+        Every attempt has an owner id of its own, so the cleanup of an attempt that failed (its
+        answer lost, or too late) can never free what a later attempt won. An attempt whose
+        answer comes after its own deadline counts as not acquired, and is handed back.
+
         Returns:
             The held lease, or ``None`` if the key stayed held for the whole wait.
 
         Raises:
-            LockStoreError: the store failed on the last attempt.
+            LockStoreError: the store failed, or did not answer in time, on the last attempt.
             LockLostError: ``signal`` aborted while waiting (its reason).
         """
         if signal is not None:
             signal.raise_if_aborted()
-        owner = new_owner()
-        sent_at_ms = self._clock.now_ms()
-        first_error: LockStoreError | None = None
-        try:
-            token = await self.acquire_once(key, owner, ttl_ms)
-        except LockStoreError as error:
-            if wait_ms == 0:
-                raise
-            first_error, token = error, None
-        if token is not None:
-            return self._adopt(key, owner, ttl_ms, token, sent_at_ms)
+        give_up_at_ms = self._clock.now_ms() + wait_ms
+        first = await self.attempt(key, ttl_ms, give_up_at_ms)
+        if isinstance(first, Won):
+            return self._adopt(key, ttl_ms, first)
         if wait_ms == 0 or self._closed:
+            if first.error is not None and wait_ms == 0:
+                raise first.error
             return None
-        waiter = _Waiter(
-            self, key, owner, ttl_ms, give_up_at_ms=sent_at_ms + wait_ms, last_error=first_error
-        )
+        waiter = _Waiter(self, key, ttl_ms, give_up_at_ms=give_up_at_ms, last_error=first.error)
         self._waiters.add(waiter)
         try:
-            outcome = await waiter.wait(signal)
+            won = await waiter.wait(signal)
         finally:
             self._waiters.discard(waiter)
-        if outcome is None:
-            return None
-        token, sent_at_ms = outcome
-        return self._adopt(key, owner, ttl_ms, token, sent_at_ms)
+        return None if won is None else self._adopt(key, ttl_ms, won)
 
-    async def acquire_once(self, key: str, owner: str, ttl_ms: int) -> int | None:
-        """Return a token if the store gave ``key`` to ``owner``, else ``None``."""
+    async def attempt(self, key: str, ttl_ms: int, give_up_at_ms: int) -> Won | NotWon:
+        """Try once to take ``key``, as a fresh owner, within the attempt's bound.
+
+        The bound is what is left of the ttl (an answer after it would be a lease already over)
+        and of the wait, but never less than :data:`ATTEMPT_FLOOR_MS` (a last try gets a fair
+        chance) unless the ttl is shorter.
+        """
+        owner = new_owner()
+        sent_at_ms = self._clock.now_ms()
+        bound_ms = min(ttl_ms, max(give_up_at_ms - sent_at_ms, ATTEMPT_FLOOR_MS))
         self._acquiring += 1
         try:
-            result = await self.store.acquire(key, owner, ttl_ms)
+            async with bounded(self._clock, sent_at_ms + bound_ms):
+                result = await self.store.acquire(key, owner, ttl_ms)
+        except StoreCallTimeoutError:
+            # the store may have written before we stopped listening: hand that owner back
+            self.release_in_background(key, owner)
+            return NotWon(
+                LockStoreError(
+                    f"{self.store.inner!r} did not answer acquire({key!r}) within {bound_ms} ms; "
+                    "check that the store's server is reachable and not overloaded"
+                )
+            )
+        except LockStoreError as error:
+            self.release_in_background(key, owner)
+            return NotWon(error)
         except BaseException:
-            # the store may have written before the failure or cancellation reached us
             self.release_in_background(key, owner)
             raise
         finally:
             self._acquiring -= 1
             if not self._acquiring:
                 self._acquires_done.set()
-        return result.fencing_token if isinstance(result, Acquired) else None
+        if not isinstance(result, Acquired):
+            return NotWon(None)
+        answered_at_ms = self._clock.now_ms()
+        if answered_at_ms >= sent_at_ms + ttl_ms:
+            # the store may already have expired it and given the key to someone else
+            _log.info(
+                'The store answered acquire("%s") %d ms after it was sent, past the %d ms '
+                "ttl: not acquired, handed back",
+                key,
+                answered_at_ms - sent_at_ms,
+                ttl_ms,
+            )
+            self.release_in_background(key, owner)
+            return NotWon(None)
+        return Won(result.fencing_token, owner, sent_at_ms)
 
-    def _adopt(
-        self, key: str, owner: str, ttl_ms: int, token: int, sent_at_ms: int
-    ) -> Lease | None:
+    def _adopt(self, key: str, ttl_ms: int, won: Won) -> Lease | None:
         if self._closed:
             # won while closing: nobody renews it any more, so hand it back rather than hold it
-            self.release_in_background(key, owner)
+            self.release_in_background(key, won.owner)
             return None
         lease = Lease(
             key=key,
-            owner=owner,
+            owner=won.owner,
             ttl_ms=ttl_ms,
-            fencing_token=token,
-            deadline_ms=sent_at_ms + ttl_ms,
-            next_renew_ms=sent_at_ms + renew_interval_ms(ttl_ms),
+            fencing_token=won.fencing_token,
+            deadline_ms=won.sent_at_ms + ttl_ms,
+            next_renew_ms=won.sent_at_ms + renew_interval_ms(ttl_ms),
             clock=self._clock,
         )
         self._held.add(lease)
@@ -173,23 +222,28 @@ class LockEngine:
     async def release(self, lease: Lease) -> bool:
         """Hand ``lease`` back to the store.
 
+        A lease whose deadline has passed is lost, not released, even if its timer has not run
+        yet (the holder was paused): its signal aborts with ``"deadline"`` first.
+
         Returns:
             ``True`` if the store released it; ``False`` if it was already released or lost, or
             the store no longer held it for this owner (it had expired).
 
         Raises:
-            LockStoreError: the store failed; the lease is no longer renewed and expires.
+            LockStoreError: the store failed or did not answer within
+                :data:`RELEASE_BOUND_MS`; the lease is no longer renewed and expires.
         """
+        if lease.deadline_passed():
+            self.lose(lease, "deadline")
         if lease.state is not LeaseState.HELD:
             return False
         lease.state = LeaseState.RELEASED
         self._held.discard(lease)
         try:
-            released = await self.store.release(lease.key, lease.owner)
+            released = await self._release_bounded(lease.key, lease.owner)
         except asyncio.CancelledError:
             self.release_in_background(lease.key, lease.owner)
             raise
-        RELEASE_BOARD.notify(self.store.store, lease.key)
         if not released:
             _log.warning(
                 'Released "%s" (fencing token %d), but the store no longer held it for this '
@@ -197,6 +251,24 @@ class LockEngine:
                 lease.key,
                 lease.fencing_token,
             )
+        return released
+
+    async def _release_bounded(self, key: str, owner: str) -> bool:
+        """Release at the store within :data:`RELEASE_BOUND_MS`; wake waiters here on success.
+
+        Raises:
+            LockStoreError: the store failed, or did not answer in time.
+        """
+        try:
+            async with bounded(self._clock, self._clock.now_ms() + RELEASE_BOUND_MS):
+                released = await self.store.release(key, owner)
+        except StoreCallTimeoutError:
+            raise LockStoreError(
+                f"{self.store.inner!r} did not answer release({key!r}) within "
+                f"{RELEASE_BOUND_MS} ms; the lock expires on its own after its ttl"
+            ) from None
+        if released:
+            RELEASE_BOARD.notify(self.store.inner, key)
         return released
 
     def lose(self, lease: Lease, detected_by: DetectedBy) -> None:
@@ -235,14 +307,24 @@ class LockEngine:
             return
         if keep_ms <= 0 or lease.renewing:
             # a full-ttl renewal in flight could land after a short one: release instead
-            await release_logged(Lock(self, lease))
+            try:
+                await self.release(lease)
+            except LockStoreError as error:
+                _log.warning(
+                    'Could not hand back "%s"; it expires on its own: %s', lease.key, error
+                )
             return
         lease.state = LeaseState.RELEASED
         self._held.discard(lease)
         try:
-            await self.store.renew(lease.key, lease.owner, keep_ms)
-        except LockStoreError as error:
-            _log.warning('Could not hand back "%s"; it expires on its own: %s', lease.key, error)
+            async with bounded(self._clock, self._clock.now_ms() + RELEASE_BOUND_MS):
+                await self.store.renew(lease.key, lease.owner, keep_ms)
+        except (LockStoreError, StoreCallTimeoutError) as error:
+            _log.warning(
+                'Could not hand back "%s"; it expires on its own: %s',
+                lease.key,
+                error or f"no answer within {RELEASE_BOUND_MS} ms",
+            )
 
     def release_in_background(self, key: str, owner: str) -> None:
         """Release ``key`` for ``owner`` without waiting; failures are only logged."""
@@ -250,8 +332,7 @@ class LockEngine:
 
     async def _release_quietly(self, key: str, owner: str) -> None:
         try:
-            if await self.store.release(key, owner):
-                RELEASE_BOARD.notify(self.store.store, key)
+            await self._release_bounded(key, owner)
         except LockStoreError as error:
             _log.info('Could not hand back "%s"; it expires on its own: %s', key, error)
 
@@ -302,7 +383,7 @@ class LockEngine:
             future.cancel()
 
     def _released_elsewhere(self, key: str) -> None:
-        RELEASE_BOARD.notify(self.store.store, key)
+        RELEASE_BOARD.notify(self.store.inner, key)
 
     def spawn(self, work: Coroutine[None, None, None]) -> None:
         """Run ``work`` in a task the engine keeps until it ends, and awaits at close."""
@@ -317,9 +398,6 @@ class LockEngine:
     def now_ms(self) -> int:
         """Return the engine's clock time."""
         return self._clock.now_ms()
-
-
-_Outcome = tuple[int, int] | None  # (fencing token, send time of the winning attempt) or given up
 
 
 @final
@@ -339,7 +417,6 @@ class _Waiter:
         "_key",
         "_last_error",
         "_outcome",
-        "_owner",
         "_timer",
         "_ttl_ms",
     )
@@ -348,7 +425,6 @@ class _Waiter:
         self,
         engine: LockEngine,
         key: str,
-        owner: str,
         ttl_ms: int,
         *,
         give_up_at_ms: int,
@@ -356,23 +432,22 @@ class _Waiter:
     ) -> None:
         self._engine = engine
         self._key = key
-        self._owner = owner
         self._ttl_ms = ttl_ms
         self._give_up_at_ms = give_up_at_ms
-        self._outcome: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
+        self._outcome: asyncio.Future[Won | None] = asyncio.get_running_loop().create_future()
         self._attempts = 0
         self._in_flight = False
         self._again = False
         self._timer: TimerHandle | None = None
         self._last_error = last_error
 
-    async def wait(self, signal: LockSignal | None) -> _Outcome:
-        store = self._engine.store.store
+    async def wait(self, signal: LockSignal | None) -> Won | None:
+        store = self._engine.store.inner
         RELEASE_BOARD.add(store, self._key, self, self._wake)
         remove_callback = signal.add_callback(self._abort) if signal is not None else None
         self._arm()
         try:
-            outcome = await self._outcome
+            won = await self._outcome
         except BaseException:
             self._hand_back_unclaimed()
             raise
@@ -382,21 +457,19 @@ class _Waiter:
                 remove_callback()
             if self._timer is not None:
                 self._timer.cancel()
-        if outcome is None and self._last_error is not None:
+        if won is None and self._last_error is not None:
             raise self._last_error
-        return outcome
+        return won
 
     def _hand_back_unclaimed(self) -> None:
         """Settle the outcome for a caller that leaves early; hand back a win it will not take."""
         if not self._outcome.done():
             # an attempt still in flight sees this and hands back what it wins
             self._outcome.cancel()
-        elif (
-            not self._outcome.cancelled()
-            and self._outcome.exception() is None
-            and self._outcome.result() is not None
-        ):
-            self._engine.release_in_background(self._key, self._owner)
+        elif not self._outcome.cancelled() and self._outcome.exception() is None:
+            won = self._outcome.result()
+            if won is not None:
+                self._engine.release_in_background(self._key, won.owner)
 
     def give_up(self) -> None:
         """End the wait now with ``None``; an attempt in flight hands back what it wins."""
@@ -433,7 +506,7 @@ class _Waiter:
             self._in_flight = False
         if won is not None:
             if self._outcome.done():
-                self._engine.release_in_background(self._key, self._owner)
+                self._engine.release_in_background(self._key, won.owner)
             else:
                 self._outcome.set_result(won)
         elif not self._outcome.done():
@@ -444,19 +517,14 @@ class _Waiter:
                     self._timer.cancel()
                 self._arm()
 
-    async def _attempt_while_woken(self) -> tuple[int, int] | None:
+    async def _attempt_while_woken(self) -> Won | None:
         """Try once, and again at once for each wake-up that came meanwhile."""
         while True:
             self._again = False
-            sent_at_ms = self._engine.now_ms()
-            try:
-                token = await self._engine.acquire_once(self._key, self._owner, self._ttl_ms)
-            except LockStoreError as error:
-                self._last_error = error
-                token = None
-            else:
+            attempt = await self._engine.attempt(self._key, self._ttl_ms, self._give_up_at_ms)
+            if isinstance(attempt, Won):
                 self._last_error = None
-            if token is not None:
-                return token, sent_at_ms
+                return attempt
+            self._last_error = attempt.error
             if not self._again or self._outcome.done():
                 return None

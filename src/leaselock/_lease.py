@@ -51,6 +51,13 @@ class Lease:
         """Whether the lease is held and its deadline has not passed."""
         return self.state is LeaseState.HELD and self.clock.now_ms() < self.deadline_ms
 
+    @property
+    def status(self) -> str:
+        """``"held"``, ``"released"`` or ``"lost"``; a passed deadline reads as lost at once."""
+        if self.deadline_passed():
+            return LeaseState.LOST.value
+        return self.state.value
+
     def deadline_passed(self) -> bool:
         """Whether the lease is still marked held although its deadline has passed."""
         return self.state is LeaseState.HELD and self.clock.now_ms() >= self.deadline_ms

@@ -97,8 +97,7 @@ class Lock:
 
     def __repr__(self) -> str:
         """Show the key, the token and whether it is held."""
-        state = "held" if self.held else self._lease.state.value
-        return f"<Lock {self.key!r} fencing_token={self.fencing_token} {state}>"
+        return f"<Lock {self.key!r} fencing_token={self.fencing_token} {self._lease.status}>"
 
 
 async def release_logged(lock: Lock) -> bool:

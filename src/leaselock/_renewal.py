@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import final
 
+from ._bounded import StoreCallTimeoutError, bounded
 from ._checked_store import CheckedStore
 from ._clock import Clock, TimerHandle
 from ._errors import DetectedBy, LockStoreError
@@ -118,7 +119,17 @@ class RenewalScheduler:
 
     async def _renew(self, leases: list[Lease], sent_at_ms: int) -> None:
         renewals = [Renewal(lease.key, lease.owner, lease.ttl_ms) for lease in leases]
-        results = await self._store.renew_many(renewals)
+        # past the last deadline of the batch no answer can save any of its leases
+        bound_ms = max(lease.deadline_ms for lease in leases)
+        results: list[bool | LockStoreError]
+        try:
+            async with bounded(self._clock, bound_ms):
+                results = await self._store.renew_many(renewals)
+        except StoreCallTimeoutError:
+            unanswered = LockStoreError(
+                f"{self._store.inner!r} did not answer the renewal before the holder's deadline"
+            )
+            results = [unanswered] * len(leases)
         confirmed_at_ms = self._clock.now_ms()
         for lease, result in zip(leases, results, strict=True):
             lease.renewing = False

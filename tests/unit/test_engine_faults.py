@@ -1,0 +1,212 @@
+"""Mutual exclusion when the store fails: retries, late answers, hangs, and paused holders.
+
+Every fault is injected with FaultyStore on the manual clock; `clock.jump` is a paused process.
+"""
+
+import asyncio
+import logging
+
+import pytest
+
+from leaselock import Event, Lock, Locks, LockStoreError
+from leaselock._engine import ATTEMPT_FLOOR_MS, RELEASE_BOUND_MS
+from leaselock.stores import Acquired, InMemoryLockStore, NotAcquired
+from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
+
+
+@pytest.fixture
+def faulty(clock: ManualClock) -> FaultyStore:
+    return FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
+
+
+async def test_a_failed_attempts_cleanup_never_frees_what_a_retry_won(faulty, clock):
+    faulty.fail("acquire", times=1)
+    faulty.delay("release", "500ms", on="request")
+    async with Locks(store=faulty, clock=clock) as locks:
+        waiting = asyncio.create_task(locks.acquire("k", wait="5s"))
+        await clock.advance("100ms")
+        lock = await waiting
+        assert isinstance(lock, Lock)
+        await clock.advance("1s")
+        assert lock.held
+        intruder = await faulty.inner.acquire("k", "intruder", 60_000)
+        assert isinstance(intruder, NotAcquired), "the first attempt's late release freed the key"
+        faulty.heal()
+
+
+async def test_an_attempt_whose_answer_was_lost_is_handed_back_and_the_wait_goes_on(faulty, clock):
+    faulty.lose_answer("acquire", times=1)
+    async with Locks(store=faulty, clock=clock) as locks:
+        waiting = asyncio.create_task(locks.acquire("k", wait="5s"))
+        await clock.advance("1s")
+        lock = await waiting
+        assert isinstance(lock, Lock)
+        first, second = (call for call in faulty.calls if call.method == "acquire")
+        assert first.owner != second.owner, "a retry reuses the failed attempt's owner id"
+        releases = [call for call in faulty.calls if call.method == "release"]
+        assert [(call.owner, call.outcome) for call in releases] == [(first.owner, True)]
+        assert lock.owner == second.owner
+
+
+async def test_an_acquire_answered_after_its_ttl_is_not_acquired_and_is_handed_back(faulty, clock):
+    stuck = faulty.hang("acquire", times=1)
+    async with Locks(store=faulty, ttl="1s", clock=clock) as locks:
+        attempt = asyncio.create_task(locks.acquire("k"))
+        await wait_all_tasks_blocked()
+        clock.jump("1s")
+        stuck.release()
+        assert await attempt is None
+        await clock.advance(0)
+        assert isinstance(await faulty.inner.acquire("k", "next", 1000), Acquired)
+
+
+async def test_hold_never_runs_its_block_on_an_acquire_answered_too_late(faulty, clock):
+    from leaselock import LockNotAcquiredError  # noqa: PLC0415
+
+    stuck = faulty.hang("acquire", times=1)
+    ran = False
+    async with Locks(store=faulty, ttl="1s", clock=clock) as locks:
+
+        async def enter() -> None:
+            nonlocal ran
+            async with locks.hold("k"):
+                ran = True
+
+        entering = asyncio.create_task(enter())
+        await wait_all_tasks_blocked()
+        clock.jump("2s")
+        stuck.release()
+        with pytest.raises(LockNotAcquiredError):
+            await entering
+    assert not ran
+
+
+async def test_a_late_answer_while_waiting_is_handed_back_and_the_wait_goes_on(faulty, clock):
+    stuck = faulty.hang("acquire", times=1)
+    async with Locks(store=faulty, ttl="1s", clock=clock) as locks:
+        waiting = asyncio.create_task(locks.acquire("k", wait="10s"))
+        await wait_all_tasks_blocked()
+        clock.jump("1500ms")
+        stuck.release()
+        await clock.advance("1s")
+        lock = await waiting
+        assert isinstance(lock, Lock)
+        assert lock.held
+        assert lock.fencing_token == 2
+
+
+async def test_a_hung_acquire_with_a_wait_returns_after_the_wait_and_one_bounded_attempt(
+    faulty, clock
+):
+    faulty.hang("acquire")
+    async with Locks(store=faulty, ttl="30s", clock=clock) as locks:
+        waiting = asyncio.create_task(locks.acquire("k", wait="1s"))
+        await clock.advance(1000 + ATTEMPT_FLOOR_MS)
+        assert waiting.done(), "acquire(wait='1s') still waiting on a hung store"
+        with pytest.raises(LockStoreError, match=r"did not answer acquire\('k'\) within"):
+            await waiting
+        faulty.heal()
+        await clock.advance("1s")
+    assert all(call.outcome == "cancelled" for call in faulty.calls if call.method == "acquire")
+    assert isinstance(await faulty.inner.acquire("k", "next", 1000), Acquired)
+
+
+async def test_a_hung_acquire_that_tries_once_fails_within_the_attempt_floor(faulty, clock):
+    faulty.hang("acquire")
+    async with Locks(store=faulty, ttl="30s", clock=clock) as locks:
+        attempt = asyncio.create_task(locks.acquire("k"))
+        await clock.advance(ATTEMPT_FLOOR_MS - 1)
+        assert not attempt.done()
+        await clock.advance(1)
+        with pytest.raises(LockStoreError, match="within 1000 ms"):
+            await attempt
+        faulty.heal()
+
+
+async def test_an_attempt_is_never_given_longer_than_its_ttl(faulty, clock):
+    faulty.hang("acquire")
+    async with Locks(store=faulty, ttl="300ms", clock=clock) as locks:
+        attempt = asyncio.create_task(locks.acquire("k"))
+        await clock.advance(300)
+        with pytest.raises(LockStoreError, match="within 300 ms"):
+            await attempt
+        faulty.heal()
+
+
+async def test_a_hung_release_gives_up_after_its_bound_and_the_lock_expires(
+    faulty, clock, caplog: pytest.LogCaptureFixture
+):
+    async with Locks(store=faulty, ttl="30s", clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        faulty.hang("release")
+        releasing = asyncio.create_task(lock.release())
+        await clock.advance(RELEASE_BOUND_MS)
+        with pytest.raises(LockStoreError, match=r"did not answer release\('k'\) within 2000 ms"):
+            await releasing
+        assert not lock.held
+        faulty.heal()
+
+
+async def test_leaving_a_hold_block_on_a_hung_store_takes_the_release_bound_and_logs(
+    faulty, clock, caplog: pytest.LogCaptureFixture
+):
+    async with Locks(store=faulty, ttl="30s", clock=clock) as locks:
+
+        async def work() -> str:
+            async with locks.hold("k"):
+                faulty.hang("release")
+                return "done"
+
+        with caplog.at_level(logging.WARNING, logger="leaselock"):
+            running = asyncio.create_task(work())
+            await clock.advance(RELEASE_BOUND_MS)
+            assert await running == "done"
+        assert 'Could not release "k"; it expires on its own' in caplog.text
+        faulty.heal()
+
+
+async def test_a_hung_renewal_is_abandoned_at_the_holders_deadline(faulty, clock):
+    async with Locks(store=faulty, ttl="3s", clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        faulty.hang("renew")
+        await clock.advance("3s")
+        reason = lock.signal.reason
+        assert reason is not None
+        assert reason.detected_by == "deadline"
+        renewals = [call for call in faulty.calls if call.method == "renew"]
+        assert [call.outcome for call in renewals] == ["cancelled"]
+        faulty.heal()
+
+
+async def test_a_release_after_a_pause_past_the_deadline_reports_the_loss_once(faulty, clock):
+    lost: list[Event] = []
+    async with Locks(store=faulty, ttl="3s", clock=clock) as locks:
+        locks.events.subscribe(lost.append, "lock-lost")
+        lock = await locks.acquire("k")
+        assert lock is not None
+        clock.jump("3s")
+        assert await lock.release() is False
+        reason = lock.signal.reason
+        assert reason is not None
+        assert reason.detected_by == "deadline"
+        assert lock.signal.aborted
+        assert "lost" in repr(lock)
+        await clock.advance(0)
+        assert lock.signal.aborted
+        assert [(event.key, getattr(event, "detected_by", None)) for event in lost] == [
+            ("k", "deadline")
+        ]
+
+
+async def test_a_lock_past_its_deadline_reads_as_lost_before_its_timer_runs(faulty, clock):
+    async with Locks(store=faulty, ttl="3s", clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        assert "held" in repr(lock)
+        clock.jump("3s")
+        assert not lock.held
+        assert "lost" in repr(lock)
+        await clock.advance(0)
+        assert "lost" in repr(lock)
