@@ -174,6 +174,31 @@ def test_bad_urls_and_options_are_refused_at_once() -> None:
         RedisLockStore(redis.Redis())  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"socket_timeout": "x"}, r"socket_timeout='x'; pass a positive number of seconds"),
+        ({"socket_connect_timeout": -1}, "socket_connect_timeout=-1; pass a positive number"),
+        ({"timeout": True}, "timeout=True; pass a positive number"),
+        ({"max_connections": "50"}, "max_connections='50'; pass a positive int"),
+        ({"decode_responses": "yes"}, "decode_responses='yes'; pass True or False"),
+    ],
+)
+def test_option_values_of_the_wrong_type_are_refused_when_the_store_is_made(
+    options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(LocksConfigurationError, match=message):
+        RedisLockStore.from_url("redis://localhost", **options)
+
+
+def test_from_url_bounds_socket_waits_unless_told_otherwise() -> None:
+    store = RedisLockStore.from_url("redis://localhost")
+    assert store._options["socket_timeout"] == 5.0
+    assert store._options["socket_connect_timeout"] == 5.0
+    patient = RedisLockStore.from_url("redis://localhost", socket_timeout=30)
+    assert patient._options["socket_timeout"] == 30
+
+
 def test_a_missing_driver_names_the_extra_to_install() -> None:
     program = (
         "import sys; sys.modules['redis'] = None\n"

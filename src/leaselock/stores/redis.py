@@ -48,6 +48,11 @@ CHANNEL_NAME: Final = "released"
 # pause between attempts to get the release subscription back; waiters poll meanwhile
 RESUBSCRIBE_PAUSE_S: Final = 1.0
 SUBSCRIBE_TIMEOUT_S: Final = 10.0
+# redis-py 5 waits for ever by default; leaselock bounds every call anyway, and these let the
+# driver notice a dead connection and let the pool give it up
+DEFAULT_SOCKET_TIMEOUTS: Final = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
+_SECONDS_OPTIONS: Final = ("socket_timeout", "socket_connect_timeout", "timeout")
+_FLAG_OPTIONS: Final = ("decode_responses", "retry_on_timeout", "socket_keepalive", "ssl")
 
 
 @final
@@ -215,6 +220,8 @@ class RedisLockStore:
                 f"url={url!r} is a {type(url).__name__}; pass a str such as "
                 '"redis://localhost:6379/0"'
             )
+        _check_options(options)
+        options = {**DEFAULT_SOCKET_TIMEOUTS, **options}
         try:
             # builds no connection and binds to no loop: it only checks url and options now
             pool = redis.asyncio.BlockingConnectionPool.from_url(url, **options)
@@ -486,6 +493,35 @@ def _require_driver() -> None:
         raise LocksConfigurationError(
             "RedisLockStore needs the redis package (redis-py 5 or later); "
             "install it with: pip install 'leaselock[redis]'"
+        )
+
+
+def _check_options(options: Mapping[str, object]) -> None:
+    """Refuse option values the pool would only trip over at the first connection.
+
+    Raises:
+        LocksConfigurationError: naming the option, what it got and what it takes.
+    """
+    for name in _SECONDS_OPTIONS:
+        value = options.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise LocksConfigurationError(
+                f"RedisLockStore.from_url: {name}={value!r}; pass a positive number of seconds "
+                "(such as 5), or None to wait without limit"
+            )
+    for name in _FLAG_OPTIONS:
+        if name in options and not isinstance(options[name], bool):
+            raise LocksConfigurationError(
+                f"RedisLockStore.from_url: {name}={options[name]!r}; pass True or False"
+            )
+    connections = options.get("max_connections")
+    if connections is not None and (
+        isinstance(connections, bool) or not isinstance(connections, int) or connections < 1
+    ):
+        raise LocksConfigurationError(
+            f"RedisLockStore.from_url: max_connections={connections!r}; pass a positive int"
         )
 
 
