@@ -12,7 +12,15 @@ from typing import TypeAlias
 
 from ._errors import LocksConfigurationError
 
-__all__ = ["MAX_TTL_MS", "Duration", "parse_duration", "parse_ttl", "parse_wait"]
+__all__ = [
+    "MAX_TTL_MS",
+    "MIN_REAL_TTL_MS",
+    "Duration",
+    "check_ttl_floor",
+    "parse_duration",
+    "parse_ttl",
+    "parse_wait",
+]
 
 Duration: TypeAlias = str | timedelta | int
 """A duration: ``"1500ms"``, ``"30s"``, ``"5m"``, ``"2h"``, ``"1d"``, ``"1m30s"``, a
@@ -20,6 +28,9 @@ Duration: TypeAlias = str | timedelta | int
 
 MAX_TTL_MS = 365 * 24 * 60 * 60 * 1000
 """The longest ttl leaselock accepts: one year, well inside what every shipped store can hold."""
+
+MIN_REAL_TTL_MS = 100
+"""The shortest ttl on the system clock: a store round trip and a renewal every ttl/3 must fit."""
 
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _PART = re.compile(r"(\d+)(ms|s|m|h|d)")
@@ -84,6 +95,21 @@ def parse_ttl(value: object, *, name: str = "ttl") -> int:
             "be trusted to hold; pass a shorter ttl: the lease is renewed while you hold it"
         )
     return ms
+
+
+def check_ttl_floor(ttl_ms: int, floor_ms: int, *, name: str = "ttl") -> int:
+    """Return ``ttl_ms`` if it is at least ``floor_ms``, the shortest ttl the clock can honour.
+
+    Raises:
+        LocksConfigurationError: the ttl is shorter; the message says why it cannot work.
+    """
+    if ttl_ms < floor_ms:
+        raise LocksConfigurationError(
+            f"{name}={ttl_ms} ms is shorter than {floor_ms} ms: a store round trip and a renewal "
+            f"every ttl/3 cannot fit in it, so the lock would be lost as soon as it is taken; "
+            f'pass at least "{floor_ms}ms" (a few seconds is usual, "30s" the default)'
+        )
+    return ttl_ms
 
 
 def parse_wait(value: object, *, name: str = "wait") -> int:

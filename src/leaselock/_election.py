@@ -22,7 +22,7 @@ from ._durations import Duration, parse_ttl
 from ._engine import LockEngine
 from ._errors import LockLostError, LocksConfigurationError, LockStoreError
 from ._events import Events, LeadershipAcquired, LeadershipLost
-from ._keys import validate_key
+from ._keys import refuse_function_as_key, validate_key
 from ._lease import Lease
 from ._lock import Lock, release_logged
 from ._renewal import renew_interval_ms
@@ -69,6 +69,11 @@ class ElectionSpec:
 
 def election_decorator(key: str, ttl: Duration | None, locks: Locks | None) -> Callable[[E], E]:
     """Return the ``leader_election`` decorator (``locks`` given: the bound form)."""
+    refuse_function_as_key(
+        key,
+        f"@{'locks' if locks is not None else 'leaselock'}.leader_election",
+        '("inventory:warehouse-feed")',
+    )
     checked_key = validate_key(key)
     ttl_ms = None if ttl is None else parse_ttl(ttl)
 
@@ -138,6 +143,7 @@ class Campaign:
         "_events",
         "_lock",
         "_participant",
+        "_served",
         "_spawn",
         "_spec",
         "_stopped",
@@ -167,6 +173,8 @@ class Campaign:
         self._spawn = spawn
         self._lock: Lock | None = None
         self._term: asyncio.Task[None] | None = None
+        # the lock of the last term whose acquired hook was called
+        self._served: Lock | None = None
         self._timer: TimerHandle | None = None
         self._stopped = False
         # set from the end of a term until its lost hook has run: no new term starts before
@@ -215,6 +223,10 @@ class Campaign:
 
     async def _serve(self, lock: Lock) -> None:
         CURRENT_LOCK.set(lock)
+        if not lock.held:
+            # lost before the term began (a pause): its loss ends the term, with no hook called
+            return
+        self._served = lock
         try:
             if self._spec.runs_a_duty:
                 await _call(self._spec.target, lock)
@@ -267,7 +279,8 @@ class Campaign:
         )
 
     async def _call_lost_hook(self, lock: Lock) -> None:
-        if self._spec.runs_a_duty:
+        if self._spec.runs_a_duty or self._served is not lock:
+            # hooks come in pairs: no lost hook for a term whose acquired hook never ran
             return
         try:
             await _call(getattr(self._participant, LOST_HOOK), lock)

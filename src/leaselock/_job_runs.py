@@ -109,6 +109,12 @@ class JobRuns:
             if run_lease is None:
                 self._skip(spec, "in-progress")
                 return None
+        if owned is not None and not owned.lease.held:
+            # the lease was lost while the run lock was taken: another instance may run now
+            if run_lease is not None:
+                await release_logged(Lock(self._engine, run_lease))
+            self._skip(spec, "another-instance")
+            return None
         if run_lease is not None:
             lock = Lock(self._engine, run_lease)
             unlink = None if owned is None else self._tie(owned.lease, run_lease)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, ca
 from ._context import CURRENT_LOCK, current_locks
 from ._durations import Duration, parse_ttl
 from ._errors import LocksConfigurationError
-from ._keys import lease_key, validate_key
+from ._keys import lease_key, refuse_function_as_key, validate_key
 
 if TYPE_CHECKING:
     from ._locks import Locks
@@ -127,6 +127,7 @@ def job_decorator(
     kind: JobKind, key: str | None, ttl: Duration | None, locks: Locks | None
 ) -> JobDecorator:
     """Return the decorator of ``kind`` (``locks`` given: the bound form)."""
+    refuse_function_as_key(key, f"@{'locks' if locks is not None else 'leaselock'}.{kind}", "()")
     checked_key = None if key is None else validate_key(key)
     ttl_ms = None if ttl is None else parse_ttl(ttl)
 

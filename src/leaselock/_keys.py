@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._errors import LocksConfigurationError
 
-__all__ = ["MAX_KEY_LENGTH", "lease_key", "validate_key"]
+__all__ = ["MAX_KEY_LENGTH", "lease_key", "refuse_function_as_key", "validate_key"]
 
 MAX_KEY_LENGTH = 500
 """The longest key, in characters (code points)."""
@@ -50,3 +50,16 @@ def validate_key(key: object, *, name: str = "key") -> str:
 def lease_key(job_key: str) -> str:
     """Return the key of the sticky lease that says which instance runs ``job_key``."""
     return f"{job_key}:owner"
+
+
+def refuse_function_as_key(key: object, decorator: str, call: str) -> None:
+    """Refuse the function or class a decorator used without parentheses gets as its key.
+
+    Raises:
+        LocksConfigurationError: ``key`` is a function or a class; the message shows the call.
+    """
+    if callable(key) and not isinstance(key, str):
+        raise LocksConfigurationError(
+            f"{decorator} was used without parentheses, so it received "
+            f"{getattr(key, '__qualname__', key)!r} as its key; write {decorator}{call}"
+        )

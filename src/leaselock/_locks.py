@@ -16,7 +16,7 @@ from typing import Any, TypeVar, final, overload
 from ._checked_store import CheckedStore, check_store_shape
 from ._clock import Clock, SystemClock
 from ._context import CURRENT_LOCKS, started_locks
-from ._durations import Duration, parse_ttl, parse_wait
+from ._durations import MIN_REAL_TTL_MS, Duration, check_ttl_floor, parse_ttl, parse_wait
 from ._election import election_decorator
 from ._engine import LockEngine
 from ._errors import LocksConfigurationError
@@ -85,6 +85,7 @@ class Locks:
         "_closing",
         "_engine",
         "_loop",
+        "_min_ttl_ms",
         "_phase",
         "_registry",
         "_scheduling",
@@ -114,9 +115,11 @@ class Locks:
                 f"clock={clock!r} is not a clock; pass None (the system clock) or "
                 "leaselock.testing.ManualClock() in tests"
             )
-        self._ttl_ms = parse_ttl(ttl)
-        self._shutdown_grace_ms = parse_wait(shutdown_grace, name="shutdown_grace")
         self._clock: Clock = clock if clock is not None else SystemClock()
+        # a test clock moves only when told, so any ttl it can divide by three works on it
+        self._min_ttl_ms = MIN_REAL_TTL_MS if isinstance(self._clock, SystemClock) else 3
+        self._ttl_ms = check_ttl_floor(parse_ttl(ttl), self._min_ttl_ms)
+        self._shutdown_grace_ms = parse_wait(shutdown_grace, name="shutdown_grace")
         self._store_defaulted = store is None
         self._store: LockStore = (
             InMemoryLockStore(clock=self._clock) if store is None else check_store_shape(store)
@@ -161,7 +164,7 @@ class Locks:
                 f"This Locks is already {self._phase.value}; create a new Locks to start again"
             )
         self._refuse_in_memory_default_in_production()
-        self._registry.check()
+        self._registry.check(self._min_ttl_ms)
         self._registry.participants()
         if isinstance(self._store, SupportsLifecycle):
             await self._store.open()
@@ -439,7 +442,7 @@ class Locks:
         """
         register_target(self, self._registry, target)
         if self._phase is _Phase.STARTED:
-            self._registry.check()
+            self._registry.check(self._min_ttl_ms)
             assert self._scheduling is not None  # noqa: S101 -- set by start()
             self._scheduling.adopt_new_elections()
         return target
@@ -448,7 +451,7 @@ class Locks:
         self, key: object, ttl: object, wait: object, signal: object
     ) -> tuple[str, int, int, LockEngine]:
         checked_key = validate_key(key)
-        ttl_ms = self._ttl_ms if ttl is None else parse_ttl(ttl)
+        ttl_ms = self._ttl_ms if ttl is None else check_ttl_floor(parse_ttl(ttl), self._min_ttl_ms)
         wait_ms = parse_wait(wait)
         if signal is not None and not isinstance(signal, LockSignal):
             raise LocksConfigurationError(
@@ -526,12 +529,13 @@ class Locks:
             work.close()
             self._running_engine()
         assert loop is not None  # noqa: S101 -- checked by _running_engine
-        if _running_loop() is loop:
+        if _running_loop() is not None:
             work.close()
             raise LocksConfigurationError(
-                "A sync leaselock job ran on the event loop thread of its Locks, where waiting "
-                "would block the renewals it needs; make the job async, or run it in a worker "
-                "thread (APScheduler does for sync jobs)"
+                "A sync leaselock job was called on a thread that runs an event loop (from a "
+                "coroutine), which waiting would freeze, with the renewals it needs if it is "
+                "this Locks' loop; make the job async, or run it in a worker thread "
+                "(asyncio.to_thread; APScheduler does this for sync jobs)"
             )
         return asyncio.run_coroutine_threadsafe(work, loop).result()
 

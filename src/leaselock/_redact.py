@@ -6,7 +6,8 @@ import re
 
 __all__ = ["redact_secrets"]
 
-_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)[^@\s]*@")
+# the password runs to the LAST "@" of the authority: an unescaped "@" may sit inside it
+_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)[^\s/?#]*@")
 _KEYWORD_PASSWORD = re.compile(
     r"(?P<head>\bpassword\s*=\s*)('[^']*'|\"[^\"]*\"|[^\s,)]+)", re.IGNORECASE
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, final
 
+from ._durations import check_ttl_floor
 from ._election import ElectionSpec, election_spec_of
 from ._errors import LocksConfigurationError
 from ._jobs import BINDINGS, JobSpec, job_spec_of
@@ -76,12 +77,28 @@ class Registry:
             resolved.append((spec, participant))
         return resolved
 
-    def check(self) -> None:
-        """Refuse keys that would exclude each other silently.
+    def check(self, min_ttl_ms: int) -> None:
+        """Refuse keys that would exclude each other silently, and ttls the clock cannot honour.
 
         Raises:
-            LocksConfigurationError: naming both parties of the first conflict found.
+            LocksConfigurationError: naming both parties of the first conflict found, or the
+                job or election whose ttl is shorter than ``min_ttl_ms``.
         """
+        self._check_ttls(min_ttl_ms)
+        self._check_keys()
+
+    def _check_ttls(self, min_ttl_ms: int) -> None:
+        for spec in self._jobs:
+            for ttl_ms in (spec.one_instance_ttl_ms, spec.no_overlap_ttl_ms):
+                if ttl_ms is not None:
+                    check_ttl_floor(ttl_ms, min_ttl_ms, name=f"the ttl of {spec.describe()}")
+        for election in self._elections:
+            if election.ttl_ms is not None:
+                check_ttl_floor(
+                    election.ttl_ms, min_ttl_ms, name=f"the ttl of election {election.describe()}"
+                )
+
+    def _check_keys(self) -> None:
         owners: dict[str, str] = {}
 
         def claim(key: str, who: str, fix: str) -> None:

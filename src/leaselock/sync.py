@@ -6,6 +6,7 @@ calls across. Renewals keep running there while your thread works.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +28,25 @@ from .stores._protocol import LockStore
 __all__ = ["SyncLock", "SyncLocks"]
 
 T = TypeVar("T")
+
+
+def _refuse_on_an_event_loop(method: str) -> None:
+    """Refuse a blocking call from a thread that runs an event loop (from a coroutine).
+
+    Raises:
+        LocksConfigurationError: this thread runs an event loop, which the call would freeze.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise LocksConfigurationError(
+        f"SyncLocks.{method} blocks its thread, and this thread runs an event loop (the call "
+        "came from a coroutine or a loop callback): it would freeze that loop and every lock "
+        f"renewal on it. Use the async API there, `await locks.{method}(...)` on a "
+        "leaselock.Locks (SyncLocks.locks is the one underneath), or call it from a worker "
+        "thread (asyncio.to_thread)"
+    )
 
 
 @final
@@ -74,7 +94,12 @@ class SyncLock:
         return self._lock.held
 
     def release(self) -> bool:
-        """Give the lock back now; see :meth:`leaselock.Lock.release`."""
+        """Give the lock back now; see :meth:`leaselock.Lock.release`.
+
+        Raises:
+            LocksConfigurationError: called from a coroutine (use ``await lock.release()``).
+        """
+        _refuse_on_an_event_loop("release")
         return self._portal.call(self._lock.release())
 
     def __enter__(self) -> SyncLock:
@@ -88,6 +113,7 @@ class SyncLock:
         tb: TracebackType | None,
     ) -> None:
         """Release; a store failure is logged, never raised over the block."""
+        _refuse_on_an_event_loop("release")
         self._portal.call(release_logged(self._lock))
 
     def __repr__(self) -> str:
@@ -144,7 +170,13 @@ class SyncLocks:
         return self._locks.events
 
     def start(self) -> None:
-        """Start the loop thread and the ``Locks`` on it; see :meth:`leaselock.Locks.start`."""
+        """Start the loop thread and the ``Locks`` on it; see :meth:`leaselock.Locks.start`.
+
+        Raises:
+            LocksConfigurationError: already started, or called from a coroutine (use
+                :class:`~leaselock.Locks` there).
+        """
+        _refuse_on_an_event_loop("start")
         if self._portal is not None:
             raise LocksConfigurationError(
                 "This SyncLocks is already started; create a new SyncLocks to start again"
@@ -158,7 +190,12 @@ class SyncLocks:
         self._portal = portal
 
     def close(self) -> None:
-        """Release every lock, close the store and stop the loop thread."""
+        """Release every lock, close the store and stop the loop thread.
+
+        Raises:
+            LocksConfigurationError: called from a coroutine (use :class:`~leaselock.Locks`).
+        """
+        _refuse_on_an_event_loop("close")
         portal, self._portal = self._portal, None
         if portal is None:
             return
@@ -191,8 +228,10 @@ class SyncLocks:
     ) -> SyncLock | None:
         """Take the lock on ``key``, blocking up to ``wait``.
 
-        See :meth:`leaselock.Locks.acquire` for the arguments, the result and the errors.
+        See :meth:`leaselock.Locks.acquire` for the arguments, the result and the errors; it
+        also raises :class:`~leaselock.LocksConfigurationError` when called from a coroutine.
         """
+        _refuse_on_an_event_loop("acquire")
         portal = self._started_portal()
         lock = portal.call(self._locks.acquire(key, ttl=ttl, wait=wait, signal=signal))
         return None if lock is None else SyncLock(lock, portal)
@@ -213,8 +252,14 @@ class SyncLocks:
 
         Raises:
             LockNotAcquiredError: the key stayed held for the whole wait.
+            LocksConfigurationError: called from a coroutine (use ``Locks.hold`` there).
         """
+        _refuse_on_an_event_loop("hold")
         lock = self.acquire(key, ttl=ttl, wait=wait, signal=signal)
+        if lock is not None and not lock.held:
+            # lost between the loop thread's answer and this thread: never run the block on it
+            lock.__exit__(None, None, None)
+            lock = None
         if lock is None:
             raise LockNotAcquiredError(key, self._wait_ms(wait))
         lock_token = CURRENT_LOCK.set(lock._lock)  # noqa: SLF001 -- SyncLock is this module's
@@ -241,6 +286,7 @@ class SyncLocks:
             LockNotAcquiredError: the key stayed held for the whole wait; ``fn`` did not run.
             LocksConfigurationError: ``fn`` is not a sync callable.
         """
+        _refuse_on_an_event_loop("with_lock")
         if not callable(fn) or inspect.iscoroutinefunction(fn):
             raise LocksConfigurationError(
                 f"fn={fn!r} is not a sync function; SyncLocks.with_lock runs fn in this thread. "

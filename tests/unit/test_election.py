@@ -261,3 +261,25 @@ async def test_no_new_term_starts_before_the_lost_hook_of_the_last_one_has_run(s
         await let_loop_run()
         assert log[:3] == ["acquired 1", "losing 1", "lost 1"]
         assert log[3].startswith("acquired ")
+
+
+async def test_a_term_lost_to_a_pause_before_it_began_calls_neither_hook(store, clock):
+    feed = WarehouseFeed("paused-at-the-wrong-moment")
+    locks = Locks(store=store, clock=clock, ttl="30s")
+    locks.register(feed)
+    won: list[Event] = []
+
+    def pause_right_after_winning(event: Event) -> None:
+        if not won:
+            won.append(event)
+            clock.jump("30s")
+
+    locks.events.subscribe(pause_right_after_winning, "leadership-acquired")
+    async with locks:
+        await clock.advance(0)
+        lost_term = won[0].fencing_token
+        assert ("acquired", lost_term) not in feed.log
+        assert ("lost", lost_term) not in feed.log
+        await clock.advance("10s")
+        assert [event for event, _ in feed.log] == ["acquired"]
+        assert feed.log[0][1] > (lost_term or 0)

@@ -301,7 +301,7 @@ async def test_a_sync_job_runs_in_the_calling_thread_with_its_lock(store, clock)
         worker_result = await asyncio.to_thread(job.count)
         assert worker_result == "counted"
         assert seen[0][0] != threading.get_ident()
-        with pytest.raises(LocksConfigurationError, match="ran on the event loop thread"):
+        with pytest.raises(LocksConfigurationError, match="on a thread that runs an event loop"):
             job.count()
 
 
@@ -487,6 +487,34 @@ def test_bad_decorator_uses_are_refused_with_the_fix():
         leaselock.on_one_instance()(leaselock.on_one_instance()(job))
 
 
+def test_a_decorator_used_without_parentheses_says_to_add_them():
+    async def reconcile_stock() -> None: ...
+
+    with pytest.raises(
+        LocksConfigurationError,
+        match=r"@leaselock.on_one_instance was used without parentheses.*"
+        r"write @leaselock.on_one_instance\(\)",
+    ):
+        leaselock.on_one_instance(reconcile_stock)  # type: ignore[arg-type]
+    with pytest.raises(LocksConfigurationError, match=r"write @locks.without_overlapping\(\)"):
+        Locks().without_overlapping(reconcile_stock)  # type: ignore[arg-type]
+    with pytest.raises(
+        LocksConfigurationError,
+        match=r'write @leaselock.leader_election\("inventory:warehouse-feed"\)',
+    ):
+        leaselock.leader_election(StockReconciliationJob)  # type: ignore[arg-type]
+
+
+async def test_a_job_ttl_too_short_for_real_time_fails_at_start():
+    @leaselock.without_overlapping(key="quick", ttl="20ms")
+    async def quick() -> None: ...
+
+    locks = Locks(allow_in_memory_storage=True)
+    locks.register(quick)
+    with pytest.raises(LocksConfigurationError, match=r"the ttl of .*quick.* shorter than 100 ms"):
+        await locks.start()
+
+
 def test_two_keys_on_one_function_are_refused():
     async def job() -> None: ...
 
@@ -539,3 +567,26 @@ async def test_a_store_failing_at_shutdown_is_logged_never_raised(
         await locks.aclose()
     assert not held.held
     assert "server went away" in caplog.text
+
+
+async def test_a_tick_whose_lease_was_lost_while_its_run_lock_was_taken_does_not_run(clock):
+    from leaselock.testing import FaultyStore, wait_all_tasks_blocked  # noqa: PLC0415
+
+    store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
+    job = StockReconciliationJob("paused")
+    skipped: list[Event] = []
+    async with Locks(store=store, clock=clock, ttl="3s") as locks:
+        locks.register(job)
+        locks.events.subscribe(skipped.append, "tick-skipped")
+        assert await job.reconcile_stock() == "paused"
+        clock.jump("2500ms")
+        stuck = store.hang("acquire", key="inventory:stock-reconciliation", times=1)
+        tick = asyncio.create_task(job.reconcile_stock())
+        await wait_all_tasks_blocked()
+        clock.jump("600ms")
+        stuck.release()
+        assert await tick is None
+        assert len(job.tokens) == 1, "the run started on a lease that was already lost"
+        assert [event.reason for event in skipped] == ["another-instance"]  # type: ignore[attr-defined]
+        await clock.advance(0)
+        assert "inventory:stock-reconciliation" not in store.inner._rows

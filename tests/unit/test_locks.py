@@ -3,6 +3,7 @@
 import asyncio
 import logging
 import threading
+from datetime import timedelta
 
 import pytest
 
@@ -15,7 +16,7 @@ from leaselock import (
     LockStoreError,
     current_lock,
 )
-from leaselock.stores import Acquired, AcquireResult, InMemoryLockStore
+from leaselock.stores import Acquired, AcquireResult, InMemoryLockStore, NotAcquired
 from leaselock.testing import ManualClock
 
 
@@ -348,6 +349,43 @@ async def test_a_locks_is_refused_on_another_event_loop(locks: Locks):
 def test_bad_constructor_arguments_are_refused_with_the_fix(kwargs: dict, message: str):
     with pytest.raises(LocksConfigurationError, match=message):
         Locks(**kwargs)
+
+
+def test_a_store_class_passed_instead_of_an_instance_is_refused_naming_the_fix():
+    with pytest.raises(LocksConfigurationError, match=r"is a class; pass an instance of it"):
+        Locks(store=InMemoryLockStore)  # type: ignore[arg-type]
+
+
+def test_a_store_whose_methods_are_not_coroutines_is_refused():
+    class Blocking:
+        def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+            return NotAcquired()
+
+        async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+            return False
+
+        async def release(self, key: str, owner: str) -> bool:
+            return False
+
+    with pytest.raises(LocksConfigurationError, match=r"acquire\(\) that is not a coroutine"):
+        Locks(store=Blocking())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ttl", ["3ms", "99ms", 50, timedelta(milliseconds=10)])
+def test_a_ttl_too_short_for_real_time_is_refused_saying_why(ttl):
+    with pytest.raises(LocksConfigurationError, match=r"shorter than 100 ms: a store round trip"):
+        Locks(ttl=ttl)
+
+
+def test_a_manual_clock_allows_any_ttl_it_can_divide_by_three():
+    assert Locks(ttl="3ms", clock=ManualClock()).ttl_ms == 3
+
+
+async def test_a_call_with_a_ttl_too_short_for_real_time_is_refused():
+    async with Locks(allow_in_memory_storage=True) as locks:
+        with pytest.raises(LocksConfigurationError, match="shorter than 100 ms"):
+            await locks.acquire("k", ttl="20ms")
+        assert await locks.acquire("k", ttl="100ms") is not None
 
 
 def test_a_store_missing_one_method_is_named():

@@ -1,5 +1,6 @@
 """SyncLocks: the same engine for threads, through a loop thread of its own."""
 
+import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -97,7 +98,7 @@ def test_eight_threads_racing_with_lock_never_overlap_and_see_growing_tokens(
 
 def test_a_thread_sees_the_loss_through_the_signal():
     store = InMemoryLockStore()
-    with SyncLocks(store=store, ttl="30ms") as sync_locks, sync_locks.hold("k") as lock:
+    with SyncLocks(store=store, ttl="300ms") as sync_locks, sync_locks.hold("k") as lock:
         del store._rows["k"]
         assert lock.signal.wait_blocking(timeout=10)
         with pytest.raises(LockLostError):
@@ -134,28 +135,38 @@ def test_a_sync_call_from_the_loop_thread_is_refused_instead_of_deadlocking(
     def on_event(event: object) -> None:
         try:
             sync_locks.acquire("inner")
-        except RuntimeError as error:
+        except LocksConfigurationError as error:
             errors.append(error)
         handled.set()
 
     sync_locks.events.subscribe(on_event)
     store = sync_locks.locks.store
     assert isinstance(store, InMemoryLockStore)
-    lock = sync_locks.acquire("k", ttl="30ms")
+    lock = sync_locks.acquire("k", ttl="300ms")
     assert lock is not None
     del store._rows["k"]
     assert handled.wait(timeout=10)
     assert len(errors) == 1
-    assert "on its own event-loop thread" in str(errors[0])
+    assert "this thread runs an event loop" in str(errors[0])
+    assert "await locks.acquire(...)" in str(errors[0])
 
 
-def test_close_releases_what_threads_still_hold():
-    store = InMemoryLockStore()
-    sync_locks = SyncLocks(store=store)
-    sync_locks.start()
-    lock = sync_locks.acquire("k")
-    assert lock is not None
-    sync_locks.close()
-    assert not lock.held
-    assert store._rows == {}
-    sync_locks.close()
+async def test_sync_calls_from_a_coroutine_are_refused_naming_the_async_api():
+    sync_locks = SyncLocks(allow_in_memory_storage=True)
+    with pytest.raises(LocksConfigurationError, match=r"SyncLocks\.start blocks its thread"):
+        sync_locks.__enter__()
+    await asyncio.to_thread(sync_locks.start)
+    try:
+        with pytest.raises(LocksConfigurationError, match=r"await locks\.acquire\(\.\.\.\)"):
+            sync_locks.acquire("k", wait="1s")
+        with pytest.raises(LocksConfigurationError, match=r"SyncLocks\.hold blocks"):
+            sync_locks.hold("k").__enter__()
+        with pytest.raises(LocksConfigurationError, match=r"SyncLocks\.with_lock blocks"):
+            sync_locks.with_lock("k", lambda: None)
+        lock = await asyncio.to_thread(sync_locks.acquire, "k")
+        assert lock is not None
+        with pytest.raises(LocksConfigurationError, match=r"SyncLocks\.release blocks"):
+            lock.release()
+        assert await asyncio.to_thread(lock.release)
+    finally:
+        await asyncio.to_thread(sync_locks.close)
