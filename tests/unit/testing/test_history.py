@@ -1,0 +1,180 @@
+"""The history checker: what it proves from a record, and that it catches broken stores."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import let_loop_run
+from leaselock import Locks
+from leaselock.stores import AcquireResult, InMemoryLockStore, NotAcquired
+from leaselock.testing.history import HistoryRecorder, check_history
+
+MS = 1_000_000
+
+
+class History:
+    """Entries as a HistoryRecorder writes them, built by hand (times in ms, stored as ns)."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self._calls = 0
+
+    def call(
+        self, process: str, op: str, key: str, sent_ms: int, answered_ms: int | None, **fields: Any
+    ) -> None:
+        self._calls += 1
+        call = f"{process}:{self._calls}"
+        result = fields.pop("result", None)
+        error = fields.pop("error", None)
+        self.entries.append(
+            {"process": process, "call": call, "phase": "sent", "op": op, "key": key,
+             "at": sent_ms * MS, **fields}
+        )  # fmt: skip
+        if answered_ms is not None:
+            answer: dict[str, Any] = {"process": process, "call": call, "phase": "answered"}
+            answer["at"] = answered_ms * MS
+            answer.update({"error": error} if error else {"result": result})
+            self.entries.append(answer)
+
+    def acquire(
+        self, process: str, owner: str, sent: int, answered: int | None, token: int | None
+    ) -> None:
+        self.call(process, "acquire", "k", sent, answered, owner=owner, ttl_ms=1000, result=token)
+
+    def renew(self, process: str, owner: str, sent: int, answered: int, ok: bool = True) -> None:
+        self.call(process, "renew", "k", sent, answered, owner=owner, ttl_ms=1000, result=ok)
+
+    def release(self, process: str, owner: str, sent: int, answered: int | None) -> None:
+        self.call(process, "release", "k", sent, answered, owner=owner, result=True)
+
+    def write(self, process: str, token: int, sent: int, answered: int, accepted: bool) -> None:
+        self.call(process, "write", "k", sent, answered, token=token, result=accepted)
+
+
+def test_a_clean_handover_passes_with_its_counts():
+    history = History()
+    history.acquire("a", "a1", 0, 5, 1)
+    history.renew("a", "a1", 300, 305)
+    history.write("a", 1, 400, 410, accepted=True)
+    history.release("a", "a1", 500, 505)
+    history.acquire("b", "b1", 501, 506, 2)
+    history.write("b", 2, 600, 610, accepted=True)
+    report = check_history(history.entries)
+    assert report.ok, report.summary()
+    assert (report.acquisitions, report.renewals, report.releases) == (2, 1, 1)
+    assert (report.writes_accepted, report.writes_refused, report.late_writes) == (2, 0, 0)
+    assert [(lease.fencing_token, lease.start_ns, lease.end_ns) for lease in report.leases] == [
+        (1, 5 * MS, 500 * MS),
+        (2, 506 * MS, 1501 * MS),
+    ]
+
+
+def test_a_takeover_before_the_holders_deadline_is_two_live_leases():
+    history = History()
+    history.acquire("a", "a1", 0, 5, 1)
+    history.renew("a", "a1", 300, 305)
+    history.acquire("b", "b1", 1100, 1110, 2)
+    report = check_history(history.entries)
+    assert [violation.rule for violation in report.violations] == ["two live leases"]
+    assert "token 1 of a" in str(report.violations[0])
+    assert "1300000000" in str(report.violations[0]), "names when the first was live until"
+
+
+def test_a_takeover_after_the_deadline_of_the_last_confirmed_renewal_is_fine():
+    history = History()
+    history.acquire("a", "a1", 0, 5, 1)
+    history.renew("a", "a1", 300, 305)
+    history.renew("a", "a1", 1250, 1350)  # confirmed after the 1300 ms deadline: does not count
+    history.acquire("b", "b1", 1300, 1310, 2)
+    report = check_history(history.entries)
+    assert report.ok, report.summary()
+
+
+def test_an_acquire_answered_after_its_ttl_is_not_a_lease():
+    history = History()
+    history.acquire("a", "a1", 0, 1000, 1)
+    history.acquire("b", "b1", 500, 1001, 2)
+    report = check_history(history.entries)
+    assert report.ok, report.summary()
+    assert report.late_acquisitions == 1
+
+
+def test_a_release_sent_by_a_process_killed_before_the_answer_ends_the_lease():
+    history = History()
+    history.acquire("a", "a1", 0, 5, 1)
+    history.release("a", "a1", 100, None)
+    history.acquire("b", "b1", 101, 110, 2)
+    assert check_history(history.entries).ok
+
+
+def test_a_token_given_twice_and_tokens_going_back_are_violations():
+    history = History()
+    history.acquire("a", "a1", 0, 5, 7)
+    history.release("a", "a1", 10, 11)
+    history.acquire("b", "b1", 20, 25, 7)
+    history.release("b", "b1", 30, 31)
+    history.acquire("c", "c1", 40, 45, 3)
+    rules = [violation.rule for violation in check_history(history.entries).violations]
+    assert rules.count("a token given twice") == 1
+    assert rules.count("tokens went back") == 2
+
+
+def test_a_stale_write_accepted_after_a_newer_one_is_a_violation_and_a_refused_one_is_not():
+    history = History()
+    history.write("b", 5, 100, 110, accepted=True)
+    history.write("a", 4, 120, 130, accepted=False)
+    history.write("a", 4, 140, 150, accepted=True)
+    report = check_history(history.entries)
+    assert [violation.rule for violation in report.violations] == ["a stale fenced write accepted"]
+    assert (report.writes_accepted, report.writes_refused, report.late_writes) == (2, 1, 3)
+
+
+class ReadThenWrite:
+    """A broken store: it reads the key, lets others run, then writes: every caller wins."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryLockStore()
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        if key in self.inner._rows:
+            return NotAcquired()
+        await let_loop_run(1)
+        self.inner._rows.pop(key, None)
+        return await self.inner.acquire(key, owner, ttl_ms)
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        return await self.inner.renew(key, owner, ttl_ms)
+
+    async def release(self, key: str, owner: str) -> bool:
+        return await self.inner.release(key, owner)
+
+
+@pytest.mark.parametrize(("store", "broken"), [(InMemoryLockStore, False), (ReadThenWrite, True)])
+async def test_the_checker_catches_a_read_then_write_store_and_passes_a_sound_one(
+    tmp_path: Path, store: type, broken: bool
+):
+    path = tmp_path / "history.jsonl"
+    recorder = HistoryRecorder(store(), path)
+
+    async def section(locks: Locks) -> None:
+        async with locks.hold("k", wait="5s") as lock:
+            await recorder.fenced_write("k", lock.fencing_token, _accept)
+            await let_loop_run(1)
+
+    async with Locks(store=recorder, ttl="5s") as locks:
+        for _ in range(5):
+            await asyncio.gather(*(section(locks) for _ in range(8)))
+    recorder.close()
+    report = check_history(path)
+    assert report.acquisitions >= 40
+    assert report.ok is not broken, report.summary()
+    if broken:
+        assert "two live leases" in {violation.rule for violation in report.violations}
+
+
+async def _accept() -> bool:
+    return True
