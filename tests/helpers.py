@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Self
 
 from leaselock.stores import Acquired, AcquireResult, LockStore, SupportsLifecycle
 
@@ -49,3 +50,63 @@ class TokensAsText:
     async def aclose(self) -> None:
         if isinstance(self.inner, SupportsLifecycle):
             await self.inner.aclose()
+
+
+class Partition:
+    """A TCP proxy in front of a real server; ``cut()`` holds every byte, both ways, until
+    ``heal()``, as a network partition does (new connections hang too)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self._open = asyncio.Event()
+        self._open.set()
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> Self:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.heal()
+        assert self._server is not None
+        self._server.close()
+        for pipe in list(self._pipes):
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+        await self._server.wait_closed()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    def cut(self) -> None:
+        self._open.clear()
+
+    def heal(self) -> None:
+        self._open.set()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._open.wait()
+        try:
+            server_in, server_out = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.close()
+            return
+        for source, sink in ((reader, server_out), (server_in, writer)):
+            pipe = asyncio.get_running_loop().create_task(self._pipe(source, sink))
+            self._pipes.add(pipe)
+            pipe.add_done_callback(self._pipes.discard)
+
+    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        try:
+            while chunk := await source.read(65536):
+                await self._open.wait()
+                sink.write(chunk)
+                await sink.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            sink.close()

@@ -15,7 +15,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import redis.asyncio
+
 from leaselock import LockNotAcquiredError, Locks, LockStoreError
+from leaselock.stores import LockStore
+from leaselock.stores.redis import RedisLockStore
 from leaselock.testing.history import HistoryRecorder
 from process_worker import make_store
 
@@ -54,6 +58,14 @@ class Job:
     ttl: str
 
 
+def _store(kind: str, where: str) -> LockStore:
+    if kind != "redis":
+        return make_store(kind, where)
+    # the documented way to share the application's client, with redis-py's own retries
+    url, prefix = where.split(" ")
+    return RedisLockStore(redis.asyncio.Redis.from_url(url), prefix=prefix)
+
+
 def work(job: Job) -> None:
     """Take the key again and again until ``job.until_ns`` (CLOCK_MONOTONIC); record it all."""
     asyncio.run(_work(job))
@@ -64,7 +76,7 @@ async def _work(job: Job) -> None:
     holding = job.files / "holding" / str(pid)
     resource = job.files / "resource.db"
     recorder = HistoryRecorder(
-        make_store(job.kind, job.where), job.files / "history.jsonl", process=f"worker-{pid}"
+        _store(job.kind, job.where), job.files / "history.jsonl", process=f"worker-{pid}"
     )
     rng = random.Random(pid)  # noqa: S311 -- pacing, not secrets
 

@@ -187,8 +187,8 @@ class CrashableServer:
     """A throwaway server of this test's own, which the test may crash and start again."""
 
     url: str
-    crash_restart: Callable[[], None]
-    """Kill the server as a crash would (no clean shutdown), then start it on the same port."""
+    crash_restart: Callable[[float], None]
+    """Kill the server as a crash would, wait the seconds given, start it on the same port."""
 
 
 @contextlib.contextmanager
@@ -226,9 +226,10 @@ def crashable_postgres_server() -> Iterator[CrashableServer]:
 
         server = _start("postgres", argv, workdir, account, ready)
 
-        def crash_restart() -> None:
+        def crash_restart(down_s: float) -> None:
             nonlocal server
             _stop(server.process, signal.SIGQUIT)  # immediate shutdown: recovery at next start
+            time.sleep(down_s)  # noqa: TID251 -- the server stays down this long, for real
             server = _start("postgres", argv, workdir, account, ready, port=server.port)
 
         try:
@@ -267,9 +268,10 @@ def crashable_redis_server() -> Iterator[CrashableServer]:
 
         server = _start("redis-server", argv, workdir, None, _redis_ready)
 
-        def crash_restart() -> None:
+        def crash_restart(down_s: float) -> None:
             nonlocal server
             _stop(server.process, signal.SIGKILL)
+            time.sleep(down_s)  # noqa: TID251 -- the server stays down this long, for real
             server = _start("redis-server", argv, workdir, None, _redis_ready, port=server.port)
 
         try:

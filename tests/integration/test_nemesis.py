@@ -124,7 +124,7 @@ class Nemesis:
 
     def restart(self) -> None:
         assert self.server is not None
-        self.server.crash_restart()
+        self.server.crash_restart(self.rng.uniform(0.2, 1.5))
         self.done["restarts"] += 1
 
 
