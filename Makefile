@@ -1,5 +1,5 @@
 # Two commands set everything up on a fresh machine with Python 3.11+ and make:
-#   make test   lint, type-check and test (bootstraps .venv)
+#   make test   lint, type-check, and every test with coverage (bootstraps .venv)
 #   make demo   the example shop on three instances (bootstraps .venv)
 #               make demo DATABASE_URL=postgresql://... REDIS_URL=redis://... on real servers
 
@@ -9,7 +9,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 UV := $(shell command -v uv 2>/dev/null)
 
-.PHONY: test lint typecheck pytest demo clean
+# the share of branches and lines the tests must reach (coverage of this package only)
+COVERAGE_FLOOR ?= 90
+# the test helpers that mypy --strict checks with the package (test bodies are not annotated)
+TEST_HELPERS := tests/helpers.py tests/servers.py tests/store_benches.py tests/process_worker.py \
+	tests/nemesis_worker.py
+
+.PHONY: test lint typecheck coverage pytest demo clean
 
 export DATABASE_URL REDIS_URL
 
@@ -24,7 +30,7 @@ $(STAMP): pyproject.toml
 	fi
 	@touch $(STAMP)
 
-test: lint typecheck pytest
+test: lint typecheck coverage
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -33,6 +39,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy src
 	$(BIN)/mypy --strict tests/typing examples/shop/shop
+	MYPYPATH=tests $(BIN)/mypy --strict $(TEST_HELPERS)
+
+coverage: $(STAMP)
+	@echo "Tests start throwaway PostgreSQL and Redis servers unless LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL name yours"
+	$(BIN)/coverage run -m pytest $(PYTEST_ARGS)
+	$(BIN)/coverage report --fail-under=$(COVERAGE_FLOOR)
 
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Self
+from collections.abc import Callable, Sequence
+from typing import Generic, Protocol, Self, TypeVar
 
+from leaselock import Clock, Locks
 from leaselock.stores import Acquired, AcquireResult, LockStore, SupportsLifecycle
 
 
@@ -19,10 +21,12 @@ async def wait_for_real(ms: int) -> None:
     await asyncio.sleep(ms / 1000)  # noqa: TID251 -- the server's clock cannot be advanced
 
 
-async def let_loop_run(passes: int = 5) -> None:
-    """Let ready tasks run a few steps; no time passes."""
-    for _ in range(passes):
-        await asyncio.sleep(0)  # noqa: TID251 -- a zero sleep yields to the loop; no time passes
+async def yield_once() -> None:
+    """Let the loop run one pass, on purpose: each ready task takes ONE step (a race to set up).
+
+    To let everything settle, use ``leaselock.testing.wait_all_tasks_blocked()`` instead.
+    """
+    await asyncio.sleep(0)  # noqa: TID251 -- a zero sleep yields to the loop; no time passes
 
 
 class TokensAsText:
@@ -110,3 +114,45 @@ class Partition:
             pass
         finally:
             sink.close()
+
+
+class ReconcilesStock(Protocol):
+    """A job object of the stories: one decorated tick."""
+
+    async def reconcile_stock(self) -> str | None: ...
+
+
+J = TypeVar("J", bound=ReconcilesStock)
+
+
+class Instances(Generic[J]):
+    """Instances of one application in one process, each with its own Locks and its job object.
+
+    ``make_locks(clock)`` gives each instance its Locks (one clock per instance: a paused one is
+    a clock never advanced); ``make_job(name)`` its job object, registered with that Locks.
+    """
+
+    def __init__(
+        self,
+        make_locks: Callable[[Clock], Locks],
+        clocks: Sequence[Clock],
+        make_job: Callable[[str], J],
+    ) -> None:
+        self.locks = [make_locks(clock) for clock in clocks]
+        self.jobs = [
+            locks.register(make_job(f"instance-{n}")) for n, locks in enumerate(self.locks)
+        ]
+
+    async def __aenter__(self) -> Self:
+        for locks in self.locks:
+            await locks.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for locks in self.locks:
+            await locks.aclose()
+
+    async def tick(self, *which: int) -> list[str | None]:
+        """Fire one tick on every instance (or on those chosen), at once."""
+        chosen = which or tuple(range(len(self.jobs)))
+        return list(await asyncio.gather(*(self.jobs[n].reconcile_stock() for n in chosen)))

@@ -8,9 +8,10 @@ fencing token that grows with every acquisition.
 from ._clock import Clock as Clock
 from ._clock import SystemClock as SystemClock
 from ._clock import TimerHandle as TimerHandle
-from ._context import current_lock as current_lock
 from ._durations import Duration as Duration
-from ._election import leader_election as leader_election
+from ._engine import Lock as Lock
+from ._engine import LockSignal as LockSignal
+from ._engine import current_lock as current_lock
 from ._errors import DetectedBy as DetectedBy
 from ._errors import LockError as LockError
 from ._errors import LockLostError as LockLostError
@@ -28,11 +29,10 @@ from ._events import LockLost as LockLost
 from ._events import TickSkipped as TickSkipped
 from ._fencing import FencingGuard as FencingGuard
 from ._fencing import fenced_update as fenced_update
+from ._jobs import leader_election as leader_election
 from ._jobs import on_one_instance as on_one_instance
 from ._jobs import without_overlapping as without_overlapping
-from ._lock import Lock as Lock
 from ._locks import Locks as Locks
-from ._signal import LockSignal as LockSignal
 from .sync import SyncLock as SyncLock
 from .sync import SyncLocks as SyncLocks
 

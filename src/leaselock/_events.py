@@ -23,6 +23,7 @@ __all__ = [
     "LeadershipLost",
     "LeaseAcquired",
     "LockLost",
+    "Publisher",
     "SkipReason",
     "TickSkipped",
 ]
@@ -272,3 +273,25 @@ class Events:
     def _close(self) -> None:
         for stream in list(self._streams):
             stream._end()  # noqa: SLF001 -- the hub and its streams are one concept
+
+
+@final
+class Publisher:
+    """The sending side of one :class:`Events` hub: what the engine, jobs and elections hold.
+
+    Kept apart from :class:`Events` so that code subscribing to ``locks.events`` cannot emit.
+    """
+
+    __slots__ = ("_events",)
+
+    def __init__(self, events: Events) -> None:
+        """Publish to ``events``."""
+        self._events = events
+
+    def emit(self, event: Event) -> None:
+        """Log ``event``, then hand it to every subscriber and stream of the hub."""
+        self._events._emit(event)  # noqa: SLF001 -- the hub and its sending side are one concept
+
+    def close(self) -> None:
+        """End every stream of the hub (its ``Locks`` closed)."""
+        self._events._close()  # noqa: SLF001 -- the hub and its sending side are one concept

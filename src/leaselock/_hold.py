@@ -1,4 +1,4 @@
-"""LockHold: the ``async with`` of ``Locks.hold``, and running sync code under a lock."""
+"""LockHold: the ``async with`` of ``Locks.hold``."""
 
 from __future__ import annotations
 
@@ -6,18 +6,13 @@ import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, final
+from typing import Any, final
 
-from ._context import CURRENT_LOCK, CURRENT_LOCKS
+from ._engine import CURRENT_LOCK, Lock, release_logged
 from ._errors import LockLostError, LockNotAcquiredError
-from ._lock import Lock, release_logged
+from ._jobs import CURRENT_RUNTIME, JobRuntime
 
-if TYPE_CHECKING:
-    from ._locks import Locks
-
-__all__ = ["LockHold", "run_in_thread_to_end"]
-
-T = TypeVar("T")
+__all__ = ["LockHold"]
 
 
 @final
@@ -30,31 +25,31 @@ class LockHold:
         "_context_token",
         "_key",
         "_lock",
-        "_locks",
-        "_locks_token",
         "_loss_cancelled_task",
         "_remove_callback",
+        "_runtime",
+        "_runtime_token",
         "_wait_ms",
     )
 
     def __init__(
         self,
-        locks: Locks,
+        runtime: JobRuntime,
         acquire: Callable[[], Awaitable[Lock | None]],
         *,
         key: str,
         wait_ms: int,
         cancel_on_loss: bool,
     ) -> None:
-        """Prepare to take ``key`` with ``acquire`` for ``locks`` (internal)."""
-        self._locks = locks
+        """Prepare to take ``key`` with ``acquire``; jobs called inside run on ``runtime``."""
+        self._runtime = runtime
         self._acquire = acquire
         self._key = key
         self._wait_ms = wait_ms
         self._cancel_on_loss = cancel_on_loss
         self._lock: Lock | None = None
         self._context_token: contextvars.Token[Lock | None] | None = None
-        self._locks_token: contextvars.Token[Locks | None] | None = None
+        self._runtime_token: contextvars.Token[JobRuntime | None] | None = None
         self._remove_callback: Callable[[], None] | None = None
         self._loss_cancelled_task: asyncio.Task[Any] | None = None
 
@@ -65,7 +60,7 @@ class LockHold:
             raise LockNotAcquiredError(self._key, self._wait_ms)
         self._lock = lock
         self._context_token = CURRENT_LOCK.set(lock)
-        self._locks_token = CURRENT_LOCKS.set(self._locks)
+        self._runtime_token = CURRENT_RUNTIME.set(self._runtime)
         if self._cancel_on_loss:
             task = asyncio.current_task()
             if task is not None:
@@ -91,8 +86,8 @@ class LockHold:
             self._remove_callback()
         if self._context_token is not None:
             CURRENT_LOCK.reset(self._context_token)
-        if self._locks_token is not None:
-            CURRENT_LOCKS.reset(self._locks_token)
+        if self._runtime_token is not None:
+            CURRENT_RUNTIME.reset(self._runtime_token)
         await release_logged(lock)
         task = self._loss_cancelled_task
         if task is None:
@@ -104,19 +99,3 @@ class LockHold:
             reason = lock.signal.reason
             assert reason is not None  # noqa: S101 -- set before the task was cancelled
             raise reason from exc
-
-
-async def run_in_thread_to_end(fn: Callable[[], T]) -> T:
-    """Run ``fn`` in a worker thread with this context; wait for it even through cancellation."""
-    loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(None, contextvars.copy_context().run, fn)
-    cancelled = False
-    while not future.done():
-        try:
-            # asyncio.wait never cancels what it waits for: the thread's work keeps its lock
-            await asyncio.wait([future])
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return future.result()

@@ -3,37 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import enum
 import inspect
 import logging
 import os
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, TypeVar, final, overload
 
-from ._checked_store import CheckedStore, check_store_shape
 from ._clock import Clock, SystemClock
-from ._context import CURRENT_LOCKS, started_locks
 from ._durations import MIN_REAL_TTL_MS, Duration, check_ttl_floor, parse_ttl, parse_wait
-from ._election import election_decorator
-from ._engine import LockEngine
+from ._engine import CheckedStore, Lock, LockEngine, LockSignal, check_store_shape
 from ._errors import LocksConfigurationError
-from ._events import Events
-from ._hold import LockHold, run_in_thread_to_end
-from ._job_runs import JobRun
-from ._jobs import BINDINGS, F, JobDecorator, JobSpec, job_decorator
+from ._events import Events, Publisher
+from ._hold import LockHold
+from ._jobs import F, JobDecorator, JobRuntime, election_decorator, job_decorator
 from ._keys import validate_key
-from ._lock import Lock
 from ._redact import redact_secrets
-from ._registry import Registry, register_target
-from ._scheduling import Scheduling
-from ._signal import LockSignal
+from ._threads import run_sync_in_worker, running_loop
 from .stores._protocol import LockStore, SupportsLifecycle
 from .stores.memory import InMemoryLockStore
 
-__all__ = ["Locks"]
+__all__ = ["Locks", "runtime_of"]
 
 T = TypeVar("T")
 
@@ -87,8 +79,8 @@ class Locks:
         "_loop",
         "_min_ttl_ms",
         "_phase",
-        "_registry",
-        "_scheduling",
+        "_publisher",
+        "_runtime",
         "_shutdown_grace_ms",
         "_store",
         "_store_defaulted",
@@ -127,11 +119,13 @@ class Locks:
         self._allow_in_memory_storage = allow_in_memory_storage
         self._phase = _Phase.NEW
         self._engine: LockEngine | None = None
-        self._scheduling: Scheduling | None = None
         self._closing: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._registry = Registry()
         self.events = Events()
+        self._publisher = Publisher(self.events)
+        self._runtime = JobRuntime(
+            self._clock, self._publisher, default_ttl_ms=self._ttl_ms, min_ttl_ms=self._min_ttl_ms
+        )
 
     @property
     def store(self) -> LockStore:
@@ -164,28 +158,22 @@ class Locks:
                 f"This Locks is already {self._phase.value}; create a new Locks to start again"
             )
         self._refuse_in_memory_default_in_production()
-        self._registry.check(self._min_ttl_ms)
-        self._registry.participants()
+        self._runtime.check()
         if isinstance(self._store, SupportsLifecycle):
             await self._store.open()
         try:
-            engine = LockEngine(CheckedStore(self._store), self._clock, self.events)
+            engine = LockEngine(CheckedStore(self._store), self._clock, self._publisher)
             self._engine = engine
             await engine.start()
             self._loop = asyncio.get_running_loop()
-            self._scheduling = Scheduling(
-                engine, self._clock, self.events, self._registry, default_ttl_ms=self._ttl_ms
-            )
             self._phase = _Phase.STARTED
-            started_locks.add(self)
-            # what this context starts next (a scheduler, its jobs' tasks) runs under this Locks
-            CURRENT_LOCKS.set(self)
             _log.info(
                 "leaselock started on %s (ttl %d ms)",
                 redact_secrets(repr(self._store)),
                 self._ttl_ms,
             )
-            await self._scheduling.start()
+            # what this context starts next (a scheduler, its jobs' tasks) runs under this Locks
+            await self._runtime.start(engine)
         except BaseException:
             # undo what started, so a failed start leaves no pool, listener or lease behind
             await self._close_everything()
@@ -214,15 +202,10 @@ class Locks:
 
     async def _close_everything(self) -> None:
         self._phase = _Phase.CLOSING
-        started_locks.discard(self)
-        BINDINGS.unbind(self)
-        if CURRENT_LOCKS.get() is self:
-            CURRENT_LOCKS.set(None)
-        if self._scheduling is not None:
-            try:
-                await self._scheduling.close(self._shutdown_grace_ms)
-            except Exception:  # noqa: BLE001 -- shutdown goes on; leases expire after their ttl
-                _log.exception("Stopping jobs and elections failed; their leases expire after ttl")
+        try:
+            await self._runtime.close(self._shutdown_grace_ms)
+        except Exception:  # noqa: BLE001 -- shutdown goes on; leases expire after their ttl
+            _log.exception("Stopping jobs and elections failed; their leases expire after ttl")
         self._phase = _Phase.CLOSED
         if self._engine is not None:
             try:
@@ -234,7 +217,7 @@ class Locks:
                 await self._store.aclose()
             except Exception:  # noqa: BLE001 -- the application's own shutdown must go on
                 _log.exception("Closing %s failed", redact_secrets(repr(self._store)))
-        self.events._close()  # noqa: SLF001 -- Locks owns its hub
+        self._publisher.close()
 
     async def __aenter__(self) -> Locks:
         """Start, and return this ``Locks``."""
@@ -280,7 +263,7 @@ class Locks:
         """
         key, ttl_ms, wait_ms, engine = self._checked(key, ttl, wait, signal)
         lease = await engine.acquire(key, ttl_ms, wait_ms, signal)
-        return None if lease is None else Lock(engine, lease)
+        return None if lease is None else engine.lock(lease)
 
     def hold(
         self,
@@ -310,7 +293,7 @@ class Locks:
         key, ttl_ms, wait_ms, _ = self._checked(key, ttl, wait, signal)
         _check_flag("cancel_on_loss", cancel_on_loss)
         return LockHold(
-            self,
+            self._runtime,
             lambda: self._acquire(key, ttl_ms, wait_ms, signal),
             key=key,
             wait_ms=wait_ms,
@@ -375,7 +358,7 @@ class Locks:
                 "cancelled. Check current_lock().signal.aborted between steps instead"
             )
         async with self.hold(key, ttl=ttl, wait=wait, signal=signal, cancel_on_loss=cancel_on_loss):
-            result = await fn() if is_async else await run_in_thread_to_end(fn)
+            result = await fn() if is_async else await run_sync_in_worker(fn)
             if inspect.isawaitable(result):
                 result = await result
             return result
@@ -398,7 +381,7 @@ class Locks:
         Raises:
             LocksConfigurationError: a bad key or ttl (now), or a key conflict (at start).
         """
-        return job_decorator("on_one_instance", key, ttl, self)
+        return job_decorator("on_one_instance", key, ttl, self._runtime)
 
     def without_overlapping(
         self, key: str | None = None, ttl: Duration | None = None
@@ -413,7 +396,7 @@ class Locks:
         Raises:
             LocksConfigurationError: a bad key or ttl (now), or a key conflict (at start).
         """
-        return job_decorator("without_overlapping", key, ttl, self)
+        return job_decorator("without_overlapping", key, ttl, self._runtime)
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:
         """Elect one leader for ``key`` among every instance.
@@ -426,7 +409,7 @@ class Locks:
         Raises:
             LocksConfigurationError: a bad key, ttl or target (now), or a key conflict (start).
         """
-        return election_decorator(key, ttl, self)
+        return election_decorator(key, ttl, self._runtime)
 
     def register(self, target: T) -> T:
         """Bind the jobs and elections of ``target`` to this ``Locks``; return ``target``.
@@ -440,11 +423,7 @@ class Locks:
             LocksConfigurationError: ``target`` carries no job or election, or a key conflict
                 (checked now when already started).
         """
-        register_target(self, self._registry, target)
-        if self._phase is _Phase.STARTED:
-            self._registry.check(self._min_ttl_ms)
-            assert self._scheduling is not None  # noqa: S101 -- set by start()
-            self._scheduling.adopt_new_elections()
+        self._runtime.register(target)
         return target
 
     def _checked(
@@ -466,7 +445,7 @@ class Locks:
                 f"This Locks is {self._phase.value}, not started; use `async with locks:` "
                 "or `await locks.start()` first"
             )
-        if _running_loop() is not self._loop:
+        if running_loop() is not self._loop:
             raise LocksConfigurationError(
                 "This Locks was started on another event loop; use it from the loop that "
                 "started it, or SyncLocks from threads"
@@ -478,66 +457,7 @@ class Locks:
     ) -> Lock | None:
         engine = self._running_engine()
         lease = await engine.acquire(key, ttl_ms, wait_ms, signal)
-        return None if lease is None else Lock(engine, lease)
-
-    async def _runs_begin(self, spec: JobSpec) -> JobRun | None:
-        self._running_engine()
-        assert self._scheduling is not None  # noqa: S101 -- set by start()
-        return await self._scheduling.runs.begin(spec)
-
-    async def _begin_run(self, spec: JobSpec) -> JobRun | None:
-        """Begin a run from whichever loop the job was called on."""
-        loop = self._loop
-        if loop is None or _running_loop() is loop:
-            return await self._runs_begin(spec)
-        begun = asyncio.run_coroutine_threadsafe(self._runs_begin(spec), loop)
-        try:
-            return await asyncio.wrap_future(begun)
-        except asyncio.CancelledError:
-            # the run may have begun on our loop as the caller left: end it there, or its run
-            # lock would be renewed, and every later tick skipped, for ever
-            begun.add_done_callback(self._end_orphaned_run)
-            raise
-
-    def _end_orphaned_run(self, begun: concurrent.futures.Future[JobRun | None]) -> None:
-        if begun.cancelled() or begun.exception() is not None:
-            return
-        run = begun.result()
-        if run is not None and self._loop is not None:
-            asyncio.run_coroutine_threadsafe(self._runs_end(run), self._loop)
-
-    async def _runs_end(self, run: JobRun) -> None:
-        assert self._scheduling is not None  # noqa: S101 -- set by start()
-        await self._scheduling.runs.end(run)
-
-    async def _on_own_loop(self, work: Coroutine[Any, Any, T]) -> T:
-        """Await ``work`` on this Locks' loop, from whichever loop the caller runs on."""
-        loop = self._loop
-        if loop is None or _running_loop() is loop:
-            return await work
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, loop))
-
-    def _blocking(self, work: Coroutine[Any, Any, T]) -> T:
-        """Run ``work`` on this Locks' loop and block this thread until it ends.
-
-        Raises:
-            LocksConfigurationError: not started, or called on the loop's own thread (it would
-                block the renewals it waits for).
-        """
-        loop = self._loop
-        if loop is None or self._phase not in _USABLE:
-            work.close()
-            self._running_engine()
-        assert loop is not None  # noqa: S101 -- checked by _running_engine
-        if _running_loop() is not None:
-            work.close()
-            raise LocksConfigurationError(
-                "A sync leaselock job was called on a thread that runs an event loop (from a "
-                "coroutine), which waiting would freeze, with the renewals it needs if it is "
-                "this Locks' loop; make the job async, or run it in a worker thread "
-                "(asyncio.to_thread; APScheduler does this for sync jobs)"
-            )
-        return asyncio.run_coroutine_threadsafe(work, loop).result()
+        return None if lease is None else engine.lock(lease)
 
     def _refuse_in_memory_default_in_production(self) -> None:
         if not self._store_defaulted or self._allow_in_memory_storage:
@@ -560,11 +480,9 @@ class Locks:
         )
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+def runtime_of(locks: Locks) -> JobRuntime:
+    """Return the job runtime of ``locks`` (for ``SyncLocks``, which sets it in its threads)."""
+    return locks._runtime  # noqa: SLF001 -- the facade's own module
 
 
 def _check_flag(name: str, value: object) -> None:

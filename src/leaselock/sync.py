@@ -9,20 +9,18 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager
 from types import TracebackType
 from typing import TypeVar, final
 
 from ._clock import Clock
-from ._context import CURRENT_LOCK, CURRENT_LOCKS
-from ._durations import Duration
+from ._durations import Duration, parse_wait
+from ._engine import CURRENT_LOCK, Lock, LockSignal, release_logged
 from ._errors import LockNotAcquiredError, LocksConfigurationError
 from ._events import Events
-from ._jobs import F, JobDecorator
-from ._lock import Lock, release_logged
-from ._locks import Locks
-from ._portal import Portal
-from ._signal import LockSignal
+from ._jobs import CURRENT_RUNTIME, F, JobDecorator
+from ._locks import Locks, runtime_of
+from ._threads import Portal
 from .stores._protocol import LockStore
 
 __all__ = ["SyncLock", "SyncLocks"]
@@ -255,21 +253,20 @@ class SyncLocks:
             LocksConfigurationError: called from a coroutine (use ``Locks.hold`` there).
         """
         _refuse_on_an_event_loop("hold")
-        lock = self.acquire(key, ttl=ttl, wait=wait, signal=signal)
-        if lock is not None and not lock.held:
-            # lost between the loop thread's answer and this thread: never run the block on it
-            lock.__exit__(None, None, None)
-            lock = None
-        if lock is None:
-            raise LockNotAcquiredError(key, self._wait_ms(wait))
-        lock_token = CURRENT_LOCK.set(lock._lock)  # noqa: SLF001 -- SyncLock is this module's
-        locks_token = CURRENT_LOCKS.set(self._locks)
-        try:
-            yield lock
-        finally:
-            CURRENT_LOCKS.reset(locks_token)
-            CURRENT_LOCK.reset(lock_token)
-            lock.__exit__(None, None, None)
+        portal = self._started_portal()
+        # made on the loop: a Locks is used from the loop that started it
+        manager = portal.call(_hold(self._locks, key, ttl, wait, signal))
+        with portal.wrap_async_context_manager(manager) as lock:
+            if not lock.held:
+                # lost between the loop thread's answer and this thread: never run the block
+                raise LockNotAcquiredError(key, parse_wait(wait))
+            lock_token = CURRENT_LOCK.set(lock)
+            runtime_token = CURRENT_RUNTIME.set(runtime_of(self._locks))
+            try:
+                yield SyncLock(lock, portal)
+            finally:
+                CURRENT_RUNTIME.reset(runtime_token)
+                CURRENT_LOCK.reset(lock_token)
 
     def with_lock(
         self,
@@ -327,12 +324,6 @@ class SyncLocks:
             )
         return self._portal
 
-    @staticmethod
-    def _wait_ms(wait: Duration) -> int:
-        from ._durations import parse_wait  # noqa: PLC0415 -- validated already by acquire
-
-        return parse_wait(wait)
-
     def __repr__(self) -> str:
         """Show the wrapped ``Locks``."""
         return f"<SyncLocks of {self._locks!r}>"
@@ -340,3 +331,9 @@ class SyncLocks:
 
 async def _registered(locks: Locks, target: T) -> T:
     return locks.register(target)
+
+
+async def _hold(
+    locks: Locks, key: str, ttl: Duration | None, wait: Duration, signal: LockSignal | None
+) -> AbstractAsyncContextManager[Lock]:
+    return locks.hold(key, ttl=ttl, wait=wait, signal=signal)

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from benches import (
+from leaselock.stores import InMemoryLockStore
+from leaselock.testing import ManualClock
+from store_benches import (
     STORES,
     Bench,
     MemoryStock,
@@ -16,8 +18,6 @@ from benches import (
     RedisStock,
     SQLiteStock,
 )
-from leaselock.stores import InMemoryLockStore
-from leaselock.testing import ManualClock
 
 
 @pytest.fixture(params=STORES)

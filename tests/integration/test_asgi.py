@@ -6,7 +6,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from helpers import let_loop_run
+from helpers import yield_once
 from leaselock import LockNotAcquiredError, Locks
 from leaselock.integrations.asgi import locks_lifespan
 
@@ -41,7 +41,7 @@ async def test_the_lifespan_starts_the_locks_and_a_held_lock_answers_409(store, 
         async with httpx.AsyncClient(transport=transport, base_url="http://shop") as client:
             first = asyncio.create_task(client.post("/admin/invoice-exports"))
             while "invoices:nightly-export" not in store._rows:
-                await let_loop_run(1)
+                await yield_once()
             second = asyncio.create_task(client.post("/admin/invoice-exports"))
             await clock.advance("2s")
             refused = await second

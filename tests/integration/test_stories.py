@@ -6,16 +6,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Self
+from typing import Any, Self
 
 import pytest
 
 import leaselock
-from benches import Bench
-from helpers import let_loop_run, unique_key
+from helpers import Instances, unique_key
 from leaselock import Lock, LockLostError, Locks, current_lock
 from leaselock._clock import Clock
-from leaselock.testing import ManualClock
+from leaselock.testing import ManualClock, wait_all_tasks_blocked
+from store_benches import Bench
 
 
 def job_class(key: str) -> type:
@@ -44,28 +44,13 @@ def job_class(key: str) -> type:
     return StockReconciliationJob
 
 
-class Instances:
-    """Instances of one application, each with its own Locks, store connection and job."""
-
-    def __init__(self, bench: Bench, clocks: Sequence[Clock], key: str) -> None:
-        job = job_class(key)
-        self.locks = [
-            Locks(store=bench.new_store(), clock=clock, ttl=bench.ttl_ms) for clock in clocks
-        ]
-        self.jobs = [locks.register(job(f"instance-{n}")) for n, locks in enumerate(self.locks)]
-
-    async def __aenter__(self) -> Self:
-        for locks in self.locks:
-            await locks.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        for locks in self.locks:
-            await locks.aclose()
-
-    async def tick(self, *which: int) -> list[str | None]:
-        chosen = which or tuple(range(len(self.jobs)))
-        return list(await asyncio.gather(*(self.jobs[n].reconcile_stock() for n in chosen)))
+def instances(bench: Bench, clocks: Sequence[Clock], key: str) -> Instances[Any]:
+    """Instances of the shop on ``bench``'s store, each with a store object of its own."""
+    return Instances(
+        lambda clock: Locks(store=bench.new_store(), clock=clock, ttl=bench.ttl_ms),
+        clocks,
+        job_class(key),
+    )
 
 
 async def test_a_tick_runs_once_and_always_on_the_same_instance(
@@ -73,7 +58,7 @@ async def test_a_tick_runs_once_and_always_on_the_same_instance(
 ):
     key = unique_key("inventory:stock-reconciliation")
     with caplog.at_level(logging.DEBUG, logger="leaselock"):
-        async with Instances(bench, [bench.instance_clock()] * 3, key) as app:
+        async with instances(bench, [bench.instance_clock()] * 3, key) as app:
             first = await app.tick()
             await bench.pass_time(100)
             second = await app.tick()
@@ -87,7 +72,7 @@ async def test_a_crashed_owner_hands_over_after_ttl_with_a_greater_token(bench: 
     key = unique_key("inventory:stock-reconciliation")
     crashed = ManualClock()
     running = bench.instance_clock()
-    async with Instances(bench, [crashed, running, running], key) as app:
+    async with instances(bench, [crashed, running, running], key) as app:
         assert await app.tick(0) == ["instance-0"]
         assert await app.tick(1, 2) == [None, None]
         await bench.pass_time(bench.ttl_ms + 100)
@@ -99,7 +84,7 @@ async def test_a_crashed_owner_hands_over_after_ttl_with_a_greater_token(bench: 
 
 async def test_after_a_clean_shutdown_the_next_tick_elsewhere_runs_at_once(bench: Bench):
     key = unique_key("invoices:nightly-export")
-    async with Instances(bench, [bench.instance_clock()] * 2, key) as app:
+    async with instances(bench, [bench.instance_clock()] * 2, key) as app:
         assert await app.tick(0) == ["instance-0"]
         await bench.pass_time(1100)
         await app.locks[0].aclose()
@@ -108,7 +93,7 @@ async def test_after_a_clean_shutdown_the_next_tick_elsewhere_runs_at_once(bench
 
 async def test_a_tick_right_after_a_shutdown_in_the_same_second_is_skipped(bench: Bench):
     key = unique_key("invoices:nightly-export")
-    async with Instances(bench, [bench.instance_clock()] * 2, key) as app:
+    async with instances(bench, [bench.instance_clock()] * 2, key) as app:
         assert await app.tick(0) == ["instance-0"]
         await app.locks[0].aclose()
         assert await app.tick(1) == [None]
@@ -120,7 +105,7 @@ async def test_a_run_held_open_through_three_ticks_skips_them_then_the_next_tick
     bench: Bench, caplog: pytest.LogCaptureFixture
 ):
     key = unique_key("inventory:stock-reconciliation")
-    async with Instances(bench, [bench.instance_clock()] * 2, key) as app:
+    async with instances(bench, [bench.instance_clock()] * 2, key) as app:
         owner = app.jobs[0]
         owner.hold_open = asyncio.Event()
         long_count = asyncio.create_task(owner.reconcile_stock())
@@ -142,7 +127,7 @@ async def test_a_run_held_open_through_three_ticks_skips_them_then_the_next_tick
 async def test_a_stale_run_sees_its_signal_abort_and_its_fenced_write_is_refused(bench: Bench):
     key = unique_key("inventory:stock-reconciliation")
     paused = ManualClock()
-    async with Instances(bench, [paused, bench.instance_clock()], key) as app:
+    async with instances(bench, [paused, bench.instance_clock()], key) as app:
         stale, fresh = app.jobs
         stale.hold_open = asyncio.Event()
         stale_run = asyncio.create_task(stale.reconcile_stock())
@@ -152,7 +137,7 @@ async def test_a_stale_run_sees_its_signal_abort_and_its_fenced_write_is_refused
         assert await fresh.reconcile_stock() == "instance-1"
         assert await bench.stock.write(9, fresh.tokens[0])
         await paused.advance(bench.ttl_ms // 3)
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         reason = stale.locks_seen[0].signal.reason
         assert isinstance(reason, LockLostError)
         assert reason.detected_by == "renewal"
@@ -196,7 +181,7 @@ class Feeds:
     async def __aenter__(self) -> Self:
         for locks in self.locks:
             await locks.start()
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -226,7 +211,7 @@ async def test_a_paused_leader_is_replaced_after_ttl_and_learns_at_its_next_rene
         assert new_leader.log[0][1] > old
         assert cluster.feeds[0].leading, "a paused leader cannot know before its next renewal"
         await paused.advance(bench.ttl_ms // 3)
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert cluster.feeds[0].log == [("acquired", old), ("lost", old)]
 
 

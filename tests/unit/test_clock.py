@@ -3,9 +3,8 @@ import logging
 
 import pytest
 
-from helpers import let_loop_run
 from leaselock._clock import Clock, SystemClock
-from leaselock.testing import ManualClock
+from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
 
 def test_both_clocks_satisfy_the_clock_protocol():
@@ -62,6 +61,6 @@ async def test_a_failing_system_timer_callback_is_logged_not_raised(
     with caplog.at_level(logging.ERROR, logger="leaselock"):
         clock.call_at(clock.now_ms(), failing)
         await asyncio.wait_for(done.wait(), timeout=5)
-        await let_loop_run()
+        await wait_all_tasks_blocked()
     assert "timer callback failed" in caplog.text
     assert "boom" in caplog.text

@@ -8,10 +8,9 @@ from typing import Self
 import pytest
 
 import leaselock
-from helpers import let_loop_run
 from leaselock import Event, Lock, Locks, LocksConfigurationError, current_lock
 from leaselock.stores import InMemoryLockStore
-from leaselock.testing import ManualClock
+from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
 
 @leaselock.leader_election("inventory:warehouse-feed")
@@ -47,7 +46,7 @@ class Cluster:
     async def __aenter__(self) -> Self:
         for locks in self.locks:
             await locks.start()
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -74,12 +73,12 @@ async def test_a_paused_leader_is_replaced_after_ttl_and_learns_at_its_next_rene
     async with Cluster(store, [paused, clock, clock]) as cluster:
         old = cluster.feeds[0].log[0][1]
         await clock.advance("31s")
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert cluster.feeds[1].log == [("acquired", cluster.feeds[1].log[0][1])]
         assert cluster.feeds[1].log[0][1] > old
         assert cluster.feeds[0].log == [("acquired", old)], "a paused leader cannot know yet"
         await paused.advance("10s")
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert cluster.feeds[0].log == [("acquired", old), ("lost", old)]
         lost = [e for e in cluster.events if e.type == "leadership-lost"]
         assert [(e.key, e.reason) for e in lost] == [  # type: ignore[union-attr]
@@ -93,7 +92,7 @@ async def test_a_leader_that_shuts_down_hands_over_at_the_next_campaign(store, c
         assert cluster.feeds[0].log[-1][0] == "lost"
         assert cluster.leaders() == []
         await clock.advance("10s")
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert cluster.leaders() == ["instance-1"]
         released = [e for e in cluster.events if e.type == "leadership-lost"]
         assert [e.reason for e in released] == ["released"]  # type: ignore[union-attr]
@@ -110,7 +109,7 @@ async def test_an_acquired_hook_that_raises_steps_down(
             assert cluster.feeds[0].log[1][0] == "lost"
             cluster.feeds[0].fail_on_acquire = False
             await clock.advance("10s")
-            await let_loop_run()
+            await wait_all_tasks_blocked()
             assert len(cluster.leaders()) == 1
     assert "Leadership of 'inventory:warehouse-feed' failed; stepping down" in caplog.text
     assert "warehouse refused the connection" in caplog.text
@@ -134,7 +133,7 @@ async def test_a_duty_runs_while_leading_and_is_cancelled_when_leadership_is_los
         await asyncio.wait_for(started.wait(), timeout=5)
         del store._rows["cache:warmer"]
         await clock.advance("10s")
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert len(cancelled) == 1
 
 
@@ -147,11 +146,11 @@ async def test_a_duty_that_returns_steps_down_and_campaigns_again(store, clock):
 
     async with Locks(store=store, clock=clock) as locks:
         locks.register(report)
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert len(terms) == 1
         assert "report:once-per-term" not in store._rows
         await clock.advance("10s")
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert len(terms) == 2
 
 
@@ -168,7 +167,7 @@ async def test_sync_hooks_run_in_a_worker_thread(store, clock):
 
     async with Locks(store=store, clock=clock) as locks:
         locks.register(SyncFeed)
-        await let_loop_run()
+        await wait_all_tasks_blocked()
     assert len(threads) == 2
     assert threading.get_ident() not in threads
 
@@ -228,7 +227,7 @@ async def test_stepping_down_runs_the_lost_hook_while_the_lease_is_still_held(st
 
     async with Locks(store=store, clock=clock) as locks:
         locks.register(Feed)
-        await let_loop_run()
+        await wait_all_tasks_blocked()
     assert held_in_hook == [True, True]
     assert "feed:orderly" not in store._rows
 
@@ -249,16 +248,16 @@ async def test_no_new_term_starts_before_the_lost_hook_of_the_last_one_has_run(s
 
     async with Locks(store=store, clock=clock) as locks:
         locks.register(Feed)
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         del store._rows["feed:one-term-at-a-time"]
         await clock.advance("10s")
         await clock.advance("10s")
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert log == ["acquired 1", "losing 1"]
         hook_may_finish.set()
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         await clock.advance("10s")
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert log[:3] == ["acquired 1", "losing 1", "lost 1"]
         assert log[3].startswith("acquired ")
 

@@ -4,11 +4,10 @@ import asyncio
 
 import pytest
 
-from helpers import let_loop_run
 from leaselock import Lock, LockLostError, Locks, LockStoreError, current_lock
 from leaselock._engine import BACKOFF_CAP_MS, backoff_ms
 from leaselock.stores import AcquireResult, InMemoryLockStore, NotAcquired
-from leaselock.testing import ManualClock
+from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
 
 class CountingStore:
@@ -76,7 +75,7 @@ async def test_a_release_in_this_process_wakes_a_waiter_at_once_without_time_pas
         holder = await first.acquire("k")
         assert holder is not None
         waiting = asyncio.create_task(second.acquire("k", wait="1m"))
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert not waiting.done()
         await holder.release()
         lock = await asyncio.wait_for(waiting, timeout=5)
@@ -149,7 +148,7 @@ async def test_a_win_that_lands_after_the_waiter_was_cancelled_is_handed_back(cl
         await store.inner.release("k", "holder")
         store.gate.set()
         await advancing
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert store.inner._rows == {}
 
 
@@ -162,7 +161,7 @@ async def test_cancelling_during_the_first_attempt_hands_back_what_it_won(clock)
         store.gate.set()
         with pytest.raises(asyncio.CancelledError):
             await attempt
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert store.inner._rows == {}
 
 

@@ -5,15 +5,14 @@ import functools
 import inspect
 import logging
 import threading
-from typing import Self
 
 import pytest
 
 import leaselock
-from helpers import let_loop_run
+from helpers import Instances
 from leaselock import Event, LockLostError, Locks, LocksConfigurationError, current_lock
 from leaselock.stores import AcquireResult, InMemoryLockStore
-from leaselock.testing import ManualClock
+from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
 SKIP_ELSEWHERE = "Skipped inventory:stock-reconciliation: it runs on another instance"
 SKIP_IN_PROGRESS = "Skipped inventory:stock-reconciliation: a run is still in progress"
@@ -41,26 +40,13 @@ class StockReconciliationJob:
         return self.name
 
 
-class Instances:
-    """Three instances of one application in one process, each with its Locks and its job."""
-
-    def __init__(self, store: InMemoryLockStore, clocks: list[ManualClock]) -> None:
-        self.locks = [Locks(store=store, clock=clock, ttl="30s") for clock in clocks]
-        self.jobs = [StockReconciliationJob(f"instance-{n}") for n in range(len(clocks))]
-        for locks, job in zip(self.locks, self.jobs, strict=True):
-            locks.register(job)
-
-    async def __aenter__(self) -> Self:
-        for locks in self.locks:
-            await locks.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        for locks in self.locks:
-            await locks.aclose()
-
-    async def tick(self) -> list[str | None]:
-        return list(await asyncio.gather(*(job.reconcile_stock() for job in self.jobs)))
+def instances(
+    store: InMemoryLockStore, clocks: list[ManualClock]
+) -> Instances[StockReconciliationJob]:
+    """Instances of the shop on one in-memory store, ttl 30 s."""
+    return Instances(
+        lambda clock: Locks(store=store, clock=clock, ttl="30s"), clocks, StockReconciliationJob
+    )
 
 
 async def test_without_leaselock_every_instance_runs_every_tick():
@@ -77,7 +63,7 @@ async def test_on_one_instance_runs_once_per_tick_always_on_the_same_instance(
     store, clock, caplog: pytest.LogCaptureFixture
 ):
     with caplog.at_level(logging.DEBUG, logger="leaselock"):
-        async with Instances(store, [clock] * 3) as app:
+        async with instances(store, [clock] * 3) as app:
             first = await app.tick()
             await clock.advance("5m")
             second = await app.tick()
@@ -101,7 +87,7 @@ def store_token(lines: list[str]) -> str:
 
 
 async def test_each_run_gets_a_new_fencing_token_from_its_run_lock(store, clock):
-    async with Instances(store, [clock]) as app:
+    async with instances(store, [clock]) as app:
         for _ in range(3):
             await app.tick()
             await clock.advance("5m")
@@ -111,7 +97,7 @@ async def test_each_run_gets_a_new_fencing_token_from_its_run_lock(store, clock)
 
 
 async def test_skips_are_events_too(store, clock):
-    async with Instances(store, [clock] * 2) as app:
+    async with instances(store, [clock] * 2) as app:
         skipped: list[Event] = []
         app.locks[1].events.subscribe(skipped.append, "tick-skipped")
         await app.tick()
@@ -122,7 +108,7 @@ async def test_skips_are_events_too(store, clock):
 
 async def test_a_crashed_owner_hands_over_after_ttl_with_a_greater_token(store, clock):
     crashed = ManualClock()
-    async with Instances(store, [crashed, clock, clock]) as app:
+    async with instances(store, [crashed, clock, clock]) as app:
         assert await app.tick() == ["instance-0", None, None]
         await clock.advance("29s")
         assert await app.tick() == ["instance-0", None, None]
@@ -137,7 +123,7 @@ async def test_a_crashed_owner_hands_over_after_ttl_with_a_greater_token(store, 
 
 
 async def test_after_a_clean_shutdown_the_next_tick_elsewhere_runs_at_once(store, clock):
-    async with Instances(store, [clock] * 2) as app:
+    async with instances(store, [clock] * 2) as app:
         await app.tick()
         await clock.advance("5m")
         await app.tick()
@@ -149,7 +135,7 @@ async def test_after_a_clean_shutdown_the_next_tick_elsewhere_runs_at_once(store
 async def test_a_lease_whose_job_started_within_the_last_second_is_kept_for_that_second(
     store, clock
 ):
-    async with Instances(store, [clock] * 2) as app:
+    async with instances(store, [clock] * 2) as app:
         await app.jobs[0].reconcile_stock()
         await clock.advance(200)
         await app.locks[0].aclose()
@@ -162,11 +148,11 @@ async def test_a_lease_whose_job_started_within_the_last_second_is_kept_for_that
 async def test_a_run_held_open_through_three_ticks_skips_them_all_then_the_next_runs(
     store, clock, caplog: pytest.LogCaptureFixture
 ):
-    async with Instances(store, [clock] * 2) as app:
+    async with instances(store, [clock] * 2) as app:
         owner = app.jobs[0]
         owner.hold_open = asyncio.Event()
         long_run = asyncio.create_task(owner.reconcile_stock())
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         with caplog.at_level(logging.DEBUG, logger="leaselock"):
             for _ in range(3):
                 await clock.advance("5m")
@@ -198,7 +184,7 @@ async def test_without_overlapping_alone_lets_any_instance_run_one_at_a_time(sto
     async with Locks(store=store, clock=clock) as a, Locks(store=store, clock=clock) as b:
         first, second = a.register(Export("a")), b.register(Export("b"))
         running = asyncio.create_task(first.export())
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert await second.export() is None
         gate.set()
         await running
@@ -218,11 +204,11 @@ async def test_losing_the_lease_aborts_the_runs_signal_and_its_fenced_write_is_r
         return True
 
     paused = ManualClock()
-    async with Instances(store, [paused, clock]) as app:
+    async with instances(store, [paused, clock]) as app:
         stale, fresh = app.jobs
         stale.hold_open = asyncio.Event()
         stale_run = asyncio.create_task(stale.reconcile_stock())
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         stale_token = stale.tokens[0]
         await clock.advance("31s")
         assert await fresh.reconcile_stock() == "instance-1"
@@ -365,7 +351,7 @@ async def test_shutdown_waits_for_a_run_in_progress_then_hands_the_lease_back(st
     job.hold_open = asyncio.Event()
     await locks.start()
     run = asyncio.create_task(job.reconcile_stock())
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     closing = asyncio.create_task(locks.aclose())
     await clock.advance("2s")
     assert not closing.done()
@@ -382,7 +368,7 @@ async def test_a_run_that_outlives_the_shutdown_grace_loses_its_locks(store, clo
     job.hold_open = asyncio.Event()
     await locks.start()
     run = asyncio.create_task(job.reconcile_stock())
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     closing = asyncio.create_task(locks.aclose())
     await clock.advance("5s")
     await closing
@@ -399,9 +385,9 @@ async def test_ticks_during_shutdown_are_skipped(store, clock):
     job.hold_open = asyncio.Event()
     await locks.start()
     run = asyncio.create_task(job.reconcile_stock())
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     closing = asyncio.create_task(locks.aclose())
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     assert await job.reconcile_stock() is None
     job.hold_open.set()
     await run

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from helpers import let_loop_run
+from helpers import yield_once
 from leaselock import (
     Lock,
     LockNotAcquiredError,
@@ -17,7 +17,7 @@ from leaselock import (
     current_lock,
 )
 from leaselock.stores import Acquired, AcquireResult, InMemoryLockStore, NotAcquired
-from leaselock.testing import ManualClock
+from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
 
 async def test_acquire_returns_a_held_lock_with_a_fresh_128_bit_owner(locks: Locks):
@@ -69,11 +69,11 @@ async def test_hold_gives_the_lock_and_current_lock_inside_only(locks: Locks):
 
 async def test_current_lock_crosses_awaits_and_tasks_created_inside(locks: Locks):
     async def seen_from_a_task() -> Lock | None:
-        await let_loop_run(1)
+        await yield_once()
         return current_lock()
 
     async with locks.hold("k") as lock:
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert current_lock() is lock
         assert await asyncio.create_task(seen_from_a_task()) is lock
 
@@ -223,7 +223,7 @@ async def test_a_token_outside_the_contract_is_refused_and_no_lock_is_believed_h
     async with Locks(store=store, clock=clock) as locks:
         with pytest.raises(LockStoreError, match=message):
             await locks.acquire("k")
-        await let_loop_run()
+        await wait_all_tasks_blocked()
         assert await store.inner.acquire("k", "someone", 1000) == Acquired(2)
 
 
@@ -433,7 +433,7 @@ async def test_closing_ends_a_wait_in_progress_with_none(store, clock):
     await locks.start()
     await store.acquire("k", "someone-else", 3_600_000)
     waiting = asyncio.create_task(locks.acquire("k", wait="1h"))
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     await locks.aclose()
     assert await waiting is None
     assert clock.next_due_ms is None
@@ -466,7 +466,7 @@ async def test_an_acquire_still_at_the_store_when_closing_is_handed_back_not_hel
     acquiring = asyncio.create_task(locks.acquire("k"))
     await store.entered.wait()
     closing = asyncio.create_task(locks.aclose())
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     store.gate.set()
     assert await acquiring is None
     await closing
@@ -480,7 +480,7 @@ async def test_a_cancelled_close_still_finishes_and_a_second_close_waits_for_it(
     held = await locks.acquire("k")
     assert held is not None
     closing = asyncio.create_task(locks.aclose())
-    await let_loop_run(1)
+    await yield_once()
     closing.cancel()
     await locks.aclose()
     assert not held.held

@@ -6,10 +6,9 @@ import threading
 
 import pytest
 
-from helpers import let_loop_run
 from leaselock import LockLostError, Locks
 from leaselock.stores import InMemoryLockStore
-from leaselock.testing import ManualClock
+from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
 
 async def lose(store: InMemoryLockStore, clock: ManualClock, key: str) -> None:
@@ -30,7 +29,7 @@ async def test_wait_returns_the_reason_when_the_lock_is_lost(locks, store, clock
     lock = await locks.acquire("k")
     assert lock is not None
     waiting = asyncio.create_task(lock.signal.wait())
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     assert not waiting.done()
     await lose(store, clock, "k")
     reason = await waiting
@@ -144,7 +143,7 @@ async def test_without_cancel_on_loss_the_block_runs_on_and_can_check_the_signal
             return lock.signal.aborted
 
     running = asyncio.create_task(critical_section())
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     await lose(store, clock, "k")
     gate.set()
     assert await running is True

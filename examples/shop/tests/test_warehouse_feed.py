@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import let_loop_run
+from leaselock.testing import wait_all_tasks_blocked
 from shop_harness import Cluster
 
 SALMON = "salmon-kibble-2kg"
@@ -24,17 +24,17 @@ async def test_one_of_three_instances_connects_to_the_warehouse_alerts(
 ) -> None:
     await cluster.start_many(3)
     await cluster.backend.pass_time(cluster.backend.ttl_ms)  # campaigns go on; one stays leader
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     assert cluster.warehouse.subscribers == ["instance-0"]
     assert cluster.warehouse.connections_opened == 1
     assert cluster.warehouse.publish_low_stock(SALMON, 3) == 1
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     assert low_stock_lines(logs) == [("instance-0", f"Low stock: 3 left of {SALMON}")]
 
 
 async def test_when_the_leader_shuts_down_another_instance_connects(cluster: Cluster) -> None:
     leader, *_ = await cluster.start_many(3)
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     assert cluster.warehouse.subscribers == ["instance-0"]
     await leader.stop()
     assert cluster.warehouse.subscribers == []
@@ -52,7 +52,7 @@ async def test_a_paused_leader_still_receives_alerts_until_its_next_renewal_fail
 ) -> None:
     paused = await cluster.start(paused=True)
     await cluster.start_many(2)
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     assert cluster.warehouse.subscribers == ["instance-0"]
     ttl_ms = cluster.backend.ttl_ms
 
@@ -63,11 +63,11 @@ async def test_a_paused_leader_still_receives_alerts_until_its_next_renewal_fail
     new_leader = cluster.warehouse.subscribers[1]
     # two connections: the paused leader cannot know that its lease expired
     assert cluster.warehouse.publish_low_stock(SALMON, 2) == 2
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     assert {instance for instance, _ in low_stock_lines(logs)} == {"instance-0", new_leader}
 
     assert paused.clock is not None
     await paused.clock.advance(ttl_ms // 3)  # its next renewal: refused
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     assert cluster.warehouse.subscribers == [new_leader]
     assert cluster.warehouse.publish_low_stock(SALMON, 1) == 1

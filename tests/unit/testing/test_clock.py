@@ -2,9 +2,8 @@ import asyncio
 
 import pytest
 
-from helpers import let_loop_run
 from leaselock import LocksConfigurationError
-from leaselock.testing import ManualClock
+from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
 
 async def test_advance_fires_due_timers_in_order_with_the_clock_at_each_due_time():
@@ -98,7 +97,7 @@ async def test_advancing_from_two_tasks_at_once_is_refused():
 
     clock.call_at(1, blocking)
     first = asyncio.create_task(clock.advance(5))
-    await let_loop_run()
+    await wait_all_tasks_blocked()
     with pytest.raises(LocksConfigurationError, match="already running in another task"):
         await clock.advance(1)
     release.set()

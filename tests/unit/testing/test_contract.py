@@ -5,7 +5,7 @@ import unittest
 
 import pytest
 
-from helpers import TokensAsText, let_loop_run
+from helpers import TokensAsText, yield_once
 from leaselock import LocksConfigurationError
 from leaselock.stores import Acquired, AcquireResult, InMemoryLockStore, NotAcquired
 from leaselock.testing import ManualClock, lock_store_contract
@@ -23,7 +23,7 @@ class ReadThenWriteStore:
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         holder = self._holders.get(key)
         free = holder is None or holder[1] <= self._clock.now_ms()
-        await let_loop_run(1)
+        await yield_once()
         if not free:
             return NotAcquired()
         self._token += 1

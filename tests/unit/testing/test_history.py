@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from helpers import let_loop_run
+from helpers import yield_once
 from leaselock import Locks
 from leaselock.stores import AcquireResult, InMemoryLockStore, NotAcquired
 from leaselock.testing.history import HistoryRecorder, check_history
@@ -142,7 +142,7 @@ class ReadThenWrite:
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         if key in self.inner._rows:
             return NotAcquired()
-        await let_loop_run(1)
+        await yield_once()
         self.inner._rows.pop(key, None)
         return await self.inner.acquire(key, owner, ttl_ms)
 
@@ -163,7 +163,7 @@ async def test_the_checker_catches_a_read_then_write_store_and_passes_a_sound_on
     async def section(locks: Locks) -> None:
         async with locks.hold("k", wait="5s") as lock:
             await recorder.fenced_write("k", lock.fencing_token, _accept)
-            await let_loop_run(1)
+            await yield_once()
 
     async with Locks(store=recorder, ttl="5s") as locks:
         for _ in range(5):

@@ -12,7 +12,7 @@ import enum
 from types import TracebackType
 from typing import final
 
-from ._clock import Clock, TimerHandle
+from .._clock import Clock, TimerHandle
 
 __all__ = ["StoreCallTimeoutError", "bounded"]
 

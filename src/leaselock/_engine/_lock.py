@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, final
+from typing import final
 
-from ._errors import LockStoreError
-
-if TYPE_CHECKING:
-    from ._engine import LockEngine
-    from ._lease import Lease
-    from ._signal import LockSignal
+from .._errors import LockStoreError
+from ._lease import Lease
+from ._signal import LockSignal
 
 __all__ = ["Lock"]
 
@@ -28,12 +26,12 @@ class Lock:
     .. versionadded:: 0.1
     """
 
-    __slots__ = ("_engine", "_lease")
+    __slots__ = ("_lease", "_release")
 
-    def __init__(self, engine: LockEngine, lease: Lease) -> None:
-        """Wrap a lease the engine holds (internal: locks come from :class:`Locks`)."""
-        self._engine = engine
+    def __init__(self, lease: Lease, release: Callable[[Lease], Awaitable[bool]]) -> None:
+        """Wrap a lease its engine holds (internal: locks come from :class:`Locks`)."""
         self._lease = lease
+        self._release = release
 
     @property
     def key(self) -> str:
@@ -80,7 +78,7 @@ class Lock:
         Raises:
             LockStoreError: the store failed; the lock is not renewed any more and expires.
         """
-        return await self._engine.release(self._lease)
+        return await self._release(self._lease)
 
     async def __aenter__(self) -> Lock:
         """Return the lock; it is released when the block ends."""

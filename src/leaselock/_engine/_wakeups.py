@@ -1,4 +1,4 @@
-"""ReleaseBoard: wakes waiters in this process at once when a key of their store is released.
+"""Wake-ups: waiters in this process wake at once when a key of their store is released.
 
 Several ``Locks`` in one process (even on different event loops, as ``SyncLocks`` runs one) may
 share a store object; a release through any of them wakes waiters of all of them.
@@ -11,19 +11,19 @@ import threading
 from collections.abc import Callable
 from typing import final
 
-__all__ = ["RELEASE_BOARD", "ReleaseBoard"]
+__all__ = ["WAKEUPS", "Wakeups"]
 
 Wake = Callable[[], None]
 
 
 @final
-class ReleaseBoard:
+class Wakeups:
     """Waiters by (store identity, key); thread-safe."""
 
     __slots__ = ("_guard", "_waiters")
 
     def __init__(self) -> None:
-        """Create a board with no waiters."""
+        """Start with no waiters."""
         self._guard = threading.Lock()
         self._waiters: dict[
             tuple[int, str], dict[object, tuple[asyncio.AbstractEventLoop, Wake]]
@@ -57,5 +57,5 @@ class ReleaseBoard:
                 loop.call_soon_threadsafe(wake)
 
 
-RELEASE_BOARD = ReleaseBoard()
-"""The board of this process."""
+WAKEUPS = Wakeups()
+"""The wake-ups of this process."""

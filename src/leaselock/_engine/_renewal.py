@@ -13,12 +13,12 @@ import logging
 from collections.abc import Callable
 from typing import final
 
+from .._clock import Clock, TimerHandle
+from .._errors import DetectedBy, LockStoreError
+from ..stores._protocol import Renewal
 from ._bounded import StoreCallTimeoutError, bounded
 from ._checked_store import CheckedStore
-from ._clock import Clock, TimerHandle
-from ._errors import DetectedBy, LockStoreError
 from ._lease import Lease, LeaseState
-from .stores._protocol import Renewal
 
 __all__ = ["RenewalScheduler"]
 

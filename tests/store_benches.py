@@ -1,4 +1,4 @@
-"""Benches: one per shipped store, so the same stories run on each.
+"""Store benches: one per shipped store, so the same stories run on each.
 
 Where the store's clock can move (in-memory, SQLite), instances share a ManualClock with it and
 time passes by ``advance``. Where it is the server's (PostgreSQL, Redis), running instances use
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 import pytest
+import redis.asyncio
 
 from helpers import wait_for_real
 from leaselock._clock import Clock, SystemClock
@@ -155,15 +156,14 @@ class RedisStock:
     def __init__(self, url: str, key: str) -> None:
         self.url, self.key = url, key
 
-    async def _client(self):  # type: ignore[no-untyped-def]
-        import redis.asyncio  # noqa: PLC0415 -- only the redis bench needs the driver
-
+    async def _client(self) -> redis.asyncio.Redis:
         return redis.asyncio.from_url(self.url)
 
     async def write(self, count: int, token: int) -> bool:
         client = await self._client()
         try:
-            return await client.eval(self.FENCED_WRITE, 1, self.key, count, token) == 1
+            written: int = await client.eval(self.FENCED_WRITE, 1, self.key, count, token)
+            return written == 1
         finally:
             await client.aclose()
 

@@ -1,4 +1,4 @@
-"""Leader election: the same lease, held for as long as the leader lives.
+"""Campaign: one instance's part in one election: campaigning, leading, stepping down.
 
 From start, every instance campaigns every ``ttl / 3``; the leader's lease is renewed by the
 engine like any lock. A term of leadership runs in a task of its own: the acquired hook (or the
@@ -9,127 +9,24 @@ steps down (shutdown, the acquired hook raised, or the duty returned).
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, final
+from typing import Any, final
 
-from ._clock import Clock, TimerHandle
-from ._context import CURRENT_LOCK
-from ._durations import Duration, parse_ttl
-from ._engine import LockEngine
-from ._errors import LockLostError, LocksConfigurationError, LockStoreError
-from ._events import Events, LeadershipAcquired, LeadershipLost
-from ._keys import refuse_function_as_key, validate_key
-from ._lease import Lease
-from ._lock import Lock, release_logged
-from ._renewal import renew_interval_ms
+from .._clock import Clock, TimerHandle
+from .._engine import CURRENT_LOCK, Lease, Lock, LockEngine, release_logged, renew_interval_ms
+from .._errors import LockLostError, LockStoreError
+from .._events import LeadershipAcquired, LeadershipLost, Publisher
+from .._threads import run_sync_in_worker
+from ._spec import ElectionSpec
 
-if TYPE_CHECKING:
-    from ._locks import Locks
+__all__ = ["ACQUIRED_HOOK", "LOST_HOOK", "Campaign"]
 
-__all__ = [
-    "ELECTION_ATTRIBUTE",
-    "Campaign",
-    "ElectionSpec",
-    "election_decorator",
-    "leader_election",
-]
-
-E = TypeVar("E", bound=Callable[..., Any])
-
-ELECTION_ATTRIBUTE = "__leaselock_election__"
 ACQUIRED_HOOK = "on_leadership_acquired"
 LOST_HOOK = "on_leadership_lost"
 
 _log = logging.getLogger("leaselock.election")
-
-
-@final
-@dataclass(eq=False, frozen=True)
-class ElectionSpec:
-    """One election: its key, its lease length, and what it runs (internal)."""
-
-    key: str
-    ttl_ms: int | None
-    target: Callable[..., Any]
-    locks: Locks | None
-
-    @property
-    def runs_a_duty(self) -> bool:
-        """Whether the target is an async ``duty(lock)`` function rather than a class."""
-        return not isinstance(self.target, type)
-
-    def describe(self) -> str:
-        """Name the election for messages."""
-        return f"{self.key!r} ({self.target.__module__}.{self.target.__qualname__})"
-
-
-def election_decorator(key: str, ttl: Duration | None, locks: Locks | None) -> Callable[[E], E]:
-    """Return the ``leader_election`` decorator (``locks`` given: the bound form)."""
-    refuse_function_as_key(
-        key,
-        f"@{'locks' if locks is not None else 'leaselock'}.leader_election",
-        '("inventory:warehouse-feed")',
-    )
-    checked_key = validate_key(key)
-    ttl_ms = None if ttl is None else parse_ttl(ttl)
-
-    def decorate(target: E) -> E:
-        _check_target(target)
-        if ELECTION_ATTRIBUTE in vars(target):
-            raise LocksConfigurationError(
-                f"{target.__qualname__} is decorated with leader_election twice; once is enough"
-            )
-        spec = ElectionSpec(checked_key, ttl_ms, target, locks)
-        setattr(target, ELECTION_ATTRIBUTE, spec)
-        if locks is not None:
-            locks._registry.add_election(spec, None)  # noqa: SLF001 -- the bound form registers
-        return target
-
-    return decorate
-
-
-def _check_target(target: object) -> None:
-    if isinstance(target, type):
-        missing = [
-            name for name in (ACQUIRED_HOOK, LOST_HOOK) if not callable(getattr(target, name, None))
-        ]
-        if missing:
-            raise LocksConfigurationError(
-                f"{target.__qualname__} has no {' or '.join(missing)}; a class under "
-                f"leader_election defines {ACQUIRED_HOOK}(self, lock) and {LOST_HOOK}(self, lock)"
-            )
-        return
-    if not inspect.iscoroutinefunction(target):
-        raise LocksConfigurationError(
-            f"leader_election decorates a class with {ACQUIRED_HOOK}/{LOST_HOOK}, or an async "
-            f"duty(lock) function run while leading; {target!r} is neither"
-        )
-
-
-def leader_election(key: str, ttl: Duration | None = None) -> Callable[[E], E]:
-    """Mark a class or a duty function as an election; bound by ``locks.register(...)``.
-
-    Args:
-        key: the election's key: one leader per key across every instance.
-        ttl: the lease length (default: the ``Locks`` ttl); campaigns run every ``ttl / 3``.
-
-    Raises:
-        LocksConfigurationError: a bad key or ttl, or a target that is neither a class with the
-            two hooks nor an async function.
-
-    .. versionadded:: 0.1
-    """
-    return election_decorator(key, ttl, None)
-
-
-def election_spec_of(candidate: object) -> ElectionSpec | None:
-    """Return the election spec of a decorated class, instance or function, or ``None``."""
-    spec = getattr(candidate, ELECTION_ATTRIBUTE, None)
-    return spec if isinstance(spec, ElectionSpec) else None
 
 
 @final
@@ -158,7 +55,7 @@ class Campaign:
         participant: object,
         engine: LockEngine,
         clock: Clock,
-        events: Events,
+        events: Publisher,
         *,
         default_ttl_ms: int,
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
@@ -202,7 +99,7 @@ class Campaign:
                 if self._campaigning():
                     self._lead(lease)
                 else:
-                    await release_logged(Lock(self._engine, lease))
+                    await release_logged(self._engine.lock(lease))
         if self._campaigning():
             self._timer = self._clock.call_at(
                 self._clock.now_ms() + renew_interval_ms(self._ttl_ms), self._campaign
@@ -213,9 +110,9 @@ class Campaign:
         return not self._stopped
 
     def _lead(self, lease: Lease) -> None:
-        lock = Lock(self._engine, lease)
+        lock = self._engine.lock(lease)
         self._lock = lock
-        self._events._emit(  # noqa: SLF001 -- the campaign reports through its Locks' hub
+        self._events.emit(
             LeadershipAcquired(key=lock.key, fencing_token=lock.fencing_token, owner=lock.owner)
         )
         lease.signal.add_callback(lambda reason: self._on_loss(lock, reason))
@@ -246,7 +143,7 @@ class Campaign:
             return
         self._lock = None
         self._between_terms = True
-        self._events._emit(  # noqa: SLF001 -- the campaign reports through its Locks' hub
+        self._events.emit(
             LeadershipLost(
                 key=lock.key, fencing_token=lock.fencing_token, owner=lock.owner, reason="lost"
             )
@@ -272,7 +169,7 @@ class Campaign:
             await release_logged(lock)
         finally:
             self._between_terms = False
-        self._events._emit(  # noqa: SLF001 -- the campaign reports through its Locks' hub
+        self._events.emit(
             LeadershipLost(
                 key=lock.key, fencing_token=lock.fencing_token, owner=lock.owner, reason="released"
             )
@@ -302,8 +199,7 @@ async def _call(function: Callable[..., Any], lock: Lock) -> None:
     if inspect.iscoroutinefunction(function):
         await function(lock)
         return
-    context = contextvars.copy_context()
-    result = await asyncio.get_running_loop().run_in_executor(None, context.run, function, lock)
+    result = await run_sync_in_worker(lambda: function(lock))
     if inspect.isawaitable(result):
         await _awaited(result)
 

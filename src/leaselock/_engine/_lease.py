@@ -6,8 +6,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import final
 
-from ._clock import Clock
-from ._signal import LockSignal
+from .._clock import Clock
+from .._errors import DetectedBy, LockLostError
+from ._signal import Abort, LockSignal, new_signal
 
 __all__ = ["Lease", "LeaseState"]
 
@@ -37,6 +38,7 @@ class Lease:
     next_renew_ms: int
     clock: Clock
     signal: LockSignal = field(init=False)
+    _abort: Abort = field(init=False, repr=False)
     state: LeaseState = LeaseState.HELD
     renewing: bool = False
     # bumped at each reschedule: renewal-heap entries carrying an older value are stale
@@ -44,7 +46,13 @@ class Lease:
 
     def __post_init__(self) -> None:
         """Give the lease its signal, which also reads the deadline straight from the clock."""
-        self.signal = LockSignal(self.key, self.fencing_token, deadline_passed=self.deadline_passed)
+        self.signal, self._abort = new_signal(
+            self.key, self.fencing_token, deadline_passed=self.deadline_passed
+        )
+
+    def abort(self, detected_by: DetectedBy) -> LockLostError:
+        """Abort the lease's signal with ``detected_by`` (once); return its reason."""
+        return self._abort(detected_by)
 
     @property
     def held(self) -> bool:

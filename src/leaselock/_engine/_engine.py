@@ -7,71 +7,41 @@ from the injected clock, and leaves renewals to the :class:`RenewalScheduler`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import random
 import secrets
 from collections.abc import Coroutine
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from typing import Any, final
 
+from .._clock import Clock
+from .._errors import DetectedBy, LockStoreError
+from .._events import LockLost, Publisher
+from ..stores._protocol import Acquired, SupportsReleaseNotifications
 from ._bounded import StoreCallTimeoutError, bounded
 from ._checked_store import CheckedStore
-from ._clock import Clock, TimerCallback, TimerHandle
-from ._errors import DetectedBy, LockLostError, LockStoreError
-from ._events import Events, LockLost
 from ._lease import Lease, LeaseState
-from ._release_board import RELEASE_BOARD
+from ._lock import Lock
 from ._renewal import RenewalScheduler, renew_interval_ms
 from ._signal import LockSignal
-from .stores._protocol import Acquired, SupportsReleaseNotifications
+from ._waiter import NotWon, Waiter, Won
+from ._wakeups import WAKEUPS
 
-__all__ = ["LockEngine", "NotWon", "Won", "backoff_ms", "new_owner"]
+__all__ = ["ATTEMPT_FLOOR_MS", "CLOSE_WAIT_MS", "RELEASE_BOUND_MS", "LockEngine", "new_owner"]
 
 _log = logging.getLogger("leaselock")
 
-BACKOFF_FIRST_MS = 50
-BACKOFF_CAP_MS = 1000
 # how long close() waits for the store; a store that does not answer leaves locks to expire
 CLOSE_WAIT_MS = 5000
 # the least an acquire attempt is given, whatever is left of the wait (unless the ttl is shorter)
 ATTEMPT_FLOOR_MS = 1000
 # how long a release or a hand-back may take; after it the lease is left to expire
 RELEASE_BOUND_MS = 2000
-_jitter = random.Random()  # noqa: S311 -- jitter spreads retries; it guards no secret
 
 
 def new_owner() -> str:
     """Return a fresh owner id: 128 random bits, as 32 hex digits."""
     return secrets.token_hex(16)
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Won:
-    """An attempt that took the key: its token, its owner id, and when it was sent."""
-
-    fencing_token: int
-    owner: str
-    sent_at_ms: int
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class NotWon:
-    """An attempt that took nothing: the key was held, or the store failed (``error``)."""
-
-    error: LockStoreError | None
-
-
-def backoff_ms(attempt: int) -> int:
-    """Return the pause before retry number ``attempt`` (0-based): 50 ms doubling to 1 s, jittered.
-
-    The jitter keeps the second half of each step random, so waiters that started together
-    spread out instead of hitting the store in lockstep.
-    """
-    step_ms = min(BACKOFF_FIRST_MS << min(attempt, 10), BACKOFF_CAP_MS)
-    return step_ms // 2 + _jitter.randint(0, step_ms // 2)
 
 
 @final
@@ -92,15 +62,15 @@ class LockEngine:
         "store",
     )
 
-    def __init__(self, store: CheckedStore, clock: Clock, events: Events) -> None:
-        """Create an engine over ``store`` with time from ``clock``."""
+    def __init__(self, store: CheckedStore, clock: Clock, events: Publisher) -> None:
+        """Create an engine over ``store`` with time from ``clock``, reporting to ``events``."""
         self.store = store
         self._clock = clock
         self._events = events
         self._renewal = RenewalScheduler(store, clock, self.lose)
         self._held: set[Lease] = set()
         self._background: set[asyncio.Task[None]] = set()
-        self._waiters: set[_Waiter] = set()
+        self._waiters: set[Waiter] = set()
         self._exit_stack = AsyncExitStack()
         self._closed = False
         self._acquiring = 0
@@ -144,7 +114,16 @@ class LockEngine:
             if first.error is not None and wait_ms == 0:
                 raise first.error
             return None
-        waiter = _Waiter(self, key, ttl_ms, give_up_at_ms=give_up_at_ms, last_error=first.error)
+        waiter = Waiter(
+            key,
+            attempt=functools.partial(self.attempt, key, ttl_ms, give_up_at_ms),
+            hand_back=functools.partial(self.release_in_background, key),
+            spawn=self.spawn,
+            clock=self._clock,
+            store=self.store.inner,
+            give_up_at_ms=give_up_at_ms,
+            last_error=first.error,
+        )
         self._waiters.add(waiter)
         try:
             won = await waiter.wait(signal)
@@ -268,7 +247,7 @@ class LockEngine:
                 f"{RELEASE_BOUND_MS} ms; the lock expires on its own after its ttl"
             ) from None
         if released:
-            RELEASE_BOARD.notify(self.store.inner, key)
+            WAKEUPS.notify(self.store.inner, key)
         return released
 
     def lose(self, lease: Lease, detected_by: DetectedBy) -> None:
@@ -277,8 +256,8 @@ class LockEngine:
             return
         lease.state = LeaseState.LOST
         self._held.discard(lease)
-        lease.signal._abort(detected_by)  # noqa: SLF001 -- the engine owns the signal
-        self._events._emit(  # noqa: SLF001 -- the engine reports through its Locks' hub
+        lease.abort(detected_by)
+        self._events.emit(
             LockLost(
                 key=lease.key,
                 fencing_token=lease.fencing_token,
@@ -383,7 +362,7 @@ class LockEngine:
             future.cancel()
 
     def _released_elsewhere(self, key: str) -> None:
-        RELEASE_BOARD.notify(self.store.inner, key)
+        WAKEUPS.notify(self.store.inner, key)
 
     def spawn(self, work: Coroutine[None, None, None]) -> None:
         """Run ``work`` in a task the engine keeps until it ends, and awaits at close."""
@@ -391,140 +370,6 @@ class LockEngine:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def call_at(self, when_ms: int, callback: TimerCallback) -> TimerHandle:
-        """Schedule ``callback`` on the engine's clock."""
-        return self._clock.call_at(when_ms, callback)
-
-    def now_ms(self) -> int:
-        """Return the engine's clock time."""
-        return self._clock.now_ms()
-
-
-@final
-class _Waiter:
-    """One acquire call that waits: retries on the clock, and wakes at once on a release.
-
-    Retries run as clock callbacks (so a test clock awaits each store call); the caller only
-    awaits the outcome. A success that arrives after the caller left is handed back at once.
-    """
-
-    __slots__ = (
-        "_again",
-        "_attempts",
-        "_engine",
-        "_give_up_at_ms",
-        "_in_flight",
-        "_key",
-        "_last_error",
-        "_outcome",
-        "_timer",
-        "_ttl_ms",
-    )
-
-    def __init__(
-        self,
-        engine: LockEngine,
-        key: str,
-        ttl_ms: int,
-        *,
-        give_up_at_ms: int,
-        last_error: LockStoreError | None,
-    ) -> None:
-        self._engine = engine
-        self._key = key
-        self._ttl_ms = ttl_ms
-        self._give_up_at_ms = give_up_at_ms
-        self._outcome: asyncio.Future[Won | None] = asyncio.get_running_loop().create_future()
-        self._attempts = 0
-        self._in_flight = False
-        self._again = False
-        self._timer: TimerHandle | None = None
-        self._last_error = last_error
-
-    async def wait(self, signal: LockSignal | None) -> Won | None:
-        store = self._engine.store.inner
-        RELEASE_BOARD.add(store, self._key, self, self._wake)
-        remove_callback = signal.add_callback(self._abort) if signal is not None else None
-        self._arm()
-        try:
-            won = await self._outcome
-        except BaseException:
-            self._hand_back_unclaimed()
-            raise
-        finally:
-            RELEASE_BOARD.remove(store, self._key, self)
-            if remove_callback is not None:
-                remove_callback()
-            if self._timer is not None:
-                self._timer.cancel()
-        if won is None and self._last_error is not None:
-            raise self._last_error
-        return won
-
-    def _hand_back_unclaimed(self) -> None:
-        """Settle the outcome for a caller that leaves early; hand back a win it will not take."""
-        if not self._outcome.done():
-            # an attempt still in flight sees this and hands back what it wins
-            self._outcome.cancel()
-        elif not self._outcome.cancelled() and self._outcome.exception() is None:
-            won = self._outcome.result()
-            if won is not None:
-                self._engine.release_in_background(self._key, won.owner)
-
-    def give_up(self) -> None:
-        """End the wait now with ``None``; an attempt in flight hands back what it wins."""
-        if self._timer is not None:
-            self._timer.cancel()
-        if not self._outcome.done():
-            self._outcome.set_result(None)
-
-    def _abort(self, reason: LockLostError) -> None:
-        if not self._outcome.done():
-            self._outcome.set_exception(reason)
-
-    def _wake(self) -> None:
-        if self._outcome.done():
-            return
-        self._engine.spawn(self._attempt())
-
-    def _arm(self) -> None:
-        when_ms = min(self._engine.now_ms() + backoff_ms(self._attempts), self._give_up_at_ms)
-        self._attempts += 1
-        self._timer = self._engine.call_at(when_ms, self._attempt)
-
-    async def _attempt(self) -> None:
-        if self._outcome.done():
-            return
-        if self._in_flight:
-            # a release may have landed after the store read the key: look again afterwards
-            self._again = True
-            return
-        self._in_flight = True
-        try:
-            won = await self._attempt_while_woken()
-        finally:
-            self._in_flight = False
-        if won is not None:
-            if self._outcome.done():
-                self._engine.release_in_background(self._key, won.owner)
-            else:
-                self._outcome.set_result(won)
-        elif not self._outcome.done():
-            if self._engine.now_ms() >= self._give_up_at_ms:
-                self._outcome.set_result(None)
-            else:
-                if self._timer is not None:
-                    self._timer.cancel()
-                self._arm()
-
-    async def _attempt_while_woken(self) -> Won | None:
-        """Try once, and again at once for each wake-up that came meanwhile."""
-        while True:
-            self._again = False
-            attempt = await self._engine.attempt(self._key, self._ttl_ms, self._give_up_at_ms)
-            if isinstance(attempt, Won):
-                self._last_error = None
-                return attempt
-            self._last_error = attempt.error
-            if not self._again or self._outcome.done():
-                return None
+    def lock(self, lease: Lease) -> Lock:
+        """Return the public handle of ``lease``, which releases through this engine."""
+        return Lock(lease, self.release)

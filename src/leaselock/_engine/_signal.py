@@ -8,11 +8,12 @@ import threading
 from collections.abc import Callable
 from typing import final
 
-from ._errors import DetectedBy, LockLostError
+from .._errors import DetectedBy, LockLostError
 
-__all__ = ["LockSignal", "SignalCallback"]
+__all__ = ["Abort", "LockSignal", "SignalCallback", "new_signal"]
 
 SignalCallback = Callable[[LockLostError], object]
+Abort = Callable[[DetectedBy], LockLostError]
 
 _log = logging.getLogger("leaselock")
 # one lock for every signal's state: held for a few list operations, never across a callback
@@ -154,6 +155,14 @@ class LockSignal:
         """Show the key and the state."""
         state = "aborted" if self.aborted else "live"
         return f"<LockSignal {self._key!r} token={self._fencing_token} {state}>"
+
+
+def new_signal(
+    key: str, fencing_token: int, *, deadline_passed: Callable[[], bool]
+) -> tuple[LockSignal, Abort]:
+    """Return a signal and the one function that aborts it (kept by the lease, not the holder)."""
+    signal = LockSignal(key, fencing_token, deadline_passed=deadline_passed)
+    return signal, signal._abort  # noqa: SLF001 -- the signal's own module hands out its trigger
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

@@ -7,18 +7,13 @@ registration afterwards), naming both.
 
 from __future__ import annotations
 
-import inspect
-from typing import TYPE_CHECKING, final
+from typing import final
 
-from ._durations import check_ttl_floor
-from ._election import ElectionSpec, election_spec_of
-from ._errors import LocksConfigurationError
-from ._jobs import BINDINGS, JobSpec, job_spec_of
+from .._durations import check_ttl_floor
+from .._errors import LocksConfigurationError
+from ._spec import ElectionSpec, JobSpec
 
-if TYPE_CHECKING:
-    from ._locks import Locks
-
-__all__ = ["Registry", "register_target"]
+__all__ = ["Registry"]
 
 
 @final
@@ -125,39 +120,6 @@ class Registry:
                 f"the election {election.describe()}",
                 "give the election a key of its own",
             )
-
-
-def register_target(locks: Locks, registry: Registry, target: object) -> None:
-    """Record the jobs and elections ``target`` carries, bound to ``locks``.
-
-    Raises:
-        LocksConfigurationError: ``target`` carries no job and no election.
-    """
-    found = False
-    spec = job_spec_of(target)
-    if spec is not None:
-        registry.add_job(spec)
-        BINDINGS.bind(spec, locks)
-        found = True
-    election = election_spec_of(target)
-    if election is not None:
-        participant = None if isinstance(target, type) else target
-        registry.add_election(election, participant)
-        found = True
-    if not isinstance(target, type) and not inspect.isfunction(target):
-        for _, member in inspect.getmembers_static(type(target)):
-            method_spec = job_spec_of(member)
-            if method_spec is not None:
-                registry.add_job(method_spec)
-                found = True
-        if found:
-            BINDINGS.bind(target, locks)
-    if not found:
-        raise LocksConfigurationError(
-            f"{target!r} carries no leaselock job or election; decorate its methods with "
-            "@leaselock.on_one_instance / @leaselock.without_overlapping, or its class with "
-            "@leaselock.leader_election(key), then register it"
-        )
 
 
 def _instantiate(spec: ElectionSpec) -> object:

@@ -13,13 +13,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import final
 
-from ._clock import Clock
-from ._engine import LockEngine
-from ._errors import LockStoreError
-from ._events import Events, LeaseAcquired, SkipReason, TickSkipped
-from ._jobs import JobSpec
-from ._lease import Lease
-from ._lock import Lock, release_logged
+from .._clock import Clock
+from .._engine import Lease, Lock, LockEngine, release_logged
+from .._errors import LockStoreError
+from .._events import LeaseAcquired, Publisher, SkipReason, TickSkipped
+from ._spec import JobSpec
 
 __all__ = ["JobRun", "JobRuns"]
 
@@ -66,7 +64,7 @@ class JobRuns:
     )
 
     def __init__(
-        self, engine: LockEngine, clock: Clock, events: Events, default_ttl_ms: int
+        self, engine: LockEngine, clock: Clock, events: Publisher, default_ttl_ms: int
     ) -> None:
         """Create the runs of a Locks whose engine, clock and events are given."""
         self._engine = engine
@@ -112,11 +110,11 @@ class JobRuns:
         if owned is not None and not owned.lease.held:
             # the lease was lost while the run lock was taken: another instance may run now
             if run_lease is not None:
-                await release_logged(Lock(self._engine, run_lease))
+                await release_logged(self._engine.lock(run_lease))
             self._skip(spec, "another-instance")
             return None
         if run_lease is not None:
-            lock = Lock(self._engine, run_lease)
+            lock = self._engine.lock(run_lease)
             unlink = None if owned is None else self._tie(owned.lease, run_lease)
         else:
             assert owned is not None  # noqa: S101 -- a job has at least one of the two decorators
@@ -147,9 +145,9 @@ class JobRuns:
             )
             if lease is None:
                 return None
-            owned = _OwnedLease(lease, Lock(self._engine, lease), now_ms)
+            owned = _OwnedLease(lease, self._engine.lock(lease), now_ms)
             self._leases[key] = owned
-            self._events._emit(  # noqa: SLF001 -- the runs report through their Locks' hub
+            self._events.emit(
                 LeaseAcquired(
                     key=lease.key, fencing_token=lease.fencing_token, owner=lease.owner, job=key
                 )
@@ -215,7 +213,7 @@ class JobRuns:
 
     def _skip(self, spec: JobSpec, reason: SkipReason) -> None:
         owned = self._leases.get(spec.key)
-        self._events._emit(  # noqa: SLF001 -- the runs report through their Locks' hub
+        self._events.emit(
             TickSkipped(
                 key=spec.lease_key if spec.one_instance else spec.key,
                 fencing_token=None if owned is None else owned.lease.fencing_token,

@@ -12,8 +12,8 @@ import inspect
 from collections.abc import Sequence
 from typing import final
 
-from ._errors import LocksConfigurationError, LockStoreError
-from .stores._protocol import (
+from .._errors import LocksConfigurationError, LockStoreError
+from ..stores._protocol import (
     MAX_FENCING_TOKEN,
     Acquired,
     LockStore,

@@ -1,0 +1,23 @@
+"""The job layer: decorated jobs, leader elections, their runs and their shutdown.
+
+It imports the engine and the ground floor, never the facade: :class:`JobRuntime` is what a
+``Locks`` gives it to talk to.
+"""
+
+from ._decorators import F, JobDecorator, job_decorator, on_one_instance, without_overlapping
+from ._election import election_decorator, leader_election
+from ._runtime import CURRENT_RUNTIME, JobRuntime, current_runtime, resolve_runtime
+
+__all__ = [
+    "CURRENT_RUNTIME",
+    "F",
+    "JobDecorator",
+    "JobRuntime",
+    "current_runtime",
+    "election_decorator",
+    "job_decorator",
+    "leader_election",
+    "on_one_instance",
+    "resolve_runtime",
+    "without_overlapping",
+]

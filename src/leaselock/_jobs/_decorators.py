@@ -1,0 +1,137 @@
+"""Job decorators: ``on_one_instance`` and ``without_overlapping``, bound and shared forms.
+
+A decorated function keeps its signature, name and ``async``-ness, so schedulers that inspect it
+(APScheduler, Celery) see the function they expect. Stacked decorators share one :class:`JobSpec`
+and so one key. At call time the wrapper finds the ``Locks`` that runs it: the one it is bound to,
+the one its object was registered with, the ``Locks`` running the caller, or the one started in
+this process.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
+
+from .._durations import Duration, parse_ttl
+from .._errors import LocksConfigurationError
+from .._keys import refuse_function_as_key, validate_key
+from ._runtime import JobRuntime, resolve_runtime
+from ._spec import JOB_ATTRIBUTE, JobKind, JobSpec
+
+__all__ = [
+    "F",
+    "JobDecorator",
+    "job_decorator",
+    "on_one_instance",
+    "without_overlapping",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class JobDecorator(Protocol):
+    """A job decorator: the wrapped function keeps its parameters, and may return ``None``.
+
+    ``None`` is what a skipped tick returns (another instance runs the job, or a run is still
+    in progress), so the type says so.
+    """
+
+    @overload
+    def __call__(
+        self, function: Callable[P, Coroutine[Any, Any, R]]
+    ) -> Callable[P, Coroutine[Any, Any, R | None]]: ...
+
+    @overload
+    def __call__(self, function: Callable[P, R]) -> Callable[P, R | None]: ...
+
+
+def job_decorator(
+    kind: JobKind, key: str | None, ttl: Duration | None, runtime: JobRuntime | None
+) -> JobDecorator:
+    """Return the decorator of ``kind`` (``runtime`` given: the bound form)."""
+    refuse_function_as_key(key, f"@{'locks' if runtime is not None else 'leaselock'}.{kind}", "()")
+    checked_key = None if key is None else validate_key(key)
+    ttl_ms = None if ttl is None else parse_ttl(ttl)
+
+    def decorate(function: F) -> F:
+        spec = getattr(function, JOB_ATTRIBUTE, None)
+        if isinstance(spec, JobSpec):
+            wrapper = function
+        else:
+            _check_decoratable(kind, function, has_key=checked_key is not None)
+            spec = JobSpec(function)
+            wrapper = cast("F", _wrap(spec))
+        spec.add(kind, checked_key, ttl_ms)
+        if runtime is not None:
+            runtime.bind_job(spec)
+        return wrapper
+
+    return cast("JobDecorator", decorate)
+
+
+def _check_decoratable(kind: str, function: object, *, has_key: bool) -> None:
+    if isinstance(function, type) or not callable(function):
+        raise LocksConfigurationError(
+            f"{kind} decorates a function or a method, not {function!r}; put it on the job's "
+            "method (def reconcile_stock(self): ...)"
+        )
+    if not has_key and not hasattr(function, "__qualname__"):
+        raise LocksConfigurationError(
+            f"{kind} needs a named function to derive its key from; {function!r} has no "
+            "__qualname__: pass key=..."
+        )
+
+
+def _wrap(spec: JobSpec) -> Callable[..., Any]:
+    function = spec.function
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def run_async(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401 -- the job's own
+            return await resolve_runtime(spec, args).run_async(spec, function, args, kwargs)
+
+        wrapper: Callable[..., Any] = run_async
+    else:
+
+        @functools.wraps(function)
+        def run_sync(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401 -- the job's own
+            return resolve_runtime(spec, args).run_sync(spec, function, args, kwargs)
+
+        wrapper = run_sync
+    setattr(wrapper, JOB_ATTRIBUTE, spec)
+    return wrapper
+
+
+def on_one_instance(key: str | None = None, ttl: Duration | None = None) -> JobDecorator:
+    """Mark a job that runs on ONE instance; bound by ``locks.register`` or the current Locks.
+
+    The first instance whose tick finds the lease ``<key>:owner`` free takes it and keeps it
+    renewed while it lives; it runs that tick and every later one. Other instances' ticks
+    return ``None`` without running. See :meth:`leaselock.Locks.on_one_instance`.
+
+    Args:
+        key: the job's key; defaults to the function's ``__qualname__``. Set it on any job
+            that must never run twice: a rename changes the default.
+        ttl: the lease length (default: the ``Locks`` ttl).
+
+    Raises:
+        LocksConfigurationError: a bad key or ttl.
+
+    .. versionadded:: 0.1
+    """
+    return job_decorator("on_one_instance", key, ttl, None)
+
+
+def without_overlapping(key: str | None = None, ttl: Duration | None = None) -> JobDecorator:
+    """Mark a job that never overlaps itself; bound by ``locks.register`` or the current Locks.
+
+    Each run holds the lock ``<key>`` for the whole run; a tick that finds it held is skipped.
+    See :meth:`leaselock.Locks.without_overlapping`.
+
+    .. versionadded:: 0.1
+    """
+    return job_decorator("without_overlapping", key, ttl, None)

@@ -1,0 +1,361 @@
+"""JobRuntime: the jobs and elections of one Locks: registration, runs, campaigns, shutdown.
+
+The facade (:class:`~leaselock.Locks`) makes one runtime when it is made, starts it with its
+engine and event loop, and closes it first at shutdown. A decorated function finds the runtime
+that runs it (:func:`resolve_runtime`) and runs each tick through it, from whichever loop or
+thread calls it; the runtime never knows the facade.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+import functools
+import inspect
+import weakref
+from collections.abc import Callable, Coroutine, Mapping
+from contextvars import ContextVar
+from typing import Any, TypeVar, final
+
+from .._clock import Clock
+from .._engine import CURRENT_LOCK, LockEngine
+from .._errors import LocksConfigurationError
+from .._events import Publisher
+from .._threads import call_in_loop, running_loop
+from ._bindings import Bindings, Started
+from ._campaign import Campaign
+from ._registry import Registry
+from ._runs import JobRun, JobRuns
+from ._spec import ElectionSpec, JobSpec, election_spec_of, job_spec_of
+
+__all__ = [
+    "CURRENT_RUNTIME",
+    "JobRuntime",
+    "current_runtime",
+    "resolve_runtime",
+]
+
+T = TypeVar("T")
+
+
+class _Phase(enum.Enum):
+    NEW = "new"
+    STARTED = "started"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@final
+class JobRuntime:
+    """Registers, runs and stops the jobs and elections of one Locks.
+
+    Args:
+        clock: the Locks' clock.
+        events: where runs, skips and leadership are reported.
+        default_ttl_ms: the lease length of jobs and elections that set none.
+        min_ttl_ms: the shortest ttl the clock can honour (checked at start).
+    """
+
+    __slots__ = (
+        "_campaigns",
+        "_clock",
+        "_default_ttl_ms",
+        "_engine",
+        "_events",
+        "_loop",
+        "_min_ttl_ms",
+        "_phase",
+        "_registry",
+        "_runs",
+        "_tasks",
+    )
+
+    def __init__(
+        self, clock: Clock, events: Publisher, *, default_ttl_ms: int, min_ttl_ms: int
+    ) -> None:
+        """Create a runtime with nothing registered; :meth:`start` starts it."""
+        self._clock = clock
+        self._events = events
+        self._default_ttl_ms = default_ttl_ms
+        self._min_ttl_ms = min_ttl_ms
+        self._registry = Registry()
+        self._phase = _Phase.NEW
+        self._engine: LockEngine | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runs: JobRuns | None = None
+        self._campaigns: dict[ElectionSpec, Campaign] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- registration ----------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Refuse key conflicts and ttls the clock cannot honour; make election participants.
+
+        Raises:
+            LocksConfigurationError: naming what is wrong and how to fix it.
+        """
+        self._registry.check(self._min_ttl_ms)
+        self._registry.participants()
+
+    def bind_job(self, spec: JobSpec) -> None:
+        """Bind ``spec`` to this runtime for good (the bound form, ``@locks.on_one_instance``).
+
+        Raises:
+            LocksConfigurationError: ``spec`` is bound to another runtime already.
+        """
+        bound = _BOUND_FORMS.get(spec)
+        if bound is not None and bound is not self:
+            raise LocksConfigurationError(
+                f"{spec.describe()} is bound to two different Locks; bind it to one"
+            )
+        _BOUND_FORMS[spec] = self
+        self._registry.add_job(spec)
+
+    def bind_election(self, spec: ElectionSpec) -> None:
+        """Campaign in ``spec`` (the bound form, ``@locks.leader_election``)."""
+        self._registry.add_election(spec, None)
+
+    def register(self, target: object) -> None:
+        """Record the jobs and elections ``target`` carries, run by this runtime.
+
+        Raises:
+            LocksConfigurationError: ``target`` carries none, or (once started) a key conflict.
+        """
+        found = False
+        spec = job_spec_of(target)
+        if spec is not None:
+            self._registry.add_job(spec)
+            BINDINGS.bind(spec, self)
+            found = True
+        election = election_spec_of(target)
+        if election is not None:
+            self._registry.add_election(election, None if isinstance(target, type) else target)
+            found = True
+        if not isinstance(target, type) and not inspect.isfunction(target):
+            for _, member in inspect.getmembers_static(type(target)):
+                method_spec = job_spec_of(member)
+                if method_spec is not None:
+                    self._registry.add_job(method_spec)
+                    found = True
+            if found:
+                BINDINGS.bind(target, self)
+        if not found:
+            raise LocksConfigurationError(
+                f"{target!r} carries no leaselock job or election; decorate its methods with "
+                "@leaselock.on_one_instance / @leaselock.without_overlapping, or its class with "
+                "@leaselock.leader_election(key), then register it"
+            )
+        if self._phase is _Phase.STARTED:
+            self._registry.check(self._min_ttl_ms)
+            for campaign in self._new_campaigns():
+                self._spawn(campaign.start())
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self, engine: LockEngine) -> None:
+        """Start on the running loop: campaign once in every election, so each has a leader.
+
+        What this context starts next (a scheduler, its jobs' tasks) runs under this runtime.
+        """
+        self._engine = engine
+        self._loop = asyncio.get_running_loop()
+        self._runs = JobRuns(engine, self._clock, self._events, self._default_ttl_ms)
+        self._phase = _Phase.STARTED
+        _STARTED.add(self)
+        CURRENT_RUNTIME.set(self)
+        await asyncio.gather(*(campaign.start() for campaign in self._new_campaigns()))
+
+    async def close(self, grace_ms: int) -> None:
+        """Step down from elections, let runs finish (up to ``grace_ms``), hand leases back."""
+        self._phase = _Phase.CLOSING
+        _STARTED.discard(self)
+        BINDINGS.unbind(self)
+        if CURRENT_RUNTIME.get() is self:
+            CURRENT_RUNTIME.set(None)
+        try:
+            await asyncio.gather(*(campaign.stop() for campaign in self._campaigns.values()))
+            if self._runs is not None:
+                await self._runs.drain(grace_ms)
+                await self._runs.hand_back_leases()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        finally:
+            self._phase = _Phase.CLOSED
+            # a Locks whose start failed may start again: it campaigns afresh then
+            self._campaigns.clear()
+
+    def _new_campaigns(self) -> list[Campaign]:
+        assert self._engine is not None  # noqa: S101 -- called once started
+        fresh = []
+        for spec, participant in self._registry.participants():
+            if spec in self._campaigns:
+                continue
+            campaign = Campaign(
+                spec,
+                participant,
+                self._engine,
+                self._clock,
+                self._events,
+                default_ttl_ms=self._default_ttl_ms,
+                spawn=self._spawn,
+            )
+            self._campaigns[spec] = campaign
+            fresh.append(campaign)
+        return fresh
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # --- running ticks -----------------------------------------------------------------------
+
+    async def run_async(
+        self,
+        spec: JobSpec,
+        function: Callable[..., Coroutine[Any, Any, T]],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> T | None:
+        """Run one tick of an async job from any loop: a run under its lock, or ``None``."""
+        run = await self._begin_from_any_loop(spec)
+        if run is None:
+            return None
+        token = CURRENT_LOCK.set(run.lock)
+        try:
+            return await function(*args, **kwargs)
+        finally:
+            CURRENT_LOCK.reset(token)
+            await self._on_own_loop(self._end(run))
+
+    def run_sync(
+        self,
+        spec: JobSpec,
+        function: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> T | None:
+        """Run one tick of a sync job in this thread, while its lock is renewed on the loop.
+
+        Raises:
+            LocksConfigurationError: not started, or called on a thread that runs an event loop
+                (waiting here would freeze it).
+        """
+        loop = self._usable_loop()
+        if running_loop() is not None:
+            raise LocksConfigurationError(
+                "A sync leaselock job was called on a thread that runs an event loop (from a "
+                "coroutine), which waiting would freeze, with the renewals it needs if it is "
+                "this Locks' loop; make the job async, or run it in a worker thread "
+                "(asyncio.to_thread; APScheduler does this for sync jobs)"
+            )
+        run = call_in_loop(loop, self._begin(spec))
+        if run is None:
+            return None
+        token = CURRENT_LOCK.set(run.lock)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            CURRENT_LOCK.reset(token)
+            call_in_loop(loop, self._end(run))
+
+    async def _begin(self, spec: JobSpec) -> JobRun | None:
+        self._usable_loop()
+        if running_loop() is not self._loop:
+            raise LocksConfigurationError(
+                "This Locks was started on another event loop; use it from the loop that "
+                "started it, or SyncLocks from threads"
+            )
+        assert self._runs is not None  # noqa: S101 -- set by start()
+        return await self._runs.begin(spec)
+
+    async def _end(self, run: JobRun) -> None:
+        assert self._runs is not None  # noqa: S101 -- a run exists only once started
+        await self._runs.end(run)
+
+    async def _begin_from_any_loop(self, spec: JobSpec) -> JobRun | None:
+        loop = self._usable_loop()
+        if running_loop() is loop:
+            return await self._begin(spec)
+        begun = asyncio.run_coroutine_threadsafe(self._begin(spec), loop)
+        try:
+            return await asyncio.wrap_future(begun)
+        except asyncio.CancelledError:
+            # the run may have begun on our loop as the caller left: end it there, or its run
+            # lock would be renewed, and every later tick skipped, for ever
+            begun.add_done_callback(functools.partial(self._end_orphaned_run, loop))
+            raise
+
+    def _end_orphaned_run(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        begun: concurrent.futures.Future[JobRun | None],
+    ) -> None:
+        if begun.cancelled() or begun.exception() is not None:
+            return
+        run = begun.result()
+        if run is not None:
+            asyncio.run_coroutine_threadsafe(self._end(run), loop)
+
+    async def _on_own_loop(self, work: Coroutine[Any, Any, T]) -> T:
+        loop = self._loop
+        if loop is None or running_loop() is loop:
+            return await work
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, loop))
+
+    def _usable_loop(self) -> asyncio.AbstractEventLoop:
+        # runs are served while started, and while closing: their ticks are skipped then
+        if self._phase in (_Phase.STARTED, _Phase.CLOSING) and self._loop is not None:
+            return self._loop
+        raise LocksConfigurationError(
+            f"This Locks is {self._phase.value}, not started; use `async with locks:` "
+            "or `await locks.start()` first"
+        )
+
+
+BINDINGS: Bindings[JobRuntime] = Bindings()
+"""Registrations of this process (``locks.register(obj)``); undone when their Locks closes."""
+
+# the bound forms (@locks.on_one_instance): for good, like the decoration itself
+_BOUND_FORMS: weakref.WeakKeyDictionary[JobSpec, JobRuntime] = weakref.WeakKeyDictionary()
+
+CURRENT_RUNTIME: ContextVar[JobRuntime | None] = ContextVar(
+    "leaselock.current_runtime", default=None
+)
+"""The runtime of the Locks running this code (set at its start, and inside its ``hold``)."""
+
+
+_STARTED: Started[JobRuntime] = Started()
+
+
+def current_runtime() -> JobRuntime | None:
+    """Return the runtime running this code, else the one started in this process, else None.
+
+    With several started and none running this code, there is no single answer: ``None``.
+    """
+    return CURRENT_RUNTIME.get() or _STARTED.only()
+
+
+def resolve_runtime(spec: JobSpec, args: tuple[Any, ...]) -> JobRuntime:
+    """Return the runtime that runs this call of the job.
+
+    In order: the Locks the decorator was bound to, the one the function or its object was
+    registered with, the one running the caller, the only one started in this process.
+
+    Raises:
+        LocksConfigurationError: no runtime can be found; the message names both fixes.
+    """
+    found = _BOUND_FORMS.get(spec) or BINDINGS.get(spec)
+    if found is None and args:
+        found = BINDINGS.get(args[0])
+    found = found or current_runtime()
+    if found is not None:
+        return found
+    raise LocksConfigurationError(
+        f"{spec.describe()} is a leaselock job, but no Locks runs it. Register it with the Locks "
+        "of this application (locks.register(job_object) or locks.register(function)), or call "
+        "it where a Locks is started (inside `async with locks:`)"
+    )
