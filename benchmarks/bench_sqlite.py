@@ -231,7 +231,7 @@ async def store_directly(path: Path, seconds: float) -> Figure:
 
 
 async def through_locks(path: Path, seconds: float) -> Figure:
-    async with Locks(store=SQLiteLockStore(path), ttl=TTL_MS) as locks:
+    async with Locks(store=SQLiteLockStore(path), ttl=f"{TTL_MS}ms") as locks:
 
         async def cycle() -> None:
             lock = await locks.acquire("locks")

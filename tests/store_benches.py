@@ -12,6 +12,7 @@ import asyncio
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -56,7 +57,7 @@ class Bench:
     async def pass_time(self, ms: int) -> None:
         """Let ``ms`` pass on the store's clock (and on running instances')."""
         if self.manual is not None:
-            await self.manual.advance(ms)
+            await self.manual.advance(timedelta(milliseconds=ms))
         else:
             await wait_for_real(ms)
 

@@ -1,13 +1,15 @@
 """Durations: the one place that knows units.
 
 Public parameters take a :data:`Duration`; everything inside leaselock is whole milliseconds in a
-name ending in ``_ms``.
+name ending in ``_ms``. A bare number is SECONDS, as in ``time.sleep``, asyncio and redis-py.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
+from fractions import Fraction
 from typing import TypeAlias
 
 from ._errors import LocksConfigurationError
@@ -22,9 +24,9 @@ __all__ = [
     "parse_wait",
 ]
 
-Duration: TypeAlias = str | timedelta | int
-"""A duration: ``"1500ms"``, ``"30s"``, ``"5m"``, ``"2h"``, ``"1d"``, ``"1m30s"``, a
-:class:`~datetime.timedelta`, or an ``int`` of milliseconds."""
+Duration: TypeAlias = str | timedelta | int | float
+"""A duration: ``"1500ms"``, ``"30s"``, ``"1.5s"``, ``"5m"``, ``"2h"``, ``"1d"``, ``"1m30s"``, a
+:class:`~datetime.timedelta`, or a number of SECONDS (``30``, ``1.5``), as ``time.sleep`` takes."""
 
 MAX_TTL_MS = 365 * 24 * 60 * 60 * 1000
 """The longest ttl leaselock accepts: one year, well inside what every shipped store can hold."""
@@ -33,11 +35,11 @@ MIN_REAL_TTL_MS = 100
 """The shortest ttl on the system clock: a store round trip and a renewal every ttl/3 must fit."""
 
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
-_WHOLE = re.compile(r"(?:\d+(?:ms|s|m|h|d))+")
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_WHOLE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+")
 _ACCEPTED = (
-    'a string like "1500ms", "30s", "5m", "2h", "1d" or "1m30s", '
-    "a datetime.timedelta, or an int of milliseconds"
+    'a string like "1500ms", "30s", "1.5s", "5m", "2h", "1d" or "1m30s", '
+    "a datetime.timedelta, or a number of seconds (30, 1.5)"
 )
 
 
@@ -45,11 +47,12 @@ def parse_duration(value: object, *, name: str = "duration") -> int:
     """Return ``value`` as whole milliseconds (zero allowed, never negative).
 
     Args:
-        value: a :data:`Duration`.
+        value: a :data:`Duration`; a bare number is seconds.
         name: the parameter's name, used in the error message.
 
     Returns:
-        The duration in milliseconds.
+        The duration in milliseconds. A number of seconds is rounded to the nearest millisecond;
+        a string or a timedelta with a fraction of a millisecond is refused.
 
     Raises:
         LocksConfigurationError: ``value`` is not one of the accepted forms, or is negative.
@@ -59,7 +62,13 @@ def parse_duration(value: object, *, name: str = "duration") -> int:
             f"{name}={value!r} is a bool, not a duration; pass {_ACCEPTED}"
         )
     if isinstance(value, int):
-        ms = value
+        ms = value * 1000
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise LocksConfigurationError(
+                f"{name}={value!r} is not a finite number of seconds; pass {_ACCEPTED}"
+            )
+        ms = round(value * 1000)
     elif isinstance(value, timedelta):
         ms = _timedelta_ms(value, name)
     elif isinstance(value, str):
@@ -68,7 +77,7 @@ def parse_duration(value: object, *, name: str = "duration") -> int:
         raise LocksConfigurationError(
             f"{name}={value!r} ({type(value).__name__}) is not a duration; pass {_ACCEPTED}"
         )
-    if ms < 0:
+    if ms < 0 or (isinstance(value, float) and value < 0):
         raise LocksConfigurationError(f"{name}={value!r} is negative; pass zero or more")
     return ms
 
@@ -135,4 +144,10 @@ def _string_ms(value: str, name: str) -> int:
     text = value.strip()
     if not _WHOLE.fullmatch(text):
         raise LocksConfigurationError(f"{name}={value!r} is not a duration; pass {_ACCEPTED}")
-    return sum(int(amount) * _UNIT_MS[unit] for amount, unit in _PART.findall(text))
+    # exact arithmetic: "0.1s" is 100 ms, not 100.00000000000001
+    total = sum(Fraction(amount) * _UNIT_MS[unit] for amount, unit in _PART.findall(text))
+    if total.denominator != 1:
+        raise LocksConfigurationError(
+            f"{name}={value!r} has a fraction of a millisecond; round it to whole milliseconds"
+        )
+    return int(total)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any, Self
 
 import pytest
@@ -47,7 +48,9 @@ def job_class(key: str) -> type:
 def instances(bench: Bench, clocks: Sequence[Clock], key: str) -> Instances[Any]:
     """Instances of the shop on ``bench``'s store, each with a store object of its own."""
     return Instances(
-        lambda clock: Locks(store=bench.new_store(), clock=clock, ttl=bench.ttl_ms),
+        lambda clock: Locks(
+            store=bench.new_store(), clock=clock, ttl=timedelta(milliseconds=bench.ttl_ms)
+        ),
         clocks,
         job_class(key),
     )
@@ -136,7 +139,7 @@ async def test_a_stale_run_sees_its_signal_abort_and_its_fenced_write_is_refused
         await bench.pass_time(bench.ttl_ms + 100)
         assert await fresh.reconcile_stock() == "instance-1"
         assert await bench.stock.write(9, fresh.tokens[0])
-        await paused.advance(bench.ttl_ms // 3)
+        await paused.advance(timedelta(milliseconds=bench.ttl_ms // 3))
         await wait_all_tasks_blocked()
         reason = stale.locks_seen[0].signal.reason
         assert isinstance(reason, LockLostError)
@@ -174,7 +177,8 @@ class Feeds:
     def __init__(self, bench: Bench, clocks: Sequence[Clock], key: str) -> None:
         feed = feed_class(key)
         self.locks = [
-            Locks(store=bench.new_store(), clock=clock, ttl=bench.ttl_ms) for clock in clocks
+            Locks(store=bench.new_store(), clock=clock, ttl=timedelta(milliseconds=bench.ttl_ms))
+            for clock in clocks
         ]
         self.feeds = [locks.register(feed(f"instance-{n}")) for n, locks in enumerate(self.locks)]
 
@@ -210,7 +214,7 @@ async def test_a_paused_leader_is_replaced_after_ttl_and_learns_at_its_next_rene
         new_leader = next(feed for feed in cluster.feeds[1:] if feed.leading)
         assert new_leader.log[0][1] > old
         assert cluster.feeds[0].leading, "a paused leader cannot know before its next renewal"
-        await paused.advance(bench.ttl_ms // 3)
+        await paused.advance(timedelta(milliseconds=bench.ttl_ms // 3))
         await wait_all_tasks_blocked()
         assert cluster.feeds[0].log == [("acquired", old), ("lost", old)]
 

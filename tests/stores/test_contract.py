@@ -11,6 +11,7 @@ import importlib.util
 import itertools
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import ClassVar
 
@@ -31,8 +32,8 @@ class TestInMemoryContract(LockStoreContractTests):
     def make_store(self) -> InMemoryLockStore:
         return InMemoryLockStore(clock=self.clock)
 
-    async def advance_time(self, ms: int) -> None:
-        await self.clock.advance(ms)
+    async def advance_time(self, by: timedelta) -> None:
+        await self.clock.advance(by)
 
 
 # --- SQLite --------------------------------------------------------------------------------
@@ -51,8 +52,8 @@ class TestSQLiteContract(LockStoreContractTests):
 
         return SQLiteLockStore(self.path, clock=self.clock)
 
-    async def advance_time(self, ms: int) -> None:
-        await self.clock.advance(ms)
+    async def advance_time(self, by: timedelta) -> None:
+        await self.clock.advance(by)
 
 
 class RoundRobinStore:
@@ -128,8 +129,8 @@ class PostgresContract(LockStoreContractTests):
     def _server(self, contract_postgres_url: str) -> None:
         self.url = contract_postgres_url
 
-    async def advance_time(self, ms: int) -> None:
-        await wait_for_real(ms)
+    async def advance_time(self, by: timedelta) -> None:
+        await wait_for_real(by // timedelta(milliseconds=1))
 
 
 class TestPostgresContractAsyncpgPool(PostgresContract):
@@ -203,5 +204,5 @@ class TestRedisContract(LockStoreContractTests):
         # from_url's pool is a BlockingConnectionPool: the 33rd caller waits for a connection
         return RedisLockStore.from_url(self.url, prefix=self.prefix, max_connections=8)
 
-    async def advance_time(self, ms: int) -> None:
-        await wait_for_real(ms)
+    async def advance_time(self, by: timedelta) -> None:
+        await wait_for_real(by // timedelta(milliseconds=1))

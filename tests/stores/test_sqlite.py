@@ -10,6 +10,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
@@ -295,9 +296,9 @@ async def test_a_ttl_of_a_year_is_kept_exactly_and_held_until_it_passes(
     key = unique_key("year")
     assert isinstance(await store.acquire(key, "holder", MAX_TTL_MS), Acquired)
     assert read_row(path, key)[2] == MAX_TTL_MS
-    await clock.advance(MAX_TTL_MS - 1)
+    await clock.advance(timedelta(milliseconds=MAX_TTL_MS - 1))
     assert await store.acquire(key, "other", LONG_TTL_MS) == NotAcquired()
-    await clock.advance(1)
+    await clock.advance("1ms")
     assert isinstance(await store.acquire(key, "other", LONG_TTL_MS), Acquired)
     await store.aclose()
 

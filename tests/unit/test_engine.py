@@ -44,9 +44,9 @@ async def test_a_waiter_retries_on_the_clock_and_takes_the_key_once_its_lease_ex
     await store.inner.acquire("k", "crashed-holder", 1000)
     async with Locks(store=store, clock=clock) as locks:
         waiting = asyncio.create_task(locks.acquire("k", wait="5s"))
-        await clock.advance(999)
+        await clock.advance("999ms")
         assert not waiting.done()
-        await clock.advance(1000)
+        await clock.advance("1000ms")
         lock = await waiting
         assert lock is not None
         assert lock.held
@@ -111,7 +111,7 @@ async def test_an_aborted_signal_refuses_to_start_waiting(locks, store, clock):
 async def test_cancelling_a_waiter_leaves_nothing_acquired(locks, store, clock):
     await store.acquire("k", "holder", 1000)
     waiting = asyncio.create_task(locks.acquire("k", wait="1m"))
-    await clock.advance(500)
+    await clock.advance("500ms")
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
@@ -140,7 +140,7 @@ async def test_a_win_that_lands_after_the_waiter_was_cancelled_is_handed_back(cl
     await store.inner.acquire("k", "holder", 60_000)
     async with Locks(store=store, clock=clock) as locks:
         waiting = asyncio.create_task(locks.acquire("k", wait="1m"))
-        advancing = asyncio.create_task(clock.advance(100))
+        advancing = asyncio.create_task(clock.advance("100ms"))
         await asyncio.wait_for(store.entered.wait(), timeout=5)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -5,6 +5,7 @@ Every fault is injected with FaultyStore on the manual clock; `clock.jump` is a 
 
 import asyncio
 import logging
+from datetime import timedelta
 
 import pytest
 
@@ -101,7 +102,7 @@ async def test_a_hung_acquire_with_a_wait_returns_after_the_wait_and_one_bounded
     faulty.hang("acquire")
     async with Locks(store=faulty, ttl="30s", clock=clock) as locks:
         waiting = asyncio.create_task(locks.acquire("k", wait="1s"))
-        await clock.advance(1000 + ATTEMPT_FLOOR_MS)
+        await clock.advance(timedelta(milliseconds=1000 + ATTEMPT_FLOOR_MS))
         assert waiting.done(), "acquire(wait='1s') still waiting on a hung store"
         with pytest.raises(LockStoreError, match=r"did not answer acquire\('k'\) within"):
             await waiting
@@ -115,9 +116,9 @@ async def test_a_hung_acquire_that_tries_once_fails_within_the_attempt_floor(fau
     faulty.hang("acquire")
     async with Locks(store=faulty, ttl="30s", clock=clock) as locks:
         attempt = asyncio.create_task(locks.acquire("k"))
-        await clock.advance(ATTEMPT_FLOOR_MS - 1)
+        await clock.advance(timedelta(milliseconds=ATTEMPT_FLOOR_MS - 1))
         assert not attempt.done()
-        await clock.advance(1)
+        await clock.advance("1ms")
         with pytest.raises(LockStoreError, match="within 1000 ms"):
             await attempt
         faulty.heal()
@@ -127,7 +128,7 @@ async def test_an_attempt_is_never_given_longer_than_its_ttl(faulty, clock):
     faulty.hang("acquire")
     async with Locks(store=faulty, ttl="300ms", clock=clock) as locks:
         attempt = asyncio.create_task(locks.acquire("k"))
-        await clock.advance(300)
+        await clock.advance("300ms")
         with pytest.raises(LockStoreError, match="within 300 ms"):
             await attempt
         faulty.heal()
@@ -141,7 +142,7 @@ async def test_a_hung_release_gives_up_after_its_bound_and_the_lock_expires(
         assert lock is not None
         faulty.hang("release")
         releasing = asyncio.create_task(lock.release())
-        await clock.advance(RELEASE_BOUND_MS)
+        await clock.advance(timedelta(milliseconds=RELEASE_BOUND_MS))
         with pytest.raises(LockStoreError, match=r"did not answer release\('k'\) within 2000 ms"):
             await releasing
         assert not lock.held
@@ -160,7 +161,7 @@ async def test_leaving_a_hold_block_on_a_hung_store_takes_the_release_bound_and_
 
         with caplog.at_level(logging.WARNING, logger="leaselock"):
             running = asyncio.create_task(work())
-            await clock.advance(RELEASE_BOUND_MS)
+            await clock.advance(timedelta(milliseconds=RELEASE_BOUND_MS))
             assert await running == "done"
         assert 'Could not release "k"; it expires on its own' in caplog.text
         faulty.heal()

@@ -137,11 +137,11 @@ async def test_a_lease_whose_job_started_within_the_last_second_is_kept_for_that
 ):
     async with instances(store, [clock] * 2) as app:
         await app.jobs[0].reconcile_stock()
-        await clock.advance(200)
+        await clock.advance("200ms")
         await app.locks[0].aclose()
-        await clock.advance(300)
+        await clock.advance("300ms")
         assert await app.jobs[1].reconcile_stock() is None
-        await clock.advance(500)
+        await clock.advance("500ms")
         assert await app.jobs[1].reconcile_stock() == "instance-1"
 
 

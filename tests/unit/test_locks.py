@@ -337,7 +337,8 @@ async def test_a_locks_is_refused_on_another_event_loop(locks: Locks):
     [
         ({"ttl": 0}, "ttl=0 is zero"),
         ({"ttl": -5}, "negative"),
-        ({"ttl": float("nan")}, r"ttl=nan \(float\) is not a duration"),
+        ({"ttl": float("nan")}, r"ttl=nan is not a finite number of seconds"),
+        ({"ttl": 1j}, r"ttl=1j \(complex\) is not a duration"),
         ({"ttl": True}, "is a bool"),
         ({"ttl": "ten seconds"}, "not a duration"),
         ({"ttl": "500d"}, "longer than one year"),
@@ -371,7 +372,7 @@ def test_a_store_whose_methods_are_not_coroutines_is_refused():
         Locks(store=Blocking())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("ttl", ["3ms", "99ms", 50, timedelta(milliseconds=10)])
+@pytest.mark.parametrize("ttl", ["3ms", "99ms", 0.05, timedelta(milliseconds=10)])
 def test_a_ttl_too_short_for_real_time_is_refused_saying_why(ttl):
     with pytest.raises(LocksConfigurationError, match=r"shorter than 100 ms: a store round trip"):
         Locks(ttl=ttl)

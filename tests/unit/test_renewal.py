@@ -2,6 +2,7 @@
 
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 
 import pytest
 
@@ -115,9 +116,9 @@ async def test_an_unreachable_store_is_retried_until_the_deadline_then_the_lock_
         assert lock is not None
         store.failing = True
         with caplog.at_level(logging.WARNING, logger="leaselock"):
-            await clock.advance(29_999)
+            await clock.advance("29999ms")
             assert lock.held
-            await clock.advance(1)
+            await clock.advance("1ms")
         assert not lock.held
         reason = lock.signal.reason
         assert reason is not None
@@ -150,7 +151,7 @@ class SlowRenewals(RecordingStore):
     async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
         self.renewals.append((self.clock.now_ms(), key))
         renewed = await self.inner.renew(key, owner, ttl_ms)
-        await self.clock.advance(self.delay_ms)
+        await self.clock.advance(timedelta(milliseconds=self.delay_ms))
         return renewed
 
 

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, TypeVar
 
 import asyncpg
@@ -98,7 +98,7 @@ class Backend:
     async def pass_time(self, ms: int) -> None:
         """Let ``ms`` pass on the store's clock (and every running instance's)."""
         if self.clock is not None:
-            await self.clock.advance(ms)
+            await self.clock.advance(timedelta(milliseconds=ms))
         else:
             await wait_for_real(ms)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -79,7 +80,7 @@ async def test_an_instance_that_reaches_its_next_renewal_first_stops_and_writes_
     stale = await pause_a_after_it_reads_12_and_let_b_write_9(cluster)
     assert stale.a.clock is not None
     # A runs again, and its next renewal comes before its count returns: the store refuses it
-    await stale.a.clock.advance(cluster.backend.ttl_ms // 3)
+    await stale.a.clock.advance(timedelta(milliseconds=cluster.backend.ttl_ms // 3))
     with pytest.raises(LockLostError) as lost:
         await stale.a_run
     assert lost.value.detected_by == "renewal"

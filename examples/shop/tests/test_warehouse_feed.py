@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from leaselock.testing import wait_all_tasks_blocked
@@ -67,7 +69,7 @@ async def test_a_paused_leader_still_receives_alerts_until_its_next_renewal_fail
     assert {instance for instance, _ in low_stock_lines(logs)} == {"instance-0", new_leader}
 
     assert paused.clock is not None
-    await paused.clock.advance(ttl_ms // 3)  # its next renewal: refused
+    await paused.clock.advance(timedelta(milliseconds=ttl_ms // 3))  # its next renewal: refused
     await wait_all_tasks_blocked()
     assert cluster.warehouse.subscribers == [new_leader]
     assert cluster.warehouse.publish_low_stock(SALMON, 1) == 1

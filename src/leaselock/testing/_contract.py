@@ -25,6 +25,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Final, TypeAlias, final
 
 from .._errors import LocksConfigurationError
@@ -43,7 +44,7 @@ from ..stores._protocol import (
 __all__ = ["ContractCase", "MakeStore", "lock_store_contract"]
 
 MakeStore: TypeAlias = Callable[[], LockStore | Awaitable[LockStore]]
-AdvanceTime: TypeAlias = Callable[[int], Awaitable[object]]
+AdvanceTime: TypeAlias = Callable[[timedelta], Awaitable[object]]
 
 DEFAULT_CALLERS: Final = 16
 LONG_TTL_MS: Final = 60_000
@@ -111,7 +112,7 @@ class _Check:
 
     async def advance(self, ms: int) -> None:
         assert self._advance is not None  # noqa: S101 -- cases that call it require it
-        await self._advance(ms)
+        await self._advance(timedelta(milliseconds=ms))
 
     def token(self, result: object, doing: str) -> int:
         """Return the token of an :class:`Acquired`, checking the token's contract."""
@@ -525,8 +526,9 @@ def lock_store_contract(
             on the loop that runs it; a store with ``open``/``aclose`` is opened and closed.
             Concurrent callers share the one store it returns.
         concurrent: ``True`` races 16 callers per key; ``{"callers": 32}`` races more.
-        advance_time: ``await advance_time(ms)`` moves the store's clock ``ms`` forward (a
-            ``ManualClock``'s ``advance``), or waits for real where the store's clock can't move.
+        advance_time: ``await advance_time(by)`` moves the store's clock forward by ``by``, a
+            :class:`~datetime.timedelta` (a ``ManualClock``'s ``advance`` takes it as it is), or
+            waits for real where the store's clock can't move.
 
     Returns:
         The cases, in a stable order; names are public API.

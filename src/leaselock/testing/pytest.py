@@ -42,8 +42,9 @@ class LockStoreContractTests:
 
     Attributes:
         concurrent: passed to :func:`~leaselock.testing.lock_store_contract`.
-        advance_time: ``None``, or an async method ``advance_time(self, ms)`` that moves the
-            store's clock (or waits for real, where it can't be moved).
+        advance_time: ``None``, or an async method ``advance_time(self, by)`` that moves the
+            store's clock forward by the :class:`~datetime.timedelta` ``by`` (or waits for
+            real, where it can't be moved).
 
     .. versionadded:: 0.1
     """

@@ -20,7 +20,7 @@ async def test_advance_fires_due_timers_in_order_with_the_clock_at_each_due_time
     clock.call_at(100, record("a"))
     clock.call_at(200, record("b"))
     clock.call_at(100, record("a2"))
-    await clock.advance(250)
+    await clock.advance("250ms")
     assert fired == [("a", 100), ("a2", 100), ("b", 200)]
     assert clock.now_ms() == 250
     await clock.advance("50ms")
@@ -39,7 +39,7 @@ async def test_advance_awaits_each_callback_to_its_end():
         steps.append("answered")
 
     clock.call_at(10, slow_store_call)
-    await clock.advance(10)
+    await clock.advance("10ms")
     assert steps == ["sent", "answered"]
 
 
@@ -52,7 +52,7 @@ async def test_timers_scheduled_while_advancing_fire_in_the_same_advance():
         clock.call_at(clock.now_ms() + 100, every_100)
 
     clock.call_at(100, every_100)
-    await clock.advance(450)
+    await clock.advance("450ms")
     assert seen == [100, 200, 300, 400]
     assert clock.next_due_ms == 500
 
@@ -65,7 +65,7 @@ async def test_a_cancelled_timer_never_fires():
         fired.append(1)
 
     clock.call_at(5, callback).cancel()
-    await clock.advance(10)
+    await clock.advance("10ms")
     assert fired == []
     assert clock.next_due_ms is None
 
@@ -78,12 +78,12 @@ async def test_a_callback_may_advance_the_clock_to_model_a_slow_call():
         seen.append(("meanwhile", clock.now_ms()))
 
     async def slow() -> None:
-        await clock.advance(500)
+        await clock.advance("500ms")
         seen.append(("slow done", clock.now_ms()))
 
     clock.call_at(100, slow)
     clock.call_at(300, meanwhile)
-    await clock.advance(200)
+    await clock.advance("200ms")
     assert seen == [("meanwhile", 300), ("slow done", 600)]
     assert clock.now_ms() == 600
 
@@ -96,10 +96,10 @@ async def test_advancing_from_two_tasks_at_once_is_refused():
         await release.wait()
 
     clock.call_at(1, blocking)
-    first = asyncio.create_task(clock.advance(5))
+    first = asyncio.create_task(clock.advance("5ms"))
     await wait_all_tasks_blocked()
     with pytest.raises(LocksConfigurationError, match="already running in another task"):
-        await clock.advance(1)
+        await clock.advance("1ms")
     release.set()
     await first
     assert clock.now_ms() == 5
