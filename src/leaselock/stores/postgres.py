@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 from .._durations import Duration, parse_ttl
 from .._errors import LocksConfigurationError, LockStoreError
 from .._redact import redact_secrets
+from ._postgres_errors import check_sslmode, open_failure, sqlstate
 from ._postgres_executors import (
     ConnectionsExecutor,
     Executor,
@@ -187,6 +188,7 @@ class PostgresLockStore:
                 "PostgresLockStore.from_url needs asyncpg: pip install 'leaselock[postgres]'"
             ) from None
         dsn = _asyncpg_dsn(url)
+        check_sslmode(dsn)
         timeout_s = parse_ttl(command_timeout, name="command_timeout") / 1000
         _check_pool_size(min_size, max_size)
         _check_flags(create_schema=create_schema, notify_releases=notify_releases)
@@ -344,14 +346,21 @@ class PostgresLockStore:
                 self._opening = None
 
     async def _open_resources(self, loop: asyncio.AbstractEventLoop) -> Executor:
-        executor = await self._make_executor.make()
         try:
-            if self._create_schema_at_open:
-                exists = await executor.fetchrow(
-                    SCHEMA_EXISTS_SQL, (self._sql.table, self._sql.sequence)
-                )
-                if exists is None or not exists[0]:
-                    await self._create_schema(executor)
+            executor = await self._make_executor.make()
+        except (LockStoreError, LocksConfigurationError):
+            raise
+        except Exception as error:
+            raise open_failure(repr(self), error) from error
+        try:
+            # an engine or a pool given to the store connects here, at its first statement
+            await self._ensure_schema(executor)
+        except LockStoreError:
+            await executor.close()
+            raise
+        except Exception as error:
+            await executor.close()
+            raise open_failure(repr(self), error) from error
         except BaseException:
             await executor.close()
             raise
@@ -378,9 +387,24 @@ class PostgresLockStore:
         except Exception as error:
             raise self._explained(error) from error
 
+    async def _ensure_schema(self, executor: Executor) -> None:
+        exists = await executor.fetchrow(SCHEMA_EXISTS_SQL, (self._sql.table, self._sql.sequence))
+        if exists is not None and exists[0]:
+            return
+        if self._create_schema_at_open:
+            await self._create_schema(executor)
+            return
+        # fail at start, not with a warning at every tick
+        raise LockStoreError(
+            f"{self!r} cannot start: the table {self._sql.table} or the sequence "
+            f"{self._sql.sequence} does not exist, and create_schema=False. Create them (run "
+            "leaselock/stores/postgres_schema.sql, apply the Alembic migration, or call await "
+            "store.create_schema()), or pass create_schema=True"
+        )
+
     def _explained(self, error: Exception) -> Exception:
         """Return the error to raise: a missing table becomes a message naming the fix."""
-        if _sqlstate(error) != _UNDEFINED_TABLE:
+        if sqlstate(error) != _UNDEFINED_TABLE:
             return error
         return LockStoreError(
             f"{self!r}: the table {self._sql.table} or the sequence {self._sql.sequence} does "
@@ -424,19 +448,6 @@ def _retrieve_error(task: asyncio.Task[Executor]) -> None:
     """Mark an opening's error as seen: its callers may all have left (cancelled) meanwhile."""
     if not task.cancelled():
         task.exception()
-
-
-def _sqlstate(error: BaseException) -> str | None:
-    """Return the SQLSTATE of a driver error, through SQLAlchemy's wrapping if any."""
-    seen: BaseException | None = error
-    for _ in range(4):
-        if seen is None:
-            return None
-        state = getattr(seen, "sqlstate", None)
-        if isinstance(state, str):
-            return state
-        seen = getattr(seen, "orig", None) or seen.__cause__
-    return None
 
 
 def _asyncpg_dsn(url: object) -> str:
