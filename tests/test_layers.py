@@ -3,7 +3,7 @@
 Read from the source, type-only imports included (an import under ``if TYPE_CHECKING:`` is still a
 dependency a reader has to follow). The floors, from the ground up:
 
-- ground: errors, durations, keys, clock, events, redaction, threads;
+- ground: errors, durations, keys, clock, events, redaction, threads, forks;
 - stores: the store protocol and the stores (import only the ground floor);
 - engine (``_engine/``): the ground floor and the store protocol, nothing else;
 - jobs (``_jobs/``): the engine, the ground floor and the store protocol;
@@ -24,7 +24,16 @@ PACKAGE = Path(__file__).parent.parent / "src" / "leaselock"
 
 GROUND = frozenset(
     f"leaselock.{name}"
-    for name in ("_errors", "_durations", "_keys", "_clock", "_events", "_redact", "_threads")
+    for name in (
+        "_errors",
+        "_durations",
+        "_keys",
+        "_clock",
+        "_events",
+        "_redact",
+        "_threads",
+        "_forks",
+    )
 )
 PROTOCOL = "leaselock.stores._protocol"
 FACADE = frozenset({"leaselock._locks", "leaselock._hold", "leaselock._fencing"})

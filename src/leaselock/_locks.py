@@ -17,6 +17,7 @@ from ._durations import MIN_REAL_TTL_MS, Duration, check_ttl_floor, parse_ttl, p
 from ._engine import CheckedStore, Lock, LockEngine, LockSignal, check_store_shape
 from ._errors import LocksConfigurationError
 from ._events import Events, Publisher
+from ._forks import process_generation, refuse_if_forked
 from ._hold import LockHold
 from ._jobs import F, JobDecorator, JobRuntime, election_decorator, job_decorator
 from ._keys import validate_key
@@ -76,6 +77,7 @@ class Locks:
         "_clock",
         "_closing",
         "_engine",
+        "_generation",
         "_loop",
         "_min_ttl_ms",
         "_phase",
@@ -118,6 +120,7 @@ class Locks:
         )
         self._allow_in_memory_storage = allow_in_memory_storage
         self._phase = _Phase.NEW
+        self._generation = process_generation()
         self._engine: LockEngine | None = None
         self._closing: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -159,6 +162,7 @@ class Locks:
             )
         self._refuse_in_memory_default_in_production()
         self._runtime.check()
+        self._generation = process_generation()
         if isinstance(self._store, SupportsLifecycle):
             await self._store.open()
         try:
@@ -440,6 +444,7 @@ class Locks:
         return checked_key, ttl_ms, wait_ms, self._running_engine()
 
     def _running_engine(self) -> LockEngine:
+        refuse_if_forked(self._generation, "Locks")
         if self._phase not in _USABLE or self._engine is None:
             raise LocksConfigurationError(
                 f"This Locks is {self._phase.value}, not started; use `async with locks:` "

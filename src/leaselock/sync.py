@@ -18,6 +18,7 @@ from ._durations import Duration, parse_wait
 from ._engine import CURRENT_LOCK, Lock, LockSignal, release_logged
 from ._errors import LockNotAcquiredError, LocksConfigurationError
 from ._events import Events
+from ._forks import process_generation, refuse_if_forked
 from ._jobs import CURRENT_RUNTIME, F, JobDecorator
 from ._locks import Locks, runtime_of
 from ._threads import Portal
@@ -136,7 +137,7 @@ class SyncLocks:
     .. versionadded:: 0.1
     """
 
-    __slots__ = ("_locks", "_portal")
+    __slots__ = ("_generation", "_locks", "_portal")
 
     def __init__(
         self,
@@ -156,6 +157,7 @@ class SyncLocks:
             shutdown_grace=shutdown_grace,
         )
         self._portal: Portal | None = None
+        self._generation = process_generation()
 
     @property
     def locks(self) -> Locks:
@@ -186,16 +188,20 @@ class SyncLocks:
             portal.stop()
             raise
         self._portal = portal
+        self._generation = process_generation()
 
     def close(self) -> None:
         """Release every lock, close the store and stop the loop thread.
+
+        In a forked child of the process that started it, it only forgets what it inherited:
+        the loop thread, the connections and the leases are the parent's.
 
         Raises:
             LocksConfigurationError: called from a coroutine (use :class:`~leaselock.Locks`).
         """
         _refuse_on_an_event_loop("close")
         portal, self._portal = self._portal, None
-        if portal is None:
+        if portal is None or self._generation != process_generation():
             return
         try:
             portal.call(self._locks.aclose())
@@ -318,6 +324,7 @@ class SyncLocks:
         return portal.call(_registered(self._locks, target))
 
     def _started_portal(self) -> Portal:
+        refuse_if_forked(self._generation, "SyncLocks")
         if self._portal is None or not self._locks.started:
             raise LocksConfigurationError(
                 "This SyncLocks is not started; use `with locks:` or call locks.start() first"

@@ -22,6 +22,7 @@ from .._clock import Clock
 from .._engine import CURRENT_LOCK, LockEngine
 from .._errors import LocksConfigurationError
 from .._events import Publisher
+from .._forks import process_generation, refuse_if_forked
 from .._threads import call_in_loop, running_loop
 from ._bindings import Bindings, Started
 from ._campaign import Campaign
@@ -63,6 +64,7 @@ class JobRuntime:
         "_default_ttl_ms",
         "_engine",
         "_events",
+        "_generation",
         "_loop",
         "_min_ttl_ms",
         "_phase",
@@ -81,6 +83,7 @@ class JobRuntime:
         self._min_ttl_ms = min_ttl_ms
         self._registry = Registry()
         self._phase = _Phase.NEW
+        self._generation = process_generation()
         self._engine: LockEngine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runs: JobRuns | None = None
@@ -160,6 +163,7 @@ class JobRuntime:
         """
         self._engine = engine
         self._loop = asyncio.get_running_loop()
+        self._generation = process_generation()
         self._runs = JobRuns(engine, self._clock, self._events, self._default_ttl_ms)
         self._phase = _Phase.STARTED
         _STARTED.add(self)
@@ -307,6 +311,7 @@ class JobRuntime:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, loop))
 
     def _usable_loop(self) -> asyncio.AbstractEventLoop:
+        refuse_if_forked(self._generation, "Locks")
         # runs are served while started, and while closing: their ticks are skipped then
         if self._phase in (_Phase.STARTED, _Phase.CLOSING) and self._loop is not None:
             return self._loop
