@@ -20,15 +20,19 @@ TEST_HELPERS := tests/helpers.py tests/servers.py tests/store_benches.py tests/p
 export DATABASE_URL REDIS_URL
 
 $(STAMP): pyproject.toml
+	@echo "Setting up $(VENV) with leaselock and its development tools (the first time: about a minute)"
 	@if [ -n "$(UV)" ]; then \
 		uv venv --python $(PYTHON) $(VENV) && \
-		uv pip install --python $(BIN)/python -e '.[dev,examples]'; \
+		uv pip install --python $(BIN)/python -e . --group dev --group examples; \
 	else \
 		$(PYTHON) -m venv $(VENV) && \
+		echo "  upgrading pip (dependency groups need pip 25.1 or later)" && \
 		$(BIN)/python -m pip install --quiet --upgrade pip && \
-		$(BIN)/python -m pip install --quiet -e '.[dev,examples]'; \
+		echo "  installing leaselock, the test tools and the example shop's packages" && \
+		$(BIN)/python -m pip install -e . --group dev --group examples; \
 	fi
 	@touch $(STAMP)
+	@echo "$(VENV) is ready"
 
 test: lint typecheck coverage
 
