@@ -28,11 +28,11 @@ from ._events import LeaseAcquired as LeaseAcquired
 from ._events import LockLost as LockLost
 from ._events import TickSkipped as TickSkipped
 from ._fencing import FencingGuard as FencingGuard
-from ._fencing import fenced_update as fenced_update
 from ._jobs import leader_election as leader_election
 from ._jobs import on_one_instance as on_one_instance
 from ._jobs import without_overlapping as without_overlapping
 from ._locks import Locks as Locks
+from .integrations.sqlalchemy import fenced_update as fenced_update
 from .sync import SyncLock as SyncLock
 from .sync import SyncLocks as SyncLocks
 

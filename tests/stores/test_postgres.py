@@ -568,3 +568,39 @@ def test_a_missing_asyncpg_names_the_extra_to_install(monkeypatch: pytest.Monkey
 
     with pytest.raises(LocksConfigurationError, match=r"pip install 'leaselock\[postgres\]'"):
         PostgresLockStore.from_url("postgresql://localhost/db")
+
+
+@pytest.mark.skipif(not HAS_ALEMBIC, reason="alembic is not installed")
+async def test_lock_tables_describes_exactly_what_create_schema_makes(scratch: Scratch) -> None:
+    from alembic.autogenerate import compare_metadata  # noqa: PLC0415
+    from alembic.runtime.migration import MigrationContext  # noqa: PLC0415
+    from sqlalchemy import MetaData  # noqa: PLC0415
+    from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
+
+    from leaselock.integrations.sqlalchemy import lock_tables  # noqa: PLC0415
+
+    store = scratch.store("described")
+    await store.open()
+    await store.aclose()
+    metadata = MetaData()
+    lock_tables(
+        metadata, table=store._sql.table.strip('"'), sequence=store._sql.sequence.strip('"')
+    )
+    ours = set(metadata.tables)
+
+    def differences(connection: Any) -> list[object]:
+        context = MigrationContext.configure(
+            connection,
+            opts={
+                "compare_type": True,
+                "include_name": lambda name, type_, _: type_ != "table" or name in ours,
+            },
+        )
+        return list(compare_metadata(context, metadata))
+
+    engine = create_async_engine(sqlalchemy_url(scratch.url, "asyncpg"))
+    try:
+        async with engine.connect() as connection:
+            assert await connection.run_sync(differences) == []
+    finally:
+        await engine.dispose()

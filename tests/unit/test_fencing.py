@@ -5,8 +5,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, select
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from leaselock import FencingGuard, LocksConfigurationError, fenced_update
+import leaselock
+from leaselock import FencingGuard, LocksConfigurationError
+from leaselock.integrations.sqlalchemy import fenced_update
 
 metadata = MetaData()
 products = Table(
@@ -61,6 +64,43 @@ def test_the_same_token_may_write_again(engine):
     assert write(engine, token=7, count=9) == 1
     assert write(engine, token=7, count=8) == 1
     assert stock(engine) == (8, 7)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Product(Base):
+    __tablename__ = "orm_products"
+
+    id: Mapped[str] = mapped_column(String, primary_key=True)
+    in_stock: Mapped[int]
+    stock_fencing_token: Mapped[int]
+
+
+def test_orm_classes_and_mapped_columns_are_fenced_the_same_way(tmp_path):
+    engine = create_engine(f"sqlite:///{tmp_path / 'orm.db'}")
+    Base.metadata.create_all(engine)
+    with Session(engine) as session, session.begin():
+        session.add(Product(id="salmon", in_stock=12, stock_fencing_token=0))
+
+    def orm_write(token: int, count: int) -> int:
+        with Session(engine) as session, session.begin():
+            statement = fenced_update(
+                Product, Product.stock_fencing_token, token, Product.id == "salmon", in_stock=count
+            )
+            return session.execute(statement).rowcount  # type: ignore[attr-defined]
+
+    assert orm_write(7, 9) == 1
+    assert orm_write(5, 12) == 0
+    with Session(engine) as session:
+        product = session.get_one(Product, "salmon")
+        assert (product.in_stock, product.stock_fencing_token) == (9, 7)
+    engine.dispose()
+
+
+def test_fenced_update_is_also_importable_from_leaselock():
+    assert leaselock.fenced_update is fenced_update
 
 
 def test_the_statement_is_one_conditional_update():

@@ -12,7 +12,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from shop.database import create_engine
+from shop.database import create_engine, not_the_sqlite_lock_stores
 from shop.models import Base
 from shop.settings import DatabaseSettings, load_settings
 
@@ -21,7 +21,12 @@ config = context.config
 
 def run_migrations_on(connection: Connection) -> None:
     """Run the pending migrations on ``connection``, in one transaction."""
-    context.configure(connection=connection, target_metadata=Base.metadata)
+    on_sqlite = connection.dialect.name == "sqlite"
+    context.configure(
+        connection=connection,
+        target_metadata=Base.metadata,
+        include_object=not_the_sqlite_lock_stores if on_sqlite else None,
+    )
     with context.begin_transaction():
         context.run_migrations()
 

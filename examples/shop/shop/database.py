@@ -93,3 +93,14 @@ def _upgrade_to_head(connection: Connection) -> None:
     # migrations/env.py runs on this connection instead of opening its own
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
+
+
+def not_the_sqlite_lock_stores(
+    _item: object, name: str | None, type_: str, _reflected: bool, _compare_to: object
+) -> bool:
+    """Alembic's ``include_object`` on SQLite: leave out leaselock's tables.
+
+    SQLiteLockStore makes its own two tables in the shop's file when it opens it; the lock table
+    in the shop's metadata (``lock_tables``) is PostgreSQL's.
+    """
+    return not (type_ == "table" and name is not None and name.startswith("leaselock_locks"))

@@ -6,12 +6,19 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, String
+from sqlalchemy import JSON, BigInteger, DateTime, Index, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from leaselock.integrations.sqlalchemy import lock_tables
 
 
 class Base(DeclarativeBase):
     """The shop's declarative base; Alembic migrations create what it describes."""
+
+
+# leaselock's lock table and sequence on PostgreSQL belong to the shop's schema too: without them
+# in the metadata, `alembic revision --autogenerate` proposes to drop them
+LEASELOCK_LOCKS = lock_tables(Base.metadata)
 
 
 class OrderStatus(enum.StrEnum):
@@ -25,6 +32,8 @@ class Order(Base):
     """An order a customer placed (or abandoned); invoiced once, in one batch."""
 
     __tablename__ = "orders"
+    # the invoice export's query: placed orders without a batch
+    __table_args__ = (Index("orders_to_invoice", "status", "invoice_batch"),)
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     user_id: Mapped[str] = mapped_column(String(32))

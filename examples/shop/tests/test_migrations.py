@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import inspect, text
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Connection, inspect, text
 
-from shop.database import create_engine
+from shop.database import create_engine, not_the_sqlite_lock_stores
+from shop.models import Base
 from shop.seed import PLACED_ORDER_IDS
 from shop_harness import Backend, Cluster
 
@@ -30,3 +33,25 @@ async def test_the_migrated_and_seeded_database_has_orders_products_and_on_postg
         [*PLACED_ORDER_IDS, "ord_1003"]
     )
     assert len(await plain_cluster.products()) == 3
+
+
+def differences(connection: Connection) -> list[object]:
+    """What ``alembic revision --autogenerate`` would put in a new revision."""
+    on_sqlite = connection.dialect.name == "sqlite"
+    context = MigrationContext.configure(
+        connection,
+        opts={"include_object": not_the_sqlite_lock_stores if on_sqlite else None},
+    )
+    return list(compare_metadata(context, Base.metadata))
+
+
+async def test_autogenerate_after_the_migrations_proposes_nothing_lock_tables_included(
+    database_backend: Backend, plain_cluster: Cluster
+) -> None:
+    await plain_cluster.start()
+    engine = create_engine(database_backend.database_url)
+    try:
+        async with engine.connect() as connection:
+            assert await connection.run_sync(differences) == []
+    finally:
+        await engine.dispose()
