@@ -8,7 +8,7 @@ import pytest
 
 from leaselock import LockLost, Locks
 from leaselock.stores import AcquireResult, InMemoryLockStore, Renewal
-from leaselock.testing import ManualClock
+from leaselock.testing import FaultyStore, ManualClock
 
 
 class RecordingStore:
@@ -245,3 +245,31 @@ async def test_the_signal_reads_the_deadline_before_any_timer_has_run():
         with pytest.raises(Exception, match="no renewal was confirmed") as lost:
             lock.signal.raise_if_aborted()
         assert lost.value.detected_by == "deadline"  # type: ignore[attr-defined]
+
+
+async def test_a_renewal_slower_than_a_third_of_the_ttl_is_warned_about_and_the_lock_kept(
+    clock, caplog: pytest.LogCaptureFixture
+):
+    store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        store.delay("renew", "11s", times=1)
+        with caplog.at_level(logging.WARNING, logger="leaselock"):
+            await clock.advance("25s")
+        assert lock.held
+    assert 'Renewing "k" took 11000 ms, more than a third of its ttl (30000 ms)' in caplog.text
+    assert caplog.text.count("more than a third of its ttl") == 1
+
+
+async def test_renewals_within_a_third_of_the_ttl_are_not_warned_about(
+    clock, caplog: pytest.LogCaptureFixture
+):
+    store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        assert await locks.acquire("k") is not None
+        store.delay("renew", "9s")
+        with caplog.at_level(logging.WARNING, logger="leaselock"):
+            await clock.advance("1m")
+        store.heal()
+    assert "more than a third" not in caplog.text

@@ -130,11 +130,28 @@ class RenewalScheduler:
                 f"{self._store.inner!r} did not answer the renewal before the holder's deadline"
             )
             results = [unanswered] * len(leases)
+        self._warn_if_slow(leases, self._clock.now_ms() - sent_at_ms)
         confirmed_at_ms = self._clock.now_ms()
         for lease, result in zip(leases, results, strict=True):
             lease.renewing = False
             self._settle(lease, result, sent_at_ms, confirmed_at_ms)
         self._arm()
+
+    def _warn_if_slow(self, leases: list[Lease], took_ms: int) -> None:
+        # a pool busy with the application's queries delays renewals silently until one is lost
+        slow = [lease for lease in leases if took_ms > renew_interval_ms(lease.ttl_ms)]
+        if not slow:
+            return
+        _log.warning(
+            'Renewing "%s"%s took %d ms, more than a third of its ttl (%d ms): the store or its '
+            "connection pool is overloaded, and a renewal that takes the whole ttl loses the "
+            "lock. Give the store connections of its own, or size a shared pool for the "
+            "application's queries plus the release listener plus renewals",
+            slow[0].key,
+            f" and {len(slow) - 1} more" if len(slow) > 1 else "",
+            took_ms,
+            slow[0].ttl_ms,
+        )
 
     def _settle(
         self, lease: Lease, result: bool | LockStoreError, sent_at_ms: int, confirmed_at_ms: int
