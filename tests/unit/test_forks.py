@@ -11,7 +11,7 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-from leaselock import Locks, LocksConfigurationError, SyncLocks
+from leaselock import Locks, SyncLocks
 from leaselock.stores import InMemoryLockStore
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="this platform cannot fork")
