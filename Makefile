@@ -2,6 +2,7 @@
 #   make test   lint, type-check, and every test with coverage (bootstraps .venv)
 #   make demo   the example shop on three instances (bootstraps .venv)
 #               make demo DATABASE_URL=postgresql://... REDIS_URL=redis://... on real servers
+#               make demo DEMO_PORTS=3101,3102,3103 when 3001-3003 are taken
 
 PYTHON ?= python3
 VENV := .venv
@@ -17,7 +18,7 @@ TEST_HELPERS := tests/helpers.py tests/servers.py tests/store_benches.py tests/p
 
 .PHONY: test lint typecheck coverage pytest demo clean
 
-export DATABASE_URL REDIS_URL
+export DATABASE_URL REDIS_URL DEMO_PORTS
 
 $(STAMP): pyproject.toml
 	@echo "Setting up $(VENV) with leaselock and its development tools (the first time: about a minute)"

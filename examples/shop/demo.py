@@ -1,12 +1,12 @@
 """``make demo``: the example shop on three instances (three OS processes), narrated.
 
-It migrates and seeds a fresh database, starts the shop on ports 3001-3003 with a stock
-reconciliation every two seconds and a lock ttl of six seconds, then tells what happens, with
-the log lines that show it: one instance runs the reconciliation and leads the warehouse feed;
-two admin exports sent at once to two instances export the orders once; the owner killed with
-SIGKILL is replaced after the ttl; the next one, stopped with SIGTERM, hands over at once; the
-accounting system booked each invoice exactly once. It ends with the locks table, stops every
-process it started, and removes what it made.
+It migrates and seeds a fresh database, starts the shop on ports 3001-3003 (or ``DEMO_PORTS``)
+with a stock reconciliation every two seconds and a lock ttl of six seconds, then tells what
+happens, with the log lines that show it: one instance runs the reconciliation and leads the
+warehouse feed; two admin exports sent at once to two instances export the orders once; the
+owner killed with SIGKILL is replaced after the ttl; the next one, stopped with SIGTERM, hands
+over at once; the accounting system booked each invoice exactly once. It ends with the locks
+table, stops every process it started, and removes what it made.
 
 ``make demo`` uses a SQLite file in a temporary directory (orders and locks in one file).
 ``make demo DATABASE_URL=postgresql://... REDIS_URL=redis://...`` runs on real servers: a new
@@ -24,6 +24,7 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import sqlite3
 import sys
 import tempfile
@@ -44,7 +45,7 @@ from shop.seed import PLACED_ORDER_IDS, seed
 from shop.settings import Settings
 
 SHOP_DIR: Final = Path(__file__).resolve().parent
-PORTS: Final = (3001, 3002, 3003)
+DEFAULT_PORTS: Final = "3001,3002,3003"
 LOCK_TTL_S: Final = 6
 RECONCILE_EVERY_S: Final = 2
 ALERT_EVERY_S: Final = 2.5
@@ -71,6 +72,30 @@ LOG_LINE: Final = re.compile(r"^\S+ \S+ \w+\s+[\w.]+: (.*)$")
 
 class DemoError(Exception):
     """Something the demo expected did not happen; the message says what."""
+
+
+def demo_ports(value: str | None = None) -> tuple[int, int, int]:
+    """Return the three ports of ``DEMO_PORTS`` (default 3001,3002,3003), each free now.
+
+    Raises:
+        DemoError: not three distinct ports, or one is taken; the message names the fix.
+    """
+    # make exports the variable empty when it is not set
+    text = (os.environ.get("DEMO_PORTS") or DEFAULT_PORTS) if value is None else value
+    fix = "choose three free ones: make demo DEMO_PORTS=3101,3102,3103"
+    try:
+        ports = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise DemoError(f"DEMO_PORTS={text!r} is not three port numbers; {fix}") from None
+    if len(ports) != 3 or len(set(ports)) != 3 or not all(1024 <= p <= 65535 for p in ports):  # noqa: PLR2004 -- three instances, unprivileged ports
+        raise DemoError(f"DEMO_PORTS={text!r} is not three distinct ports from 1024 up; {fix}")
+    for port in ports:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                raise DemoError(f"port {port} is taken by another program; {fix}") from None
+    return ports[0], ports[1], ports[2]
 
 
 def say(text: str = "") -> None:
@@ -375,8 +400,8 @@ def _text(value: bytes | str | None) -> str | None:
 # --------------------------------------------------------------------------- the story
 
 
-async def tell(stores: Stores) -> None:
-    """Run the demo on ``stores``."""
+async def tell(stores: Stores, ports: tuple[int, int, int]) -> None:
+    """Run the demo on ``stores``, its instances on ``ports``."""
     started = time.monotonic()
     say("leaselock demo: a cat food shop, three instances, one schedule")
     say("=" * 64)
@@ -387,7 +412,7 @@ async def tell(stores: Stores) -> None:
     await prepare_database(stores)
     say("   Migrated the database with Alembic and seeded it: 3 products, and 4 orders of which")
     say(f"   3 are placed and not invoiced yet ({', '.join(PLACED_ORDER_IDS)}).")
-    story = Story(stores)
+    story = Story(stores, ports)
     try:
         await story.start_three_instances()
         await story.one_instance_runs_each_tick()
@@ -405,9 +430,10 @@ async def tell(stores: Stores) -> None:
 class Story:
     """The demo's sections, in order; each leaves what the next needs on ``self``."""
 
-    def __init__(self, stores: Stores) -> None:
-        """Prepare three instances' environment on ``stores``."""
+    def __init__(self, stores: Stores, ports: tuple[int, int, int]) -> None:
+        """Prepare three instances' environment on ``stores``, to listen on ``ports``."""
         self.stores = stores
+        self.ports = ports
         self.admin_token = secrets.token_urlsafe(24)
         self.ledger = stores.scratch / "accounting-ledger.jsonl"
         # the shop's variables are the demo's to set: none leaks in from the caller's environment
@@ -441,13 +467,13 @@ class Story:
         say(f"   Same code, same database, same schedule: a stock reconciliation every "
             f"{RECONCILE_EVERY_S} s, lock ttl {LOCK_TTL_S} s.")  # fmt: skip
         since = time.monotonic()
-        first = self.first = await self.shops.start(PORTS[0])
+        first = self.first = await self.shops.start(self.ports[0])
         say(f"   Started {first.name} (pid {first.process.pid}). Alone, it leads the warehouse")
         say("   feed and takes the reconciliation at its first tick:")
         for pattern in (LEADS_FEED, TAKES_RECONCILIATION):
             _, line = await self.shops.wait_for(pattern, [first], since=since)
             evidence(first, line)
-        others = self.others = [await self.shops.start(port) for port in PORTS[1:]]
+        others = self.others = [await self.shops.start(port) for port in self.ports[1:]]
         say(f"   Started {others[0].name} and {others[1].name} (pids "
             f"{others[0].process.pid}, {others[1].process.pid}).")  # fmt: skip
 
@@ -601,10 +627,15 @@ def show_locks(rows: list[LockRow], instances: list[Instance]) -> None:
 
 
 async def main() -> int:
-    """Run the demo; return the exit status."""
+    """Run the demo; return the exit status (2: it could not start)."""
+    try:
+        ports = demo_ports()
+    except DemoError as error:
+        say(f"The demo cannot start: {error}")
+        return 2
     async with fresh_stores() as stores:
         try:
-            await tell(stores)
+            await tell(stores, ports)
         except DemoError as error:
             say()
             say(f"The demo stopped: {error}")
