@@ -46,6 +46,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy --strict tests/typing examples/shop/shop
 	MYPYPATH=tests $(BIN)/mypy --strict $(TEST_HELPERS)
 	MYPYPATH=examples/gunicorn $(BIN)/mypy --strict examples/gunicorn/app.py examples/gunicorn/gunicorn.conf.py
+	MYPYPATH=examples/celery $(BIN)/mypy --strict examples/celery/tasks.py
 
 coverage: $(STAMP)
 	@echo "Tests start throwaway PostgreSQL and Redis servers unless LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL name yours"

@@ -71,11 +71,16 @@ class LeaseAcquired(_EventFields):
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TickSkipped(_EventFields):
-    """A tick of ``job`` did not run here, for ``reason``."""
+    """A tick of ``job`` did not run here, for ``reason``.
+
+    ``min_hold_ms`` is the job's ``min_hold`` when the reason is ``"in-progress"``: the run lock
+    may be held by a run that already ended, for the rest of it.
+    """
 
     type: Literal["tick-skipped"] = "tick-skipped"
     job: str
     reason: SkipReason
+    min_hold_ms: int | None = None
 
     @property
     def level(self) -> int:
@@ -90,6 +95,8 @@ class TickSkipped(_EventFields):
             "store-unavailable": "the lock store is unavailable",
             "shutting-down": "this instance is shutting down",
         }[self.reason]
+        if self.min_hold_ms:
+            why += f", or one started less than min_hold ({self.min_hold_ms} ms) ago"
         return f"Skipped {self.job}: {why}"
 
 

@@ -388,7 +388,11 @@ class Locks:
         return job_decorator("on_one_instance", key, ttl, self._runtime)
 
     def without_overlapping(
-        self, key: str | None = None, ttl: Duration | None = None
+        self,
+        key: str | None = None,
+        ttl: Duration | None = None,
+        *,
+        min_hold: Duration | None = None,
     ) -> JobDecorator:
         """Never let the decorated job overlap itself, on any instance.
 
@@ -397,10 +401,19 @@ class Locks:
         progress``). With :meth:`on_one_instance` on the same function both share the key, and
         :func:`current_lock` in the run is the run lock: a new fencing token every run.
 
+        Args:
+            key: the job's key (default: the function's ``__qualname__``).
+            ttl: the run lock's lease length (default: this ``Locks``' ttl).
+            min_hold: keep the run lock at least this long after the run started, even if it
+                ended sooner (ShedLock's ``lockAtLeastFor``): the same tick fired by several
+                schedulers (one Celery beat per replica) then runs once, and the others skip
+                it. Keep it below the interval between ticks.
+
         Raises:
-            LocksConfigurationError: a bad key or ttl (now), or a key conflict (at start).
+            LocksConfigurationError: a bad key, ttl or min_hold (now), or a key conflict (at
+                start).
         """
-        return job_decorator("without_overlapping", key, ttl, self._runtime)
+        return job_decorator("without_overlapping", key, ttl, self._runtime, min_hold=min_hold)
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:
         """Elect one leader for ``key`` among every instance.

@@ -307,10 +307,14 @@ class SyncLocks:
         return self._locks.on_one_instance(key, ttl)
 
     def without_overlapping(
-        self, key: str | None = None, ttl: Duration | None = None
+        self,
+        key: str | None = None,
+        ttl: Duration | None = None,
+        *,
+        min_hold: Duration | None = None,
     ) -> JobDecorator:
         """Bind a job that never overlaps itself; see ``Locks.without_overlapping``."""
-        return self._locks.without_overlapping(key, ttl)
+        return self._locks.without_overlapping(key, ttl, min_hold=min_hold)
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:
         """Bind an election; see :meth:`leaselock.Locks.leader_election` (hooks run on the loop)."""

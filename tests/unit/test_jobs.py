@@ -576,3 +576,52 @@ async def test_a_tick_whose_lease_was_lost_while_its_run_lock_was_taken_does_not
         assert [event.reason for event in skipped] == ["another-instance"]  # type: ignore[attr-defined]
         await clock.advance(0)
         assert "inventory:stock-reconciliation" not in store.inner._rows
+
+
+class Reconciliation:
+    """A job whose run lock is kept 30 s after it starts, as a Celery beat per replica needs."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    @leaselock.without_overlapping(key="inventory:counted", min_hold="30s")
+    async def count(self) -> str:
+        self.runs += 1
+        return "counted"
+
+
+async def test_min_hold_keeps_the_run_lock_after_a_short_run_so_a_duplicate_tick_skips(
+    store, clock, caplog: pytest.LogCaptureFixture
+):
+    jobs = [Reconciliation(), Reconciliation()]
+    async with Locks(store=store, clock=clock) as first, Locks(store=store, clock=clock) as second:
+        first.register(jobs[0])
+        second.register(jobs[1])
+        assert await jobs[0].count() == "counted"
+        await clock.advance("2s")
+        with caplog.at_level(logging.DEBUG, logger="leaselock"):
+            assert await jobs[1].count() is None, "the same tick, from another scheduler"
+            assert await jobs[0].count() is None
+        await clock.advance("28s")
+        assert await jobs[1].count() == "counted", "min_hold is over: the next tick runs"
+    assert [job.runs for job in jobs] == [1, 1]
+    assert (
+        "Skipped inventory:counted: a run is still in progress, or one started less than "
+        "min_hold (30000 ms) ago" in caplog.text
+    )
+
+
+async def test_a_run_longer_than_min_hold_releases_its_lock_when_it_ends(store, clock):
+    @leaselock.without_overlapping(key="slow", min_hold="1s")
+    async def slow() -> None:
+        await clock.advance("2s")
+
+    async with Locks(store=store, clock=clock) as locks:
+        locks.register(slow)
+        await slow()
+        assert "slow" not in store._rows, "released at once: the run outlived min_hold"
+
+
+def test_min_hold_is_checked_as_a_duration():
+    with pytest.raises(LocksConfigurationError, match="min_hold=-1 is negative"):
+        leaselock.without_overlapping(min_hold=-1)

@@ -282,6 +282,8 @@ class LockEngine:
         Keeping works by one last renewal with the remaining time, so nobody waits for it. A
         store failure is logged: the lease then expires after its ttl.
         """
+        if lease.deadline_passed():
+            self.lose(lease, "deadline")
         if lease.state is not LeaseState.HELD:
             return
         if keep_ms <= 0 or lease.renewing:

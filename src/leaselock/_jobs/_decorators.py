@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
-from .._durations import Duration, parse_ttl
+from .._durations import Duration, parse_ttl, parse_wait
 from .._errors import LocksConfigurationError
 from .._keys import refuse_function_as_key, validate_key
 from ._runtime import JobRuntime, resolve_runtime
@@ -50,12 +50,18 @@ class JobDecorator(Protocol):
 
 
 def job_decorator(
-    kind: JobKind, key: str | None, ttl: Duration | None, runtime: JobRuntime | None
+    kind: JobKind,
+    key: str | None,
+    ttl: Duration | None,
+    runtime: JobRuntime | None,
+    *,
+    min_hold: Duration | None = None,
 ) -> JobDecorator:
     """Return the decorator of ``kind`` (``runtime`` given: the bound form)."""
     refuse_function_as_key(key, f"@{'locks' if runtime is not None else 'leaselock'}.{kind}", "()")
     checked_key = None if key is None else validate_key(key)
     ttl_ms = None if ttl is None else parse_ttl(ttl)
+    min_hold_ms = None if min_hold is None else parse_wait(min_hold, name="min_hold")
 
     def decorate(function: F) -> F:
         spec = getattr(function, JOB_ATTRIBUTE, None)
@@ -65,7 +71,7 @@ def job_decorator(
             _check_decoratable(kind, function, has_key=checked_key is not None)
             spec = JobSpec(function)
             wrapper = cast("F", _wrap(spec))
-        spec.add(kind, checked_key, ttl_ms)
+        spec.add(kind, checked_key, ttl_ms, min_hold_ms)
         if runtime is not None:
             runtime.bind_job(spec)
         return wrapper
@@ -126,12 +132,22 @@ def on_one_instance(key: str | None = None, ttl: Duration | None = None) -> JobD
     return job_decorator("on_one_instance", key, ttl, None)
 
 
-def without_overlapping(key: str | None = None, ttl: Duration | None = None) -> JobDecorator:
+def without_overlapping(
+    key: str | None = None, ttl: Duration | None = None, *, min_hold: Duration | None = None
+) -> JobDecorator:
     """Mark a job that never overlaps itself; bound by ``locks.register`` or the current Locks.
 
     Each run holds the lock ``<key>`` for the whole run; a tick that finds it held is skipped.
     See :meth:`leaselock.Locks.without_overlapping`.
 
+    Args:
+        key: the job's key (default: the function's ``__qualname__``).
+        ttl: the run lock's lease length (default: the ``Locks`` ttl).
+        min_hold: keep the run lock at least this long after the run STARTED (ShedLock's
+            ``lockAtLeastFor``), so the same tick fired by several schedulers (a Celery beat
+            per replica) runs once. Set it below the interval between ticks.
+
     .. versionadded:: 0.1
+    .. versionchanged:: 0.2 ``min_hold``.
     """
-    return job_decorator("without_overlapping", key, ttl, None)
+    return job_decorator("without_overlapping", key, ttl, None, min_hold=min_hold)

@@ -37,6 +37,7 @@ class JobRun:
     lock: Lock
     run_lease: Lease | None
     unlink: Callable[[], None] | None
+    started_ms: int
 
 
 @final
@@ -119,7 +120,7 @@ class JobRuns:
         else:
             assert owned is not None  # noqa: S101 -- a job has at least one of the two decorators
             lock, unlink = owned.lock, None
-        run = JobRun(spec, lock, run_lease, unlink)
+        run = JobRun(spec, lock, run_lease, unlink, self._clock.now_ms())
         self._active.add(run)
         self._idle.clear()
         return run
@@ -155,12 +156,17 @@ class JobRuns:
             return owned
 
     async def end(self, run: JobRun) -> None:
-        """End ``run``: release its run lock (a failure is logged); the lease is kept."""
+        """End ``run``: release its run lock (a failure is logged); the lease is kept.
+
+        With ``min_hold``, a run that ended sooner keeps its run lock at the store for the
+        rest of it (one last renewal, no waiting), so duplicates of its tick skip.
+        """
         try:
             if run.unlink is not None:
                 run.unlink()
             if run.run_lease is not None:
-                await release_logged(run.lock)
+                keep_ms = (run.spec.min_hold_ms or 0) - (self._clock.now_ms() - run.started_ms)
+                await self._engine.hand_back(run.run_lease, keep_ms)
         finally:
             self._active.discard(run)
             if not self._active:
@@ -215,6 +221,7 @@ class JobRuns:
         owned = self._leases.get(spec.key)
         self._events.emit(
             TickSkipped(
+                min_hold_ms=spec.min_hold_ms if reason == "in-progress" else None,
                 key=spec.lease_key if spec.one_instance else spec.key,
                 fencing_token=None if owned is None else owned.lease.fencing_token,
                 owner=None if owned is None else owned.lease.owner,

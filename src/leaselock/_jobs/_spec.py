@@ -36,6 +36,7 @@ class JobSpec:
     one_instance_ttl_ms: int | None = None
     no_overlap: bool = False
     no_overlap_ttl_ms: int | None = None
+    min_hold_ms: int | None = None
 
     @property
     def key(self) -> str:
@@ -52,7 +53,9 @@ class JobSpec:
         name = getattr(self.function, "__qualname__", None) or repr(self.function)
         return f"{getattr(self.function, '__module__', '?')}.{name}"
 
-    def add(self, kind: JobKind, key: str | None, ttl_ms: int | None) -> None:
+    def add(
+        self, kind: JobKind, key: str | None, ttl_ms: int | None, min_hold_ms: int | None = None
+    ) -> None:
         """Merge one decorator into the spec.
 
         Raises:
@@ -66,6 +69,7 @@ class JobSpec:
             if self.no_overlap:
                 raise _twice(kind, self)
             self.no_overlap, self.no_overlap_ttl_ms = True, ttl_ms
+            self.min_hold_ms = min_hold_ms
         if key is not None:
             if self.explicit_key is not None and self.explicit_key != key:
                 raise LocksConfigurationError(

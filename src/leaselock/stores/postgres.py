@@ -297,7 +297,7 @@ class PostgresLockStore:
         Raises:
             LockStoreError: the server refused (e.g. the role may not create tables).
         """
-        await self._create_schema(await self._ready())
+        await self._create_schema(await self._ready(create_missing=True))
 
     async def _create_schema(self, executor: Executor) -> None:
         try:
@@ -325,7 +325,7 @@ class PostgresLockStore:
             await executor.close()
             self._make_executor.after_close()
 
-    async def _ready(self) -> Executor:
+    async def _ready(self, *, create_missing: bool = False) -> Executor:
         loop = asyncio.get_running_loop()
         if self._executor is not None:
             if self._loop is loop:
@@ -337,7 +337,8 @@ class PostgresLockStore:
         opening = self._opening
         if opening is None or opening.get_loop() is not loop:
             # one opening for every caller that comes meanwhile: never two pools
-            opening = self._opening = loop.create_task(self._open_resources(loop))
+            create = create_missing or self._create_schema_at_open
+            opening = self._opening = loop.create_task(self._open_resources(loop, create))
             opening.add_done_callback(_retrieve_error)
         try:
             return await asyncio.shield(opening)
@@ -345,7 +346,7 @@ class PostgresLockStore:
             if opening.done() and self._opening is opening:
                 self._opening = None
 
-    async def _open_resources(self, loop: asyncio.AbstractEventLoop) -> Executor:
+    async def _open_resources(self, loop: asyncio.AbstractEventLoop, create: bool) -> Executor:
         try:
             executor = await self._make_executor.make()
         except (LockStoreError, LocksConfigurationError):
@@ -354,7 +355,7 @@ class PostgresLockStore:
             raise open_failure(repr(self), error) from error
         try:
             # an engine or a pool given to the store connects here, at its first statement
-            await self._ensure_schema(executor)
+            await self._ensure_schema(executor, create=create)
         except LockStoreError:
             await executor.close()
             raise
@@ -387,11 +388,11 @@ class PostgresLockStore:
         except Exception as error:
             raise self._explained(error) from error
 
-    async def _ensure_schema(self, executor: Executor) -> None:
+    async def _ensure_schema(self, executor: Executor, *, create: bool) -> None:
         exists = await executor.fetchrow(SCHEMA_EXISTS_SQL, (self._sql.table, self._sql.sequence))
         if exists is not None and exists[0]:
             return
-        if self._create_schema_at_open:
+        if create:
             await self._create_schema(executor)
             return
         # fail at start, not with a warning at every tick
