@@ -8,8 +8,8 @@ dependency a reader has to follow). The floors, from the ground up:
 - engine (``_engine/``): the ground floor and the store protocol, nothing else;
 - jobs (``_jobs/``): the engine, the ground floor and the store protocol;
 - facade: ``Locks`` and what it is made of (``_locks``, ``_hold``, ``_fencing``);
-- top: ``sync``, ``integrations``, ``testing`` (testing: the ground floor and stores only), and
-  the package's ``__init__``.
+- top: ``sync``, ``integrations``, ``testing`` (each on its own: none imports another), and the
+  package's ``__init__``.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ def room(module: str) -> str:
         "sync": "sync",
         "integrations": "integrations",
         "testing": "testing",
+        "_cli": "cli",
+        "__main__": "cli",
     }[parts[1]]
 
 
@@ -67,8 +69,9 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "facade": BELOW_JOBS | {"stores", "facade"},
     "sync": BELOW_JOBS | {"stores", "facade", "sync"},
     "integrations": BELOW_JOBS | {"stores", "facade", "integrations"},
-    "testing": frozenset({"ground", "protocol", "stores", "testing"}),
+    "testing": BELOW_JOBS | {"stores", "facade", "testing"},
     "package": BELOW_JOBS | {"stores", "facade", "sync", "testing", "integrations"},
+    "cli": BELOW_JOBS | {"stores", "facade", "sync", "testing", "integrations", "cli"},
 }
 
 

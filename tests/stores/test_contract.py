@@ -1,7 +1,7 @@
 """The shipped contract suite, once per shipped store and way in: what users run is what we run.
 
 Stores whose clock can move (in-memory, SQLite) run the time cases on a ManualClock; PostgreSQL
-and Redis measure expiry on the server's clock, so their time cases wait for real.
+and Redis measure expiry on the server's clock, so the suite waits for real (no advance_time).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import ClassVar
 
 import pytest
 
-from helpers import wait_for_real
 from leaselock.stores import AcquireResult, InMemoryLockStore, LockStore, Renewal
 from leaselock.testing import ManualClock
 from leaselock.testing.pytest import LockStoreContractTests
@@ -129,9 +128,6 @@ class PostgresContract(LockStoreContractTests):
     def _server(self, contract_postgres_url: str) -> None:
         self.url = contract_postgres_url
 
-    async def advance_time(self, by: timedelta) -> None:
-        await wait_for_real(by // timedelta(milliseconds=1))
-
 
 class TestPostgresContractAsyncpgPool(PostgresContract):
     """An application's asyncpg pool of 20 connections, 32 racing callers."""
@@ -203,6 +199,3 @@ class TestRedisContract(LockStoreContractTests):
 
         # from_url's pool is a BlockingConnectionPool: the 33rd caller waits for a connection
         return RedisLockStore.from_url(self.url, prefix=self.prefix, max_connections=8)
-
-    async def advance_time(self, by: timedelta) -> None:
-        await wait_for_real(by // timedelta(milliseconds=1))

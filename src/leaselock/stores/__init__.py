@@ -17,6 +17,7 @@ from ._protocol import Renewal as Renewal
 from ._protocol import SupportsBatchRenew as SupportsBatchRenew
 from ._protocol import SupportsLifecycle as SupportsLifecycle
 from ._protocol import SupportsReleaseNotifications as SupportsReleaseNotifications
+from ._urls import store_from_url as store_from_url
 from .memory import InMemoryLockStore as InMemoryLockStore
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ __all__ = [
     "SupportsBatchRenew",
     "SupportsLifecycle",
     "SupportsReleaseNotifications",
+    "store_from_url",
 ]
 
 _ON_FIRST_USE = {

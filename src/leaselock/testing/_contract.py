@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, TypeAlias, final
 
+from .._durations import Duration, parse_ttl
 from .._errors import LocksConfigurationError
 from .._keys import MAX_KEY_LENGTH
 from ..stores._protocol import (
@@ -49,13 +50,14 @@ AdvanceTime: TypeAlias = Callable[[timedelta], Awaitable[object]]
 DEFAULT_CALLERS: Final = 16
 LONG_TTL_MS: Final = 60_000
 # not a whole number of seconds: a store that rounds expiry to seconds fails at one of the checks
-SHORT_TTL_MS: Final = 600
+DEFAULT_TTL: Final = "600ms"
+# the expiry cases look at a lease at ttl/6 margins: below this they measure the scheduler
+MIN_TTL_MS: Final = 60
 THIRTY_DAYS_MS: Final = 30 * 24 * 60 * 60 * 1000
 ROUNDS: Final = 10
 MANY_KEYS: Final = 8
 NOTIFICATION_TIMEOUT_S: Final = 5.0
 
-ADVANCE_TIME: Final = "advance_time"
 CONCURRENT: Final = "concurrent"
 BATCH_RENEW: Final = "batch_renew"
 RELEASE_NOTIFICATIONS: Final = "release_notifications"
@@ -69,8 +71,9 @@ class ContractCase:
     Attributes:
         name: stable snake_case name, public API (``pytest -k <name>`` selects it).
         rule: the contract sentence the case checks.
-        requires: capabilities it needs (``advance_time``, ``concurrent``, ``batch_renew``,
-            ``release_notifications``); without one, ``run`` raises :class:`unittest.SkipTest`.
+        requires: capabilities it needs (``concurrent``, ``batch_renew``,
+            ``release_notifications``); without one, ``run`` raises :class:`unittest.SkipTest`
+            naming it. Time needs none: without ``advance_time`` the suite waits for real.
         run: makes a store, checks the rule, closes the store; raises ``AssertionError``
             ``"<name>: <rule> — <what happened>"`` when the store breaks it.
     """
@@ -86,12 +89,20 @@ class _Check:
     """What a case body gets: the store, fresh keys, time, and assertions that name the rule."""
 
     def __init__(
-        self, name: str, rule: str, store: LockStore, callers: int, advance: AdvanceTime | None
+        self,
+        name: str,
+        rule: str,
+        store: LockStore,
+        *,
+        callers: int,
+        advance: AdvanceTime | None,
+        ttl_ms: int,
     ) -> None:
         self.name = name
         self.rule = rule
         self.store = store
         self.callers = callers
+        self.ttl_ms = ttl_ms
         self._advance = advance
         self._run_id = uuid.uuid4().hex[:12]
         self._owners = 0
@@ -111,7 +122,11 @@ class _Check:
             raise self.fail(what)
 
     async def advance(self, ms: int) -> None:
-        assert self._advance is not None  # noqa: S101 -- cases that call it require it
+        """Let ``ms`` pass on the store's clock: moved by ``advance_time``, else for real."""
+        if self._advance is None:
+            # the store's clock cannot be moved from here: wait, as the NestJS suite does
+            await asyncio.sleep(ms / 1000)  # noqa: TID251 -- real time is the store's time here
+            return
         await self._advance(timedelta(milliseconds=ms))
 
     def token(self, result: object, doing: str) -> int:
@@ -310,56 +325,53 @@ async def thirty_day_ttl(c: _Check) -> None:
 # --- time ----------------------------------------------------------------------------------
 
 
-@_case(
-    "expiry is measured in milliseconds from the call: held at ttl/2, free at ttl*7/6", ADVANCE_TIME
-)
+@_case("expiry is measured in milliseconds from the call: held at ttl/2, free at ttl*7/6")
 async def expiry_in_milliseconds(c: _Check) -> None:
     key = c.key()
-    await c.take(key, c.owner(), SHORT_TTL_MS)
-    await c.advance(SHORT_TTL_MS // 2)
-    await c.held_by_someone(key, f"acquire {SHORT_TTL_MS // 2} ms into a {SHORT_TTL_MS} ms lock")
-    await c.advance(SHORT_TTL_MS // 2 + SHORT_TTL_MS // 6)
+    await c.take(key, c.owner(), c.ttl_ms)
+    await c.advance(c.ttl_ms // 2)
+    await c.held_by_someone(key, f"acquire {c.ttl_ms // 2} ms into a {c.ttl_ms} ms lock")
+    await c.advance(c.ttl_ms // 2 + c.ttl_ms // 6)
     await c.take(key, c.owner())
 
 
-@_case("renew of an expired lock is refused and does not revive it", ADVANCE_TIME)
+@_case("renew of an expired lock is refused and does not revive it")
 async def renew_refused_after_expiry(c: _Check) -> None:
     key, holder = c.key(), c.owner()
-    await c.take(key, holder, SHORT_TTL_MS)
-    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    await c.take(key, holder, c.ttl_ms)
+    await c.advance(c.ttl_ms + c.ttl_ms // 6)
     c.answer(await c.store.renew(key, holder, LONG_TTL_MS), expected=False, doing="late renew")
     await c.take(key, c.owner())
 
 
-@_case("release of an expired lock is refused", ADVANCE_TIME)
+@_case("release of an expired lock is refused")
 async def release_refused_after_expiry(c: _Check) -> None:
     key, holder = c.key(), c.owner()
-    await c.take(key, holder, SHORT_TTL_MS)
-    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    await c.take(key, holder, c.ttl_ms)
+    await c.advance(c.ttl_ms + c.ttl_ms // 6)
     c.answer(await c.store.release(key, holder), expected=False, doing="late release")
     await c.take(key, c.owner())
 
 
-@_case("renew moves the expiry to ttl from the renewal", ADVANCE_TIME)
+@_case("renew moves the expiry to ttl from the renewal")
 async def renew_moves_expiry(c: _Check) -> None:
     key, holder = c.key(), c.owner()
-    await c.take(key, holder, SHORT_TTL_MS)
-    await c.advance(SHORT_TTL_MS * 2 // 3)
-    c.answer(await c.store.renew(key, holder, SHORT_TTL_MS), expected=True, doing="renew")
-    await c.advance(SHORT_TTL_MS * 2 // 3)
+    await c.take(key, holder, c.ttl_ms)
+    await c.advance(c.ttl_ms * 2 // 3)
+    c.answer(await c.store.renew(key, holder, c.ttl_ms), expected=True, doing="renew")
+    await c.advance(c.ttl_ms * 2 // 3)
     await c.held_by_someone(key, "acquire after the first expiry but before the renewed one")
-    await c.advance(SHORT_TTL_MS // 2)
+    await c.advance(c.ttl_ms // 2)
     await c.take(key, c.owner())
 
 
 @_case(
     "a takeover after expiry gets a greater token; the old owner can neither renew nor release",
-    ADVANCE_TIME,
 )
 async def takeover_after_expiry(c: _Check) -> None:
     key, first_owner, second_owner = c.key(), c.owner(), c.owner()
-    first = await c.take(key, first_owner, SHORT_TTL_MS)
-    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    first = await c.take(key, first_owner, c.ttl_ms)
+    await c.advance(c.ttl_ms + c.ttl_ms // 6)
     second = await c.take(key, second_owner)
     c.expect(second > first, f"takeover token {second} is not greater than {first}")
     c.answer(await c.store.renew(key, first_owner, LONG_TTL_MS), expected=False, doing="old renew")
@@ -369,29 +381,28 @@ async def takeover_after_expiry(c: _Check) -> None:
 
 @_case(
     "an expired lock does not exist: its own owner takes it again, with a greater token",
-    ADVANCE_TIME,
 )
 async def expired_lock_taken_by_same_owner(c: _Check) -> None:
     key, holder = c.key(), c.owner()
-    first = await c.take(key, holder, SHORT_TTL_MS)
-    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    first = await c.take(key, holder, c.ttl_ms)
+    await c.advance(c.ttl_ms + c.ttl_ms // 6)
     second = await c.take(key, holder)
     c.expect(second > first, f"token {second} is not greater than {first}")
 
 
-@_case("tokens grow however the key was freed: release, expiry, takeover", ADVANCE_TIME)
+@_case("tokens grow however the key was freed: release, expiry, takeover")
 async def tokens_grow_however_freed(c: _Check) -> None:
     key = c.key()
     owner = c.owner()
     tokens = [await c.take(key, owner)]
     await c.store.release(key, owner)
-    tokens.append(await c.take(key, c.owner(), SHORT_TTL_MS))
-    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    tokens.append(await c.take(key, c.owner(), c.ttl_ms))
+    await c.advance(c.ttl_ms + c.ttl_ms // 6)
     owner = c.owner()
-    tokens.append(await c.take(key, owner, SHORT_TTL_MS))
+    tokens.append(await c.take(key, owner, c.ttl_ms))
     await c.store.release(key, owner)
-    tokens.append(await c.take(key, c.owner(), SHORT_TTL_MS))
-    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+    tokens.append(await c.take(key, c.owner(), c.ttl_ms))
+    await c.advance(c.ttl_ms + c.ttl_ms // 6)
     tokens.append(await c.take(key, c.owner()))
     c.expect(tokens == sorted(set(tokens)), f"tokens {tokens} do not strictly grow")
 
@@ -406,24 +417,24 @@ async def one_winner_for_free_key(c: _Check) -> None:
         c.expect(len(winners) == 1, f"{len(winners)} of {c.callers} callers won a free key")
 
 
-@_case("of concurrent acquires of an expired key exactly one wins", CONCURRENT, ADVANCE_TIME)
+@_case("of concurrent acquires of an expired key exactly one wins", CONCURRENT)
 async def one_winner_for_expired_key(c: _Check) -> None:
     keys = [c.key(str(n)) for n in range(ROUNDS)]
     for key in keys:
-        await c.take(key, c.owner(), SHORT_TTL_MS)
-    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+        await c.take(key, c.owner(), c.ttl_ms)
+    await c.advance(c.ttl_ms + c.ttl_ms // 6)
     for key in keys:
         winners = await c.race(key)
         c.expect(len(winners) == 1, f"{len(winners)} of {c.callers} callers won an expired key")
 
 
-@_case("a renewal of an expired lock racing acquires does not revive it", CONCURRENT, ADVANCE_TIME)
+@_case("a renewal of an expired lock racing acquires does not revive it", CONCURRENT)
 async def expired_renew_racing_acquires(c: _Check) -> None:
     keys = [c.key(str(n)) for n in range(ROUNDS)]
     holders = {key: c.owner() for key in keys}
     for key in keys:
-        await c.take(key, holders[key], SHORT_TTL_MS)
-    await c.advance(SHORT_TTL_MS + SHORT_TTL_MS // 6)
+        await c.take(key, holders[key], c.ttl_ms)
+    await c.advance(c.ttl_ms + c.ttl_ms // 6)
     for key in keys:
         renewed, winners = await asyncio.gather(
             c.store.renew(key, holders[key], LONG_TTL_MS), c.race(key)
@@ -518,8 +529,12 @@ def lock_store_contract(
     *,
     concurrent: bool | Mapping[str, int] = False,
     advance_time: AdvanceTime | None = None,
+    ttl: Duration = DEFAULT_TTL,
 ) -> tuple[ContractCase, ...]:
     """Return the store contract's cases for the store ``make_store`` builds.
+
+    Every case runs on any store: the expiry cases move the store's clock with ``advance_time``
+    when it can be moved, else they wait for real, on a lease of ``ttl``.
 
     Args:
         make_store: called (and awaited if it returns an awaitable) inside each case's ``run``,
@@ -527,25 +542,33 @@ def lock_store_contract(
             Concurrent callers share the one store it returns.
         concurrent: ``True`` races 16 callers per key; ``{"callers": 32}`` races more.
         advance_time: ``await advance_time(by)`` moves the store's clock forward by ``by``, a
-            :class:`~datetime.timedelta` (a ``ManualClock``'s ``advance`` takes it as it is), or
-            waits for real where the store's clock can't move.
+            :class:`~datetime.timedelta` (a ``ManualClock``'s ``advance`` takes it as it is).
+            ``None``: the expiry cases wait in real time.
+        ttl: the lease length of the expiry cases; they check it at ``ttl/2`` and ``ttl*7/6``,
+            so in real time keep it above ten of your store's round trips (the default 600 ms
+            suits a round trip under 60 ms; pass "2s" for a slow or distant store).
 
     Returns:
         The cases, in a stable order; names are public API.
 
+    Raises:
+        LocksConfigurationError: ``concurrent`` or ``ttl`` is not usable.
+
     .. versionadded:: 0.1
+    .. versionchanged:: 0.2 ``ttl``; without ``advance_time`` the expiry cases run in real time.
     """
     callers = _callers(concurrent)
-    available = {
-        ADVANCE_TIME: advance_time is not None,
-        CONCURRENT: callers > 0,
-    }
+    ttl_ms = parse_ttl(ttl)
+    if ttl_ms < MIN_TTL_MS:
+        raise LocksConfigurationError(
+            f"ttl={ttl!r}; the expiry cases check a lease at ttl/6 margins: pass 60 ms or more"
+        )
     return tuple(
         ContractCase(
             name=spec.name,
             rule=spec.rule,
             requires=spec.requires,
-            run=_runner(spec, make_store, callers, advance_time, available),
+            run=_runner(spec, make_store, callers, advance_time, ttl_ms),
         )
         for spec in _SPECS
     )
@@ -572,13 +595,11 @@ def _runner(
     make_store: MakeStore,
     callers: int,
     advance: AdvanceTime | None,
-    available: Mapping[str, bool],
+    ttl_ms: int,
 ) -> Callable[[], Awaitable[None]]:
     async def run() -> None:
-        for need in sorted(spec.requires):
-            if not available.get(need, True):
-                how = "advance_time=..." if need == ADVANCE_TIME else "concurrent=True"
-                raise unittest.SkipTest(f"{spec.name}: needs {need}; pass {how}")
+        if CONCURRENT in spec.requires and callers == 0:
+            raise unittest.SkipTest(f"{spec.name}: races callers; pass concurrent=True")
         async with _opened(make_store) as store:
             if BATCH_RENEW in spec.requires and not isinstance(store, SupportsBatchRenew):
                 raise unittest.SkipTest(f"{spec.name}: the store has no renew_many()")
@@ -586,7 +607,10 @@ def _runner(
                 store, SupportsReleaseNotifications
             ):
                 raise unittest.SkipTest(f"{spec.name}: the store has no watch_releases()")
-            await spec.body(_Check(spec.name, spec.rule, store, callers, advance))
+            check = _Check(
+                spec.name, spec.rule, store, callers=callers, advance=advance, ttl_ms=ttl_ms
+            )
+            await spec.body(check)
 
     run.__qualname__ = run.__name__ = spec.name
     return run

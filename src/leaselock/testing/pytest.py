@@ -1,7 +1,8 @@
 """LockStoreContractTests: the store contract suite as a pytest base class (opt-in).
 
 Subclass it in a test module, override :meth:`LockStoreContractTests.make_store` (and
-``advance_time`` if the store's clock can be moved), and pytest runs every case as
+``advance_time`` if the store's clock can be moved; without it the expiry cases wait for real on
+a ``ttl`` of 600 ms, which you may raise), and pytest runs every case as
 ``test_contract[<case name>]``::
 
     from leaselock.testing.pytest import LockStoreContractTests
@@ -23,8 +24,9 @@ from typing import ClassVar
 
 import pytest
 
+from .._durations import Duration
 from ..stores._protocol import LockStore
-from ._contract import lock_store_contract
+from ._contract import DEFAULT_TTL, lock_store_contract
 
 __all__ = ["LockStoreContractTests"]
 
@@ -42,15 +44,17 @@ class LockStoreContractTests:
 
     Attributes:
         concurrent: passed to :func:`~leaselock.testing.lock_store_contract`.
-        advance_time: ``None``, or an async method ``advance_time(self, by)`` that moves the
-            store's clock forward by the :class:`~datetime.timedelta` ``by`` (or waits for
-            real, where it can't be moved).
+        advance_time: ``None`` (the expiry cases wait for real), or an async method
+            ``advance_time(self, by)`` that moves the store's clock forward by the
+            :class:`~datetime.timedelta` ``by``.
+        ttl: the lease length of the expiry cases (``"600ms"``); ``"2s"`` for a slow store.
 
     .. versionadded:: 0.1
     """
 
     concurrent: ClassVar[bool | Mapping[str, int]] = False
     advance_time: ClassVar[Callable[..., Awaitable[object]] | None] = None
+    ttl: ClassVar[Duration] = DEFAULT_TTL
 
     def make_store(self) -> LockStore | Awaitable[LockStore]:
         """Return a new store (or an awaitable of one); called once per case, inside it."""
@@ -64,7 +68,10 @@ class LockStoreContractTests:
     def test_contract(self, case_name: str) -> None:
         """Run the contract case ``case_name`` against this class's store."""
         cases = lock_store_contract(
-            self.make_store, concurrent=self.concurrent, advance_time=self.advance_time
+            self.make_store,
+            concurrent=self.concurrent,
+            advance_time=self.advance_time,
+            ttl=self.ttl,
         )
         case = next(case for case in cases if case.name == case_name)
         asyncio.run(_as_coroutine(case.run()))

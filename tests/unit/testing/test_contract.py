@@ -157,13 +157,25 @@ async def test_a_store_returning_tokens_as_text_fails_with_the_type_named():
     assert "returned token '1' as str, not int" in results["free_key_taken_once"]
 
 
-async def test_cases_needing_time_or_concurrency_skip_with_the_reason_when_not_given():
+async def test_cases_needing_concurrency_skip_with_the_reason_when_not_given():
     cases = {c.name: c for c in lock_store_contract(lambda: InMemoryLockStore())}
-    with pytest.raises(unittest.SkipTest, match="needs advance_time; pass advance_time="):
-        await cases["expiry_in_milliseconds"].run()
-    with pytest.raises(unittest.SkipTest, match="needs concurrent; pass concurrent=True"):
+    with pytest.raises(unittest.SkipTest, match="races callers; pass concurrent=True"):
         await cases["one_winner_for_free_key"].run()
     await cases["free_key_taken_once"].run()
+
+
+@pytest.mark.parametrize(
+    "name", ["expiry_in_milliseconds", "renew_moves_expiry", "takeover_after_expiry"]
+)
+async def test_without_advance_time_the_expiry_cases_wait_for_real_on_the_ttl_given(name: str):
+    # the store's clock is the system's here: nothing can move it, so the suite waits for real
+    cases = {c.name: c for c in lock_store_contract(lambda: InMemoryLockStore(), ttl="60ms")}
+    await cases[name].run()
+
+
+def test_a_ttl_too_short_to_check_is_refused():
+    with pytest.raises(LocksConfigurationError, match="pass 60 ms or more"):
+        lock_store_contract(lambda: InMemoryLockStore(), ttl="30ms")
 
 
 def test_cases_have_stable_names_rules_and_requirements():

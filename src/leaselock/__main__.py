@@ -1,0 +1,5 @@
+"""``python -m leaselock``: the ``leaselock`` command."""
+
+from ._cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""Argument parsing and dispatch of the ``leaselock`` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+from .._errors import LockError
+from ._check import add_check_command
+
+__all__ = ["main"]
+
+EXIT_OK: Final = 0
+EXIT_BROKEN: Final = 1
+EXIT_USAGE: Final = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``leaselock`` command; return its exit status.
+
+    0: done, or the check passed; 1: the check found a broken promise; 2: the command could not
+    run (a bad URL, an unreachable server), with one line saying why.
+    """
+    parser = argparse.ArgumentParser(
+        prog="leaselock",
+        description="Distributed lease locks with fencing tokens: check and operate a lock store.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_check_command(commands)
+    arguments = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR, format="%(message)s")
+    try:
+        status: int = arguments.run(arguments)
+    except LockError as error:
+        print(f"leaselock {arguments.command}: {error}", file=sys.stderr)  # noqa: T201 -- a command's output
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_USAGE
+    return status

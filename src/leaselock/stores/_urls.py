@@ -1,0 +1,76 @@
+"""Stores from a URL: what the ``leaselock`` command and the torture check are pointed at."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from .._errors import LocksConfigurationError
+from ._protocol import LockStore
+
+__all__ = ["URL_FORMS", "store_from_url"]
+
+URL_FORMS = (
+    "postgresql://user:password@host:5432/database, redis://host:6379/0 (rediss:// for TLS), "
+    "or sqlite:///path/to/locks.db"
+)
+
+
+def store_from_url(url: str, *, factory: str | None = None, prefix: str | None = None) -> LockStore:
+    """Return a shipped store for ``url``, or what ``factory`` (``"module:callable"``) makes of it.
+
+    What the ``leaselock`` command is pointed at (``--url``, or ``LEASELOCK_URL``).
+
+    Args:
+        url: ``postgresql://`` (or ``postgres://``), ``redis://``, ``rediss://``, ``unix://`` or
+            ``sqlite:///path``.
+        factory: a callable taking the URL and returning a store, as ``"package.module:name"``:
+            your own store, checked the same way.
+        prefix: the key prefix of a Redis store (default: the store's own).
+
+    Raises:
+        LocksConfigurationError: the URL or the factory is unusable; the message says why.
+
+    .. versionadded:: 0.2
+    """
+    if not isinstance(url, str) or not url:
+        raise LocksConfigurationError(f"url={url!r}; pass a store URL: {URL_FORMS}")
+    if factory is not None:
+        return _from_factory(factory, url)
+    scheme = urlsplit(url).scheme
+    if scheme in ("postgresql", "postgres", "postgresql+asyncpg"):
+        from .postgres import PostgresLockStore  # noqa: PLC0415 -- the driver is optional
+
+        return PostgresLockStore.from_url(url)
+    if scheme in ("redis", "rediss", "unix"):
+        from .redis import RedisLockStore  # noqa: PLC0415 -- the driver is optional
+
+        if prefix is None:
+            return RedisLockStore.from_url(url)
+        return RedisLockStore.from_url(url, prefix=prefix)
+    if scheme == "sqlite":
+        from .sqlite import SQLiteLockStore  # noqa: PLC0415 -- loads on first use
+
+        path = url.removeprefix("sqlite://")
+        if not path.startswith("/") or path == "/":
+            raise LocksConfigurationError(
+                f"url={url!r}: a SQLite URL names a file with three slashes before a relative "
+                "path and four before an absolute one: sqlite:///locks.db, sqlite:////var/locks.db"
+            )
+        return SQLiteLockStore(path[1:])
+    raise LocksConfigurationError(
+        f"url={url!r} is not a store URL leaselock knows; pass {URL_FORMS}"
+    )
+
+
+def _from_factory(factory: str, url: str) -> LockStore:
+    module_name, _, name = factory.partition(":")
+    try:
+        made: Callable[[str], LockStore] = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise LocksConfigurationError(
+            f'factory={factory!r} cannot be loaded ({error}); pass "package.module:callable", '
+            "a callable that takes the URL and returns your store, importable from here"
+        ) from None
+    return made(url)
