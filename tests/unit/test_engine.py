@@ -1,32 +1,24 @@
 """Waiting for a lock: backoff on the clock, wake-ups on release, and clean cancellation."""
 
 import asyncio
+import itertools
 
 import pytest
 
 from leaselock import Lock, LockLostError, Locks, LockStoreError, current_lock
 from leaselock._engine import BACKOFF_CAP_MS, backoff_ms
-from leaselock.stores import AcquireResult, InMemoryLockStore, NotAcquired
-from leaselock.testing import ManualClock, wait_all_tasks_blocked
+from leaselock.stores import InMemoryLockStore, NotAcquired
+from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
 
 
-class CountingStore:
-    """The in-memory store, counting acquire calls and when they came."""
+def faulty(clock: ManualClock) -> FaultyStore:
+    """The in-memory store behind a FaultyStore: faults on demand, every call recorded."""
+    return FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
 
-    def __init__(self, clock: ManualClock) -> None:
-        self.inner = InMemoryLockStore(clock=clock)
-        self.clock = clock
-        self.acquires: list[int] = []
 
-    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-        self.acquires.append(self.clock.now_ms())
-        return await self.inner.acquire(key, owner, ttl_ms)
-
-    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
-        return await self.inner.renew(key, owner, ttl_ms)
-
-    async def release(self, key: str, owner: str) -> bool:
-        return await self.inner.release(key, owner)
+def acquires(store: FaultyStore) -> list[int]:
+    """When each acquire came, on the clock."""
+    return [call.sent_ms for call in store.calls if call.method == "acquire"]
 
 
 def test_backoff_doubles_from_50_ms_to_a_1_s_cap_with_jitter_in_the_upper_half():
@@ -40,7 +32,7 @@ def test_backoff_doubles_from_50_ms_to_a_1_s_cap_with_jitter_in_the_upper_half()
 
 
 async def test_a_waiter_retries_on_the_clock_and_takes_the_key_once_its_lease_expires(clock):
-    store = CountingStore(clock)
+    store = faulty(clock)
     await store.inner.acquire("k", "crashed-holder", 1000)
     async with Locks(store=store, clock=clock) as locks:
         waiting = asyncio.create_task(locks.acquire("k", wait="5s"))
@@ -50,21 +42,22 @@ async def test_a_waiter_retries_on_the_clock_and_takes_the_key_once_its_lease_ex
         lock = await waiting
         assert lock is not None
         assert lock.held
-    gaps = [b - a for a, b in zip(store.acquires, store.acquires[1:], strict=False)]
-    assert store.acquires[0] == 0
+    times = acquires(store)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert times[0] == 0
     assert all(gap <= BACKOFF_CAP_MS for gap in gaps)
     assert gaps[:3] == sorted(gaps[:3])
 
 
 async def test_a_waiter_gives_up_after_its_wait_with_a_last_attempt_at_the_end(clock):
-    store = CountingStore(clock)
+    store = faulty(clock)
     await store.inner.acquire("k", "holder", 60_000)
     async with Locks(store=store, clock=clock) as locks:
         waiting = asyncio.create_task(locks.acquire("k", wait="2s"))
         await clock.advance("2s")
         assert await waiting is None
-    assert store.acquires[-1] == 2000
-    assert 5 <= len(store.acquires) <= 12
+    assert acquires(store)[-1] == 2000
+    assert 5 <= len(acquires(store)) <= 12
 
 
 async def test_a_release_in_this_process_wakes_a_waiter_at_once_without_time_passing(store, clock):
@@ -119,81 +112,59 @@ async def test_cancelling_a_waiter_leaves_nothing_acquired(locks, store, clock):
     assert not isinstance(await store.acquire("k", "probe", 1000), NotAcquired)
 
 
-class GatedStore(CountingStore):
-    """Acquire calls after the first ``free_calls`` wait for the test to open the gate."""
-
-    def __init__(self, clock: ManualClock, free_calls: int) -> None:
-        super().__init__(clock)
-        self.free_calls = free_calls
-        self.gate = asyncio.Event()
-        self.entered = asyncio.Event()
-
-    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-        if len(self.acquires) >= self.free_calls:
-            self.entered.set()
-            await self.gate.wait()
-        return await super().acquire(key, owner, ttl_ms)
-
-
 async def test_a_win_that_lands_after_the_waiter_was_cancelled_is_handed_back(clock):
-    store = GatedStore(clock, free_calls=1)
+    store = faulty(clock)
     await store.inner.acquire("k", "holder", 60_000)
     async with Locks(store=store, clock=clock) as locks:
         waiting = asyncio.create_task(locks.acquire("k", wait="1m"))
-        advancing = asyncio.create_task(clock.advance("100ms"))
-        await asyncio.wait_for(store.entered.wait(), timeout=5)
+        await wait_all_tasks_blocked()
+        stuck = store.hang("acquire")
+        await clock.advance("100ms")
+        assert stuck.hits == 1, "the retry was sent and hangs"
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
         await store.inner.release("k", "holder")
-        store.gate.set()
-        await advancing
+        stuck.release()
         await wait_all_tasks_blocked()
         assert store.inner._rows == {}
 
 
-async def test_cancelling_during_the_first_attempt_hands_back_what_it_won(clock):
-    store = GatedStore(clock, free_calls=0)
+async def test_cancelling_while_the_first_attempts_answer_is_on_its_way_hands_back_the_win(
+    clock,
+):
+    store = faulty(clock)
+    store.delay("acquire", "1s")
     async with Locks(store=store, clock=clock) as locks:
         attempt = asyncio.create_task(locks.acquire("k"))
-        await asyncio.wait_for(store.entered.wait(), timeout=5)
+        await wait_all_tasks_blocked()
+        assert "k" in store.inner._rows, "the store took the key; its answer is late"
         attempt.cancel()
-        store.gate.set()
         with pytest.raises(asyncio.CancelledError):
             await attempt
         await wait_all_tasks_blocked()
         assert store.inner._rows == {}
 
 
-class FlakyStore(CountingStore):
-    """Acquire fails while ``down`` is set, as a store that lost its connection."""
-
-    down = True
-
-    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-        if self.down:
-            self.acquires.append(self.clock.now_ms())
-            raise ConnectionRefusedError("store unreachable")
-        return await super().acquire(key, owner, ttl_ms)
-
-
 async def test_store_errors_while_waiting_are_retried_until_the_store_answers(clock):
-    store = FlakyStore(clock)
+    store = faulty(clock)
+    outage = store.fail("acquire")
     async with Locks(store=store, clock=clock) as locks:
         waiting = asyncio.create_task(locks.acquire("k", wait="10s"))
         await clock.advance("1s")
         assert not waiting.done()
-        store.down = False
+        outage.remove()
         await clock.advance("1s")
         assert isinstance(await waiting, Lock)
 
 
 async def test_a_wait_that_ends_on_a_store_error_raises_it(clock):
-    store = FlakyStore(clock)
+    store = faulty(clock)
+    store.fail("acquire")
     async with Locks(store=store, clock=clock) as locks:
         waiting = asyncio.create_task(locks.acquire("k", wait="3s"))
         await clock.advance("3s")
-        with pytest.raises(LockStoreError, match="ConnectionRefusedError: store unreachable"):
+        with pytest.raises(LockStoreError, match=r"InjectedFaultError: .*store unreachable"):
             await waiting
 
 

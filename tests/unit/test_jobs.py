@@ -11,8 +11,8 @@ import pytest
 import leaselock
 from helpers import Instances
 from leaselock import Event, LockLostError, Locks, LocksConfigurationError, current_lock
-from leaselock.stores import AcquireResult, InMemoryLockStore
-from leaselock.testing import ManualClock, wait_all_tasks_blocked
+from leaselock.stores import InMemoryLockStore
+from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
 
 SKIP_ELSEWHERE = "Skipped inventory:stock-reconciliation: it runs on another instance"
 SKIP_IN_PROGRESS = "Skipped inventory:stock-reconciliation: a run is still in progress"
@@ -320,29 +320,18 @@ async def test_a_job_with_no_locks_running_names_both_fixes():
         await orphan()
 
 
-class FailingStore:
-    """A store that is down."""
-
-    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-        raise ConnectionRefusedError("store down")
-
-    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
-        raise ConnectionRefusedError("store down")
-
-    async def release(self, key: str, owner: str) -> bool:
-        raise ConnectionRefusedError("store down")
-
-
 async def test_a_store_failure_skips_the_tick_and_never_reaches_the_scheduler(
     clock, caplog: pytest.LogCaptureFixture
 ):
-    async with Locks(store=FailingStore(), clock=clock) as locks:
+    store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
+    store.fail()
+    async with Locks(store=store, clock=clock) as locks:
         job = locks.register(StockReconciliationJob("x"))
         with caplog.at_level(logging.WARNING, logger="leaselock"):
             assert await job.reconcile_stock() is None
     assert job.tokens == []
     assert "Skipped inventory:stock-reconciliation: the lock store is unavailable" in caplog.text
-    assert "store down" in caplog.text
+    assert "store unreachable (injected outage)" in caplog.text
 
 
 async def test_shutdown_waits_for_a_run_in_progress_then_hands_the_lease_back(store, clock):
@@ -513,34 +502,10 @@ def test_registering_an_object_without_jobs_is_refused(store):
         Locks(store=store).register(object())
 
 
-class BreaksAfterStart:
-    """Works until told to break, as a store whose server goes away during the app's life."""
-
-    def __init__(self, clock: ManualClock) -> None:
-        self.inner = InMemoryLockStore(clock=clock)
-        self.broken = False
-
-    def _check(self) -> None:
-        if self.broken:
-            raise ConnectionResetError("server went away")
-
-    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-        self._check()
-        return await self.inner.acquire(key, owner, ttl_ms)
-
-    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
-        self._check()
-        return await self.inner.renew(key, owner, ttl_ms)
-
-    async def release(self, key: str, owner: str) -> bool:
-        self._check()
-        return await self.inner.release(key, owner)
-
-
 async def test_a_store_failing_at_shutdown_is_logged_never_raised(
     clock, caplog: pytest.LogCaptureFixture
 ):
-    store = BreaksAfterStart(clock)
+    store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
     locks = Locks(store=store, clock=clock)
     job = locks.register(StockReconciliationJob("x"))
     await locks.start()
@@ -548,16 +513,14 @@ async def test_a_store_failing_at_shutdown_is_logged_never_raised(
     held = await locks.acquire("report:monthly")
     assert held is not None
     await clock.advance("2s")
-    store.broken = True
+    store.fail()
     with caplog.at_level(logging.INFO, logger="leaselock"):
         await locks.aclose()
     assert not held.held
-    assert "server went away" in caplog.text
+    assert "store unreachable (injected outage)" in caplog.text
 
 
 async def test_a_tick_whose_lease_was_lost_while_its_run_lock_was_taken_does_not_run(clock):
-    from leaselock.testing import FaultyStore, wait_all_tasks_blocked  # noqa: PLC0415
-
     store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
     job = StockReconciliationJob("paused")
     skipped: list[Event] = []

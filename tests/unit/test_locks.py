@@ -17,7 +17,7 @@ from leaselock import (
     current_lock,
 )
 from leaselock.stores import Acquired, AcquireResult, InMemoryLockStore, NotAcquired
-from leaselock.testing import ManualClock, wait_all_tasks_blocked
+from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
 
 
 async def test_acquire_returns_a_held_lock_with_a_fresh_128_bit_owner(locks: Locks):
@@ -149,8 +149,8 @@ async def test_with_lock_does_not_run_the_function_when_the_key_is_held(locks: L
     assert ran == []
 
 
-class ReleaseFails:
-    """A store whose release breaks (the server went away after the work)."""
+class PassThrough:
+    """The in-memory store as a plain class, for doubles that break its shape or its answers."""
 
     def __init__(self, clock: ManualClock) -> None:
         self.inner = InMemoryLockStore(clock=clock)
@@ -162,7 +162,12 @@ class ReleaseFails:
         return await self.inner.renew(key, owner, ttl_ms)
 
     async def release(self, key: str, owner: str) -> bool:
-        raise ConnectionResetError("server closed the connection")
+        return await self.inner.release(key, owner)
+
+
+def faulty(clock: ManualClock) -> FaultyStore:
+    """The in-memory store behind a FaultyStore: faults on demand, every call recorded."""
+    return FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
 
 
 async def test_a_failed_release_is_logged_never_raised_over_the_result(
@@ -171,29 +176,35 @@ async def test_a_failed_release_is_logged_never_raised_over_the_result(
     async def export() -> str:
         return "done"
 
-    async with Locks(store=ReleaseFails(clock), clock=clock) as locks:
+    store = faulty(clock)
+    store.fail("release")
+    async with Locks(store=store, clock=clock) as locks:
         with caplog.at_level(logging.WARNING, logger="leaselock"):
             assert await locks.with_lock("k", export) == "done"
+        store.heal()
     assert 'Could not release "k"; it expires on its own' in caplog.text
-    assert "ConnectionResetError" in caplog.text
+    assert "InjectedFaultError" in caplog.text
 
 
 async def test_an_explicit_release_that_fails_raises_lock_store_error(clock: ManualClock):
-    async with Locks(store=ReleaseFails(clock), clock=clock) as locks:
+    store = faulty(clock)
+    async with Locks(store=store, clock=clock) as locks:
         lock = await locks.acquire("k")
         assert lock is not None
-        with pytest.raises(LockStoreError, match=r"release failed: ConnectionResetError"):
+        store.fail("release")
+        with pytest.raises(LockStoreError, match=r"release failed: InjectedFaultError"):
             await lock.release()
         assert not lock.held
+        store.heal()
 
 
 async def test_a_store_that_fails_on_acquire_raises_lock_store_error(clock: ManualClock):
-    class Down(ReleaseFails):
-        async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-            raise OSError("connection refused")
-
-    async with Locks(store=Down(clock), clock=clock) as locks:
-        with pytest.raises(LockStoreError, match="acquire failed: OSError: connection refused"):
+    store = faulty(clock)
+    store.fail("acquire")
+    async with Locks(store=store, clock=clock) as locks:
+        with pytest.raises(
+            LockStoreError, match=r"acquire failed: InjectedFaultError: .*unreachable"
+        ):
             await locks.acquire("k")
 
 
@@ -211,13 +222,10 @@ async def test_a_store_that_fails_on_acquire_raises_lock_store_error(clock: Manu
 async def test_a_token_outside_the_contract_is_refused_and_no_lock_is_believed_held(
     clock: ManualClock, token: object, message: str
 ):
-    class BadTokens(ReleaseFails):
+    class BadTokens(PassThrough):
         async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
             await self.inner.acquire(key, owner, ttl_ms)
             return Acquired(token)  # type: ignore[arg-type]
-
-        async def release(self, key: str, owner: str) -> bool:
-            return await self.inner.release(key, owner)
 
     store = BadTokens(clock)
     async with Locks(store=store, clock=clock) as locks:
@@ -228,7 +236,7 @@ async def test_a_token_outside_the_contract_is_refused_and_no_lock_is_believed_h
 
 
 async def test_a_store_answering_something_else_than_a_result_is_refused(clock: ManualClock):
-    class Weird(ReleaseFails):
+    class Weird(PassThrough):
         async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
             return True  # type: ignore[return-value]
 
@@ -278,7 +286,7 @@ async def test_close_releases_every_held_lock_and_aborts_its_signal(store, clock
 
 
 async def test_start_logs_the_store_without_its_password(caplog: pytest.LogCaptureFixture):
-    class UrlStore(ReleaseFails):
+    class UrlStore(PassThrough):
         def __repr__(self) -> str:
             return "UrlStore('postgresql://app:s3cret@db.internal:5432/shop', password=hunter2)"
 
@@ -440,35 +448,17 @@ async def test_closing_ends_a_wait_in_progress_with_none(store, clock):
     assert clock.next_due_ms is None
 
 
-class GatedAcquires:
-    """Acquire calls wait for the test to open the gate, as a slow store would."""
-
-    def __init__(self, clock: ManualClock) -> None:
-        self.inner = InMemoryLockStore(clock=clock)
-        self.entered = asyncio.Event()
-        self.gate = asyncio.Event()
-
-    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-        self.entered.set()
-        await self.gate.wait()
-        return await self.inner.acquire(key, owner, ttl_ms)
-
-    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
-        return await self.inner.renew(key, owner, ttl_ms)
-
-    async def release(self, key: str, owner: str) -> bool:
-        return await self.inner.release(key, owner)
-
-
 async def test_an_acquire_still_at_the_store_when_closing_is_handed_back_not_held(clock):
-    store = GatedAcquires(clock)
+    store = faulty(clock)
+    stuck = store.hang("acquire")
     locks = Locks(store=store, clock=clock)
     await locks.start()
     acquiring = asyncio.create_task(locks.acquire("k"))
-    await store.entered.wait()
+    await wait_all_tasks_blocked()
+    assert stuck.hits == 1
     closing = asyncio.create_task(locks.aclose())
     await wait_all_tasks_blocked()
-    store.gate.set()
+    stuck.release()
     assert await acquiring is None
     await closing
     assert store.inner._rows == {}
@@ -489,7 +479,7 @@ async def test_a_cancelled_close_still_finishes_and_a_second_close_waits_for_it(
     assert clock.next_due_ms is None
 
 
-class ListenerRefused(ReleaseFails):
+class ListenerRefused(PassThrough):
     """Opens fine, then refuses to watch releases; records its lifecycle."""
 
     def __init__(self, clock: ManualClock) -> None:

@@ -2,7 +2,6 @@
 
 import logging
 from collections.abc import Sequence
-from datetime import timedelta
 
 import pytest
 
@@ -11,34 +10,33 @@ from leaselock.stores import AcquireResult, InMemoryLockStore, Renewal
 from leaselock.testing import FaultyStore, ManualClock
 
 
-class RecordingStore:
-    """The in-memory store, recording renewals; renew can be made to fail."""
+def faulty(clock: ManualClock) -> FaultyStore:
+    """The in-memory store behind a FaultyStore: faults on demand, every call recorded."""
+    return FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
+
+
+def renewals(store: FaultyStore) -> list[int]:
+    """When each renewal was sent, on the clock."""
+    return [call.sent_ms for call in store.calls if call.method == "renew"]
+
+
+class BatchingStore:
+    """The in-memory store with the batch capability, recording each batch and each renewal."""
 
     def __init__(self, clock: ManualClock) -> None:
         self.inner = InMemoryLockStore(clock=clock)
-        self.clock = clock
-        self.renewals: list[tuple[int, str]] = []
-        self.failing = False
+        self.batches: list[int] = []
+        self.single_renewals = 0
 
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         return await self.inner.acquire(key, owner, ttl_ms)
 
     async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
-        self.renewals.append((self.clock.now_ms(), key))
-        if self.failing:
-            raise ConnectionError("store unreachable")
+        self.single_renewals += 1
         return await self.inner.renew(key, owner, ttl_ms)
 
     async def release(self, key: str, owner: str) -> bool:
         return await self.inner.release(key, owner)
-
-
-class BatchingStore(RecordingStore):
-    """Also renews in batches, recording each batch's size."""
-
-    def __init__(self, clock: ManualClock) -> None:
-        super().__init__(clock)
-        self.batches: list[int] = []
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> list[bool]:
         self.batches.append(len(renewals))
@@ -50,24 +48,24 @@ def pending_timers(clock: ManualClock) -> int:
 
 
 async def test_a_held_lock_is_renewed_every_third_of_its_ttl_and_stays_held(clock):
-    store = RecordingStore(clock)
+    store = faulty(clock)
     async with Locks(store=store, ttl="30s", clock=clock) as locks:
         lock = await locks.acquire("k")
         assert lock is not None
         await clock.advance("95s")
-        assert [at for at, _ in store.renewals] == [10_000 * n for n in range(1, 10)]
+        assert renewals(store) == [10_000 * n for n in range(1, 10)]
         assert lock.held
         assert store.inner._rows["k"].expires_at_ms == 90_000 + 30_000
 
 
 async def test_one_timer_drives_the_renewals_of_every_held_lock(clock):
-    store = RecordingStore(clock)
+    store = faulty(clock)
     async with Locks(store=store, ttl="30s", clock=clock) as locks:
         for n in range(100):
             assert await locks.acquire(f"k{n}") is not None
         assert pending_timers(clock) == 1
         await clock.advance("10s")
-        assert len(store.renewals) == 100
+        assert len(renewals(store)) == 100
         assert pending_timers(clock) == 1
 
 
@@ -78,13 +76,13 @@ async def test_due_renewals_go_to_the_store_in_one_batch_where_it_can(clock):
             await locks.acquire(f"k{n}")
         await clock.advance("10s")
         assert store.batches == [40]
-        assert store.renewals == []
+        assert store.single_renewals == 0
 
 
 async def test_a_refused_renewal_loses_the_lock_aborts_its_signal_and_warns(
     clock, caplog: pytest.LogCaptureFixture
 ):
-    store = RecordingStore(clock)
+    store = faulty(clock)
     lost_events: list[LockLost] = []
     async with Locks(store=store, ttl="30s", clock=clock) as locks:
         locks.events.subscribe(lost_events.append, "lock-lost")
@@ -110,11 +108,11 @@ async def test_a_refused_renewal_loses_the_lock_aborts_its_signal_and_warns(
 async def test_an_unreachable_store_is_retried_until_the_deadline_then_the_lock_is_lost(
     clock, caplog: pytest.LogCaptureFixture
 ):
-    store = RecordingStore(clock)
+    store = faulty(clock)
     async with Locks(store=store, ttl="30s", clock=clock) as locks:
         lock = await locks.acquire("k")
         assert lock is not None
-        store.failing = True
+        store.fail("renew")
         with caplog.at_level(logging.WARNING, logger="leaselock"):
             await clock.advance("29999ms")
             assert lock.held
@@ -123,19 +121,19 @@ async def test_an_unreachable_store_is_retried_until_the_deadline_then_the_lock_
         reason = lock.signal.reason
         assert reason is not None
         assert reason.detected_by == "deadline"
-        assert [at for at, _ in store.renewals] == [10_000, 15_000, 20_000, 25_000]
+        assert renewals(store) == [10_000, 15_000, 20_000, 25_000]
     assert caplog.text.count('Renewal of "k" failed, retrying until its deadline') == 4
     assert "detected by deadline" in caplog.text
 
 
 async def test_a_store_that_comes_back_before_the_deadline_keeps_the_lock(clock):
-    store = RecordingStore(clock)
+    store = faulty(clock)
     async with Locks(store=store, ttl="30s", clock=clock) as locks:
         lock = await locks.acquire("k")
         assert lock is not None
-        store.failing = True
+        outage = store.fail("renew")
         await clock.advance("16s")
-        store.failing = False
+        outage.remove()
         await clock.advance("4s")
         assert lock.held
         await clock.advance("60s")
@@ -143,53 +141,42 @@ async def test_a_store_that_comes_back_before_the_deadline_keeps_the_lock(clock)
         assert lock._lease.deadline_ms == 80_000 + 30_000
 
 
-class SlowRenewals(RecordingStore):
-    """The store renews at once, but its answer takes ``delay_ms`` of the clock to come back."""
-
-    delay_ms = 0
-
-    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
-        self.renewals.append((self.clock.now_ms(), key))
-        renewed = await self.inner.renew(key, owner, ttl_ms)
-        await self.clock.advance(timedelta(milliseconds=self.delay_ms))
-        return renewed
-
-
 async def test_a_renewal_unanswered_at_the_deadline_is_abandoned_and_the_key_handed_back(clock):
-    store = SlowRenewals(clock)
-    store.delay_ms = 25_000
+    store = faulty(clock)
     async with Locks(store=store, ttl="30s", clock=clock) as locks:
         lock = await locks.acquire("k")
         assert lock is not None
-        await clock.advance("10s")
+        store.delay("renew", "25s")  # renewed at the store at 10 s; the answer comes at 35 s
+        await clock.advance("30s")
         assert not lock.held
         reason = lock.signal.reason
         assert reason is not None
         assert reason.detected_by == "deadline"
-        assert clock.now_ms() == 30_000, "the renewal was bounded by the holder's deadline"
+        assert [call.outcome for call in store.calls if call.method == "renew"] == ["cancelled"]
         assert "k" not in store.inner._rows, "renewed to 40 s at the store, but handed back"
 
 
 async def test_only_one_renewal_of_a_lock_is_in_flight_at_a_time(clock):
-    store = SlowRenewals(clock)
-    store.delay_ms = 12_000
+    store = faulty(clock)
     async with Locks(store=store, ttl="30s", clock=clock) as locks:
         lock = await locks.acquire("k")
         assert lock is not None
-        await clock.advance("10s")
-        assert [at for at, _ in store.renewals] == [10_000]
+        store.delay("renew", "12s", times=1)
+        await clock.advance("21s")
+        assert renewals(store) == [10_000], "no second renewal at 20 s while one is in flight"
         assert lock.held
-        assert lock._lease.deadline_ms == 10_000 + 30_000
+        await clock.advance("1s")
+        assert renewals(store) == [10_000, 22_000], "the next renewal waited for that answer"
+        assert lock._lease.deadline_ms == 22_000 + 30_000
 
 
 async def test_the_deadline_counts_from_the_send_time_of_the_confirmed_renewal(clock):
-    store = SlowRenewals(clock)
-    store.delay_ms = 2_000
+    store = faulty(clock)
     async with Locks(store=store, ttl="30s", clock=clock) as locks:
         lock = await locks.acquire("k")
         assert lock is not None
-        await clock.advance("10s")
-        assert clock.now_ms() == 12_000
+        store.delay("renew", "2s", times=1)
+        await clock.advance("12s")
         assert lock._lease.deadline_ms == 40_000
         assert store.inner._rows["k"].expires_at_ms == 40_000
 

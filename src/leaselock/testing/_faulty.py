@@ -96,8 +96,9 @@ class StoreCall:
         owner: the owner id sent.
         ttl_ms: the ttl sent (``None`` for a release).
         sent_ms: the clock when the call came in.
-        answered_ms: the clock when it returned or raised (``None``: cancelled, never answered).
-        outcome: the answer (a bool, or the token), the error's class name, or ``"cancelled"``.
+        answered_ms: the clock when it returned or raised (``None``: in flight, or cancelled).
+        outcome: the answer (an ``Acquired``, ``NotAcquired`` or bool), the error's class name,
+            ``"pending"`` while in flight, or ``"cancelled"``.
         faults: the kinds of the faults applied.
     """
 
@@ -333,6 +334,10 @@ class FaultyStore:
         faults = [fault for fault in self._faults if fault.applies(method, key, sent_ms)]
         for fault in faults:
             fault.hits += 1
+        kinds = tuple(fault.kind for fault in faults)
+        # recorded when sent (outcome "pending"), completed in place when it ends
+        index = len(self.calls)
+        self.calls.append(StoreCall(method, key, owner, ttl_ms, sent_ms, None, "pending", kinds))
         outcome: object = "cancelled"
         answered_ms: int | None = None
         try:
@@ -346,9 +351,8 @@ class FaultyStore:
             outcome, answered_ms = answer, self._clock.now_ms()
             return answer
         finally:
-            kinds = tuple(fault.kind for fault in faults)
-            self.calls.append(
-                StoreCall(method, key, owner, ttl_ms, sent_ms, answered_ms, outcome, kinds)
+            self.calls[index] = StoreCall(
+                method, key, owner, ttl_ms, sent_ms, answered_ms, outcome, kinds
             )
 
     async def _through(
