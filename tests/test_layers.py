@@ -30,6 +30,7 @@ GROUND = frozenset(
         "_keys",
         "_clock",
         "_events",
+        "_event_types",
         "_redact",
         "_threads",
         "_forks",

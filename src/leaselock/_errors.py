@@ -24,12 +24,13 @@ __all__ = [
     "LocksConfigurationError",
 ]
 
-DetectedBy = Literal["renewal", "deadline", "shutdown"]
+DetectedBy = Literal["renewal", "deadline", "shutdown", "max_run"]
 """How a loss was noticed.
 
 ``"renewal"``: the store refused a renewal (someone else holds the key, or the lease expired there).
 ``"deadline"``: ``ttl`` passed since the last renewal the store confirmed (e.g. it was unreachable).
 ``"shutdown"``: the :class:`~leaselock.Locks` closed while the lock was still held.
+``"max_run"``: a job's run outlived its ``max_run`` cap; its run lock was given up.
 """
 
 
@@ -80,6 +81,7 @@ class LockLostError(LockError):
             "renewal": "the store refused its renewal: another owner may hold it now",
             "deadline": "no renewal was confirmed within its ttl (store unreachable or slow)",
             "shutdown": "its Locks was closed while it was still held",
+            "max_run": "the run outlived its max_run cap, so its run lock was given up",
         }[detected_by]
         super().__init__(
             f"Lost lock {key!r} (fencing token {fencing_token}): {how}. "

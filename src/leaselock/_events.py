@@ -1,4 +1,4 @@
-"""Events: what happened to locks, as objects for code and as lines for the ``leaselock`` logger."""
+"""The events hub of one Locks: subscribers, ``async for`` streams, and the logger."""
 
 from __future__ import annotations
 
@@ -7,156 +7,14 @@ import logging
 import weakref
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from types import TracebackType
-from typing import ClassVar, Literal, TypeAlias, final
+from typing import final
 
-from ._errors import DetectedBy
+from ._event_types import Event, EventCallback, EventType
 
-__all__ = [
-    "Event",
-    "EventStream",
-    "EventType",
-    "Events",
-    "LeadershipAcquired",
-    "LeadershipLost",
-    "LeaseAcquired",
-    "LockLost",
-    "Publisher",
-    "SkipReason",
-    "TickSkipped",
-]
-
-EventType: TypeAlias = Literal[
-    "lease-acquired", "tick-skipped", "lock-lost", "leadership-acquired", "leadership-lost"
-]
-SkipReason: TypeAlias = Literal[
-    "another-instance", "in-progress", "store-unavailable", "shutting-down"
-]
+__all__ = ["EventStream", "Events", "Publisher"]
 
 _log = logging.getLogger("leaselock")
-
-
-def _utc_now() -> datetime:
-    # wall-clock time is for people reading events; every decision reads the injected Clock
-    return datetime.now(UTC)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _EventFields:
-    key: str
-    fencing_token: int | None
-    owner: str | None
-    at: datetime = field(default_factory=_utc_now)
-
-
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LeaseAcquired(_EventFields):
-    """An instance took the lease ``<job>:owner`` and runs ``job`` from now on."""
-
-    type: Literal["lease-acquired"] = "lease-acquired"
-    job: str
-    level: ClassVar[int] = logging.INFO
-
-    def message(self) -> str:
-        """Return the log line."""
-        return (
-            f'{self.job} runs on this instance (lease "{self.key}", '
-            f"fencing token {self.fencing_token})"
-        )
-
-
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TickSkipped(_EventFields):
-    """A tick of ``job`` did not run here, for ``reason``.
-
-    ``min_hold_ms`` is the job's ``min_hold`` when the reason is ``"in-progress"``: the run lock
-    may be held by a run that already ended, for the rest of it.
-    """
-
-    type: Literal["tick-skipped"] = "tick-skipped"
-    job: str
-    reason: SkipReason
-    min_hold_ms: int | None = None
-
-    @property
-    def level(self) -> int:
-        """DEBUG for the skips that are the point; WARNING when the store failed."""
-        return logging.WARNING if self.reason == "store-unavailable" else logging.DEBUG
-
-    def message(self) -> str:
-        """Return the log line."""
-        why = {
-            "another-instance": "it runs on another instance",
-            "in-progress": "a run is still in progress",
-            "store-unavailable": "the lock store is unavailable",
-            "shutting-down": "this instance is shutting down",
-        }[self.reason]
-        if self.min_hold_ms:
-            why += f", or one started less than min_hold ({self.min_hold_ms} ms) ago"
-        return f"Skipped {self.job}: {why}"
-
-
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LockLost(_EventFields):
-    """A held lock was lost, noticed as ``detected_by`` says."""
-
-    type: Literal["lock-lost"] = "lock-lost"
-    detected_by: DetectedBy
-
-    @property
-    def level(self) -> int:
-        """WARNING, but INFO at shutdown, where giving locks up is the plan."""
-        return logging.INFO if self.detected_by == "shutdown" else logging.WARNING
-
-    def message(self) -> str:
-        """Return the log line."""
-        how = {
-            "renewal": "the store refused its renewal",
-            "deadline": "no renewal was confirmed within its ttl",
-            "shutdown": "its Locks closed while it was held",
-        }[self.detected_by]
-        return (
-            f'Lost lock "{self.key}" (fencing token {self.fencing_token}), '
-            f"detected by {self.detected_by}: {how}"
-        )
-
-
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LeadershipAcquired(_EventFields):
-    """This instance leads the election ``key``."""
-
-    type: Literal["leadership-acquired"] = "leadership-acquired"
-    level: ClassVar[int] = logging.INFO
-
-    def message(self) -> str:
-        """Return the log line."""
-        return f'Leading "{self.key}" (fencing token {self.fencing_token})'
-
-
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LeadershipLost(_EventFields):
-    """This instance no longer leads ``key``: the lease was ``"lost"`` or ``"released"``."""
-
-    type: Literal["leadership-lost"] = "leadership-lost"
-    reason: Literal["lost", "released"]
-    level: ClassVar[int] = logging.INFO
-
-    def message(self) -> str:
-        """Return the log line."""
-        if self.reason == "released":
-            return f'Stepped down from "{self.key}"'
-        return f'Lost leadership of "{self.key}" (fencing token {self.fencing_token})'
-
-
-Event: TypeAlias = LeaseAcquired | TickSkipped | LockLost | LeadershipAcquired | LeadershipLost
-EventCallback: TypeAlias = Callable[[Event], object]
 
 
 @final
@@ -266,7 +124,7 @@ class Events:
         return self.stream()
 
     def _emit(self, event: Event) -> None:
-        _log.log(event.level, event.message())
+        _log.log(event.level, event.message(), extra=event.log_fields())
         for callback, types in list(self._callbacks):
             if types and event.type not in types:
                 continue

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 from ._errors import LocksConfigurationError
 
-__all__ = ["MAX_KEY_LENGTH", "lease_key", "refuse_function_as_key", "validate_key"]
+__all__ = [
+    "MAX_INSTANCE_LENGTH",
+    "MAX_KEY_LENGTH",
+    "default_instance",
+    "lease_key",
+    "refuse_function_as_key",
+    "validate_instance",
+    "validate_key",
+]
 
 MAX_KEY_LENGTH = 500
 """The longest key, in characters (code points)."""
+
+MAX_INSTANCE_LENGTH = 100
+"""The longest instance label: it travels inside every owner id."""
 
 
 def validate_key(key: object, *, name: str = "key") -> str:
@@ -63,3 +77,28 @@ def refuse_function_as_key(key: object, decorator: str, call: str) -> None:
             f"{decorator} was used without parentheses, so it received "
             f"{getattr(key, '__qualname__', key)!r} as its key; write {decorator}{call}"
         )
+
+
+def default_instance() -> str:
+    """Return this process's instance label: ``hostname:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def validate_instance(label: object) -> str:
+    """Return ``label`` if it can name an instance in every owner id, message and tool.
+
+    Raises:
+        LocksConfigurationError: not a ``str``, empty, longer than
+            :data:`MAX_INSTANCE_LENGTH`, or holding a character that is not printable.
+    """
+    if not isinstance(label, str) or not label or len(label) > MAX_INSTANCE_LENGTH:
+        raise LocksConfigurationError(
+            f"instance={label!r}; pass a label of 1 to {MAX_INSTANCE_LENGTH} characters that a "
+            'person recognises, such as "shop-3002" or "web-7f9c:1234" (default hostname:pid)'
+        )
+    if not label.isprintable():
+        raise LocksConfigurationError(
+            f"instance={label!r} holds a character that is not printable; use letters, digits "
+            "and punctuation"
+        )
+    return label

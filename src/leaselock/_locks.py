@@ -20,7 +20,7 @@ from ._events import Events, Publisher
 from ._forks import process_generation, refuse_if_forked
 from ._hold import LockHold
 from ._jobs import F, JobDecorator, JobRuntime, election_decorator, job_decorator
-from ._keys import validate_key
+from ._keys import default_instance, validate_instance, validate_key
 from ._redact import redact_secrets
 from ._threads import run_sync_in_worker, running_loop
 from .stores._protocol import LockStore, SupportsLifecycle
@@ -65,6 +65,8 @@ class Locks:
         clock: the source of time; :class:`~leaselock.testing.ManualClock` in tests.
         allow_in_memory_storage: accept the in-memory default even in production (one process).
         shutdown_grace: how long shutdown waits for job runs in progress to finish.
+        instance: this instance's label, kept with every lease it takes so that messages and
+            tools name a place a person recognises (default ``hostname:pid``, read at start).
 
     Raises:
         LocksConfigurationError: an argument is wrong; the message says how to fix it.
@@ -78,6 +80,7 @@ class Locks:
         "_closing",
         "_engine",
         "_generation",
+        "_instance",
         "_loop",
         "_min_ttl_ms",
         "_phase",
@@ -98,6 +101,7 @@ class Locks:
         allow_in_memory_storage: bool = False,
         *,
         shutdown_grace: Duration = "30s",
+        instance: str | None = None,
     ) -> None:
         """Configure; nothing touches the store before :meth:`start`."""
         if not isinstance(allow_in_memory_storage, bool):
@@ -114,6 +118,7 @@ class Locks:
         self._min_ttl_ms = MIN_REAL_TTL_MS if isinstance(self._clock, SystemClock) else 3
         self._ttl_ms = check_ttl_floor(parse_ttl(ttl), self._min_ttl_ms)
         self._shutdown_grace_ms = parse_wait(shutdown_grace, name="shutdown_grace")
+        self._instance = None if instance is None else validate_instance(instance)
         self._store_defaulted = store is None
         self._store: LockStore = (
             InMemoryLockStore(clock=self._clock) if store is None else check_store_shape(store)
@@ -146,6 +151,11 @@ class Locks:
         return self._ttl_ms
 
     @property
+    def instance(self) -> str:
+        """This instance's label: the one given, else ``hostname:pid`` of this process."""
+        return self._instance or default_instance()
+
+    @property
     def started(self) -> bool:
         """Whether :meth:`start` ran and :meth:`aclose` has not."""
         return self._phase is _Phase.STARTED
@@ -166,7 +176,9 @@ class Locks:
         if isinstance(self._store, SupportsLifecycle):
             await self._store.open()
         try:
-            engine = LockEngine(CheckedStore(self._store), self._clock, self._publisher)
+            engine = LockEngine(
+                CheckedStore(self._store), self._clock, self._publisher, instance=self.instance
+            )
             self._engine = engine
             await engine.start()
             self._loop = asyncio.get_running_loop()

@@ -147,6 +147,7 @@ class SyncLocks:
         allow_in_memory_storage: bool = False,
         *,
         shutdown_grace: Duration = "30s",
+        instance: str | None = None,
     ) -> None:
         """Configure as :class:`~leaselock.Locks` does; :meth:`start` starts the loop thread."""
         self._locks = Locks(
@@ -155,6 +156,7 @@ class SyncLocks:
             clock=clock,
             allow_in_memory_storage=allow_in_memory_storage,
             shutdown_grace=shutdown_grace,
+            instance=instance,
         )
         self._portal: Portal | None = None
         self._generation = process_generation()

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from leaselock._cli import main
+
 TESTS = Path(__file__).resolve().parents[1]
 SECONDS = "6"
 
@@ -102,3 +104,14 @@ def test_the_url_may_come_from_leaselock_url(tmp_path: Path, monkeypatch: pytest
     checked = leaselock("check", "--seconds", "3")
     assert checked.returncode == 2
     assert "bogus://from-the-environment" in checked.stderr
+
+
+def test_the_command_in_this_process_checks_a_sound_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    status = main(
+        ["check", "--url", f"sqlite:///{tmp_path / 'locks.db'}", "--seconds", "4", "--workers", "2"]
+    )
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "OK: no two holders, tokens grew, no stale write accepted" in out

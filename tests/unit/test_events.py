@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from leaselock import Event, LeadershipLost, LeaseAcquired, LockLost, Locks, TickSkipped
-from leaselock._events import Events
+from leaselock._events import Events, Publisher
 
 
 async def lose(locks: Locks, store, clock, key: str) -> int:
@@ -145,7 +145,40 @@ def test_every_event_goes_to_the_leaselock_logger_in_the_documented_wording(
     assert line in caplog.records[0].getMessage()
 
 
-def test_a_loss_at_shutdown_is_logged_at_info_not_as_a_warning():
-    assert LockLost(key="k", fencing_token=1, owner="o", detected_by="shutdown").level == (
-        logging.INFO
-    )
+async def test_a_graceful_shutdown_hands_locks_back_as_its_own_event_never_as_lock_lost(
+    store, clock, caplog: pytest.LogCaptureFixture
+):
+    seen: list[Event] = []
+    locks = Locks(store=store, clock=clock)
+    locks.events.subscribe(seen.append)
+    await locks.start()
+    lock = await locks.acquire("report:monthly")
+    assert lock is not None
+    with caplog.at_level(logging.INFO, logger="leaselock"):
+        await locks.aclose()
+    assert [event.type for event in seen] == ["lock-handed-back"]
+    reason = lock.signal.reason
+    assert reason is not None
+    assert reason.detected_by == "shutdown", "the signal still says why the lock ended"
+    assert 'Handed back "report:monthly"' in caplog.text
+    levels = {record.levelno for record in caplog.records if record.name == "leaselock"}
+    assert levels == {logging.INFO}, "nothing at WARNING: a deploy is not an incident"
+
+
+def test_log_records_carry_the_events_fields_for_log_pipelines(caplog: pytest.LogCaptureFixture):
+    events = Events()
+    with caplog.at_level(logging.DEBUG, logger="leaselock"):
+        Publisher(events).emit(
+            LockLost(
+                key="invoices:nightly",
+                fencing_token=7,
+                owner="0123456789abcdef0123456789abcdef@shop-3002",
+                detected_by="deadline",
+            )
+        )
+    (record,) = caplog.records
+    assert record.event == "lock-lost"  # type: ignore[attr-defined]
+    assert record.key == "invoices:nightly"  # type: ignore[attr-defined]
+    assert record.token == 7  # type: ignore[attr-defined]
+    assert record.instance == "shop-3002"  # type: ignore[attr-defined]
+    assert record.reason == "deadline"  # type: ignore[attr-defined]

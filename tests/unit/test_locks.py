@@ -2,6 +2,8 @@
 
 import asyncio
 import logging
+import os
+import socket
 import threading
 from datetime import timedelta
 
@@ -20,18 +22,45 @@ from leaselock.stores import Acquired, AcquireResult, InMemoryLockStore, NotAcqu
 from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
 
 
-async def test_acquire_returns_a_held_lock_with_a_fresh_128_bit_owner(locks: Locks):
+async def test_acquire_returns_a_held_lock_with_a_fresh_128_bit_owner_labelled_by_instance(
+    locks: Locks,
+):
     first = await locks.acquire("invoice:42")
     assert isinstance(first, Lock)
     assert first.key == "invoice:42"
     assert first.held
-    assert len(first.owner) == 32
-    int(first.owner, 16)
+    random_part, at, label = first.owner.partition("@")
+    assert len(random_part) == 32
+    int(random_part, 16)
+    assert (at, label) == ("@", f"{socket.gethostname()}:{os.getpid()}")
     assert await first.release() is True
     second = await locks.acquire("invoice:42")
     assert second is not None
     assert second.owner != first.owner
     assert second.fencing_token > first.fencing_token
+
+
+async def test_the_instance_label_is_set_once_and_travels_in_every_owner_id(store, clock):
+    async with Locks(store=store, clock=clock, instance="shop-3002") as locks:
+        assert locks.instance == "shop-3002"
+        lock = await locks.acquire("k")
+        assert lock is not None
+        assert lock.owner.endswith("@shop-3002")
+        assert store._rows["k"].owner == lock.owner
+
+
+@pytest.mark.parametrize(
+    ("label", "message"),
+    [
+        ("", "pass a label of 1 to 100"),
+        ("x" * 101, "1 to 100"),
+        ("a\nb", "not printable"),
+        (3, "3"),
+    ],
+)
+def test_a_bad_instance_label_is_refused_with_an_example(label: object, message: str):
+    with pytest.raises(LocksConfigurationError, match=message):
+        Locks(instance=label)  # type: ignore[arg-type]
 
 
 async def test_acquire_of_a_held_key_returns_none_without_waiting(locks: Locks):

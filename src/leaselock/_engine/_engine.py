@@ -16,7 +16,8 @@ from typing import Any, final
 
 from .._clock import Clock
 from .._errors import DetectedBy, LockStoreError
-from .._events import LockLost, Publisher
+from .._event_types import LockHandedBack, LockLost, RenewalFailing
+from .._events import Publisher
 from ..stores._protocol import Acquired, SupportsReleaseNotifications
 from ._bounded import StoreCallTimeoutError, bounded
 from ._checked_store import CheckedStore
@@ -39,9 +40,13 @@ ATTEMPT_FLOOR_MS = 1000
 RELEASE_BOUND_MS = 2000
 
 
-def new_owner() -> str:
-    """Return a fresh owner id: 128 random bits, as 32 hex digits."""
-    return secrets.token_hex(16)
+def new_owner(instance: str) -> str:
+    """Return a fresh owner id: 128 random bits as 32 hex digits, ``@``, the instance's label.
+
+    Stores keep the owner id as it is, so whoever reads a lock (``leaselock locks``, a skip
+    line) can name the instance that holds it.
+    """
+    return f"{secrets.token_hex(16)}@{instance}"
 
 
 @final
@@ -57,17 +62,24 @@ class LockEngine:
         "_events",
         "_exit_stack",
         "_held",
+        "_instance",
         "_renewal",
         "_waiters",
         "store",
     )
 
-    def __init__(self, store: CheckedStore, clock: Clock, events: Publisher) -> None:
-        """Create an engine over ``store`` with time from ``clock``, reporting to ``events``."""
+    def __init__(
+        self, store: CheckedStore, clock: Clock, events: Publisher, *, instance: str
+    ) -> None:
+        """Create an engine over ``store`` with time from ``clock``, reporting to ``events``.
+
+        ``instance`` labels every owner id this engine makes (``hostname:pid`` by default).
+        """
         self.store = store
         self._clock = clock
         self._events = events
-        self._renewal = RenewalScheduler(store, clock, self.lose)
+        self._instance = instance
+        self._renewal = RenewalScheduler(store, clock, self.lose, self._renewal_failing)
         self._held: set[Lease] = set()
         self._background: set[asyncio.Task[None]] = set()
         self._waiters: set[Waiter] = set()
@@ -138,7 +150,7 @@ class LockEngine:
         and of the wait, but never less than :data:`ATTEMPT_FLOOR_MS` (a last try gets a fair
         chance) unless the ttl is shorter.
         """
-        owner = new_owner()
+        owner = new_owner(self._instance)
         sent_at_ms = self._clock.now_ms()
         bound_ms = min(ttl_ms, max(give_up_at_ms - sent_at_ms, ATTEMPT_FLOOR_MS))
         self._acquiring += 1
@@ -257,17 +269,39 @@ class LockEngine:
         lease.state = LeaseState.LOST
         self._held.discard(lease)
         lease.abort(detected_by)
-        self._events.emit(
-            LockLost(
-                key=lease.key,
-                fencing_token=lease.fencing_token,
-                owner=lease.owner,
-                detected_by=detected_by,
+        if detected_by == "shutdown":
+            # giving locks up at a graceful shutdown is the plan, not a loss to alert on
+            self._events.emit(
+                LockHandedBack(
+                    key=lease.key,
+                    fencing_token=lease.fencing_token,
+                    owner=lease.owner,
+                    reason="shutdown",
+                )
             )
-        )
+        else:
+            self._events.emit(
+                LockLost(
+                    key=lease.key,
+                    fencing_token=lease.fencing_token,
+                    owner=lease.owner,
+                    detected_by=detected_by,
+                )
+            )
         if detected_by != "renewal":
             # the store may still hold it for us (an unheard renewal, a shutdown): hand it back
             self.release_in_background(lease.key, lease.owner)
+
+    def _renewal_failing(self, lease: Lease, error: LockStoreError, ms_left: int) -> None:
+        self._events.emit(
+            RenewalFailing(
+                key=lease.key,
+                fencing_token=lease.fencing_token,
+                owner=lease.owner,
+                error=str(error),
+                ms_left=ms_left,
+            )
+        )
 
     def give_up(self, lease: Lease, detected_by: DetectedBy) -> None:
         """Lose ``lease`` on purpose and hand it back, whatever ``detected_by`` says."""

@@ -43,20 +43,32 @@ class RenewalScheduler:
         store: the store the leases live in.
         clock: the holder's clock (deadlines and renewal times).
         on_lost: called once per lost lease, with how the loss was seen.
+        on_failing: called for each failed renewal (the error, the milliseconds left).
     """
 
-    __slots__ = ("_armed_at_ms", "_clock", "_heap", "_on_lost", "_seq", "_store", "_timer")
+    __slots__ = (
+        "_armed_at_ms",
+        "_clock",
+        "_heap",
+        "_on_failing",
+        "_on_lost",
+        "_seq",
+        "_store",
+        "_timer",
+    )
 
     def __init__(
         self,
         store: CheckedStore,
         clock: Clock,
         on_lost: Callable[[Lease, DetectedBy], None],
+        on_failing: Callable[[Lease, LockStoreError, int], None],
     ) -> None:
         """Create a scheduler with nothing to renew."""
         self._store = store
         self._clock = clock
         self._on_lost = on_lost
+        self._on_failing = on_failing
         self._heap: list[tuple[int, int, int, Lease]] = []
         self._seq = itertools.count()
         self._timer: TimerHandle | None = None
@@ -159,12 +171,7 @@ class RenewalScheduler:
         if lease.state is not LeaseState.HELD:
             return
         if isinstance(result, LockStoreError):
-            _log.warning(
-                'Renewal of "%s" failed, retrying until its deadline in %d ms: %s',
-                lease.key,
-                lease.deadline_ms - confirmed_at_ms,
-                result,
-            )
+            self._on_failing(lease, result, lease.deadline_ms - confirmed_at_ms)
             lease.next_renew_ms = confirmed_at_ms + retry_interval_ms(lease.ttl_ms)
             self._schedule(lease)
             return

@@ -17,7 +17,8 @@ from typing import Any, final
 from .._clock import Clock, TimerHandle
 from .._engine import CURRENT_LOCK, Lease, Lock, LockEngine, release_logged, renew_interval_ms
 from .._errors import LockLostError, LockStoreError
-from .._events import LeadershipAcquired, LeadershipLost, Publisher
+from .._event_types import LeadershipAcquired, LeadershipLost
+from .._events import Publisher
 from .._threads import run_sync_in_worker
 from ._spec import ElectionSpec
 

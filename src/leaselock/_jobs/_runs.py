@@ -16,7 +16,8 @@ from typing import final
 from .._clock import Clock
 from .._engine import Lease, Lock, LockEngine, release_logged
 from .._errors import LockStoreError
-from .._events import LeaseAcquired, Publisher, SkipReason, TickSkipped
+from .._event_types import LeaseAcquired, SkipReason, TickSkipped
+from .._events import Publisher
 from ._spec import JobSpec
 
 __all__ = ["JobRun", "JobRuns"]

@@ -1,0 +1,286 @@
+"""Event types: what happened to locks, as objects for code and as lines for the logger.
+
+Every event has ``type``, ``key``, ``fencing_token``, ``owner`` and ``at``; its ``message()`` is
+the line the ``leaselock`` logger writes, and its ``log_fields()`` the structured fields that
+line carries (``extra``), for log pipelines that index them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import ClassVar, Literal, TypeAlias, final
+
+from ._errors import DetectedBy
+
+__all__ = [
+    "Event",
+    "EventType",
+    "JobOverdue",
+    "JobRecovered",
+    "LeadershipAcquired",
+    "LeadershipLost",
+    "LeaseAcquired",
+    "LockHandedBack",
+    "LockLost",
+    "RenewalFailing",
+    "SkipReason",
+    "TickSkipped",
+]
+
+EventType: TypeAlias = Literal[
+    "lease-acquired",
+    "tick-skipped",
+    "lock-lost",
+    "lock-handed-back",
+    "renewal-failing",
+    "leadership-acquired",
+    "leadership-lost",
+    "job-overdue",
+    "job-recovered",
+]
+SkipReason: TypeAlias = Literal[
+    "another-instance", "in-progress", "store-unavailable", "shutting-down"
+]
+
+
+def _utc_now() -> datetime:
+    # wall-clock time is for people reading events; every decision reads the injected Clock
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _EventFields:
+    key: str
+    fencing_token: int | None
+    owner: str | None
+    at: datetime = field(default_factory=_utc_now)
+
+    @property
+    def instance(self) -> str | None:
+        """The label of the instance that held the lock (from its owner id), or ``None``."""
+        if self.owner is None:
+            return None
+        _, separator, label = self.owner.partition("@")
+        return label if separator else None
+
+    def log_fields(self) -> dict[str, object]:
+        """The event as the structured fields of its log record (``extra``)."""
+        fields: dict[str, object] = {
+            "event": getattr(self, "type", None),
+            "key": self.key,
+            "token": self.fencing_token,
+            "instance": self.instance,
+        }
+        for name in ("job", "reason", "detected_by"):
+            value = getattr(self, name, None)
+            if value is not None:
+                fields["reason" if name == "detected_by" else name] = value
+        return fields
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseAcquired(_EventFields):
+    """An instance took the lease ``<job>:owner`` and runs ``job`` from now on."""
+
+    type: Literal["lease-acquired"] = "lease-acquired"
+    job: str
+    level: ClassVar[int] = logging.INFO
+
+    def message(self) -> str:
+        """Return the log line."""
+        return (
+            f'{self.job} runs on this instance (lease "{self.key}", '
+            f"fencing token {self.fencing_token})"
+        )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TickSkipped(_EventFields):
+    """A tick of ``job`` did not run here, for ``reason``.
+
+    ``min_hold_ms`` is the job's ``min_hold`` when the reason is ``"in-progress"``: the run lock
+    may be held by a run that already ended, for the rest of it.
+    """
+
+    type: Literal["tick-skipped"] = "tick-skipped"
+    job: str
+    reason: SkipReason
+    min_hold_ms: int | None = None
+
+    @property
+    def level(self) -> int:
+        """DEBUG for the skips that are the point; WARNING when the store failed."""
+        return logging.WARNING if self.reason == "store-unavailable" else logging.DEBUG
+
+    def message(self) -> str:
+        """Return the log line."""
+        why = {
+            "another-instance": "it runs on another instance",
+            "in-progress": "a run is still in progress",
+            "store-unavailable": "the lock store is unavailable",
+            "shutting-down": "this instance is shutting down",
+        }[self.reason]
+        if self.min_hold_ms:
+            why += f", or one started less than min_hold ({self.min_hold_ms} ms) ago"
+        return f"Skipped {self.job}: {why}"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockLost(_EventFields):
+    """A held lock was really lost: a renewal refused, a deadline passed, a run over its cap.
+
+    Alerting can key on it: a graceful shutdown's hand-back is :class:`LockHandedBack`.
+    """
+
+    type: Literal["lock-lost"] = "lock-lost"
+    detected_by: DetectedBy
+
+    level: ClassVar[int] = logging.WARNING
+
+    def message(self) -> str:
+        """Return the log line."""
+        how = {
+            "renewal": "the store refused its renewal",
+            "deadline": "no renewal was confirmed within its ttl",
+            "shutdown": "its Locks closed while it was held",
+            "max_run": "the run outlived its max_run cap",
+        }[self.detected_by]
+        return (
+            f'Lost lock "{self.key}" (fencing token {self.fencing_token}), '
+            f"detected by {self.detected_by}: {how}"
+        )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeadershipAcquired(_EventFields):
+    """This instance leads the election ``key``."""
+
+    type: Literal["leadership-acquired"] = "leadership-acquired"
+    level: ClassVar[int] = logging.INFO
+
+    def message(self) -> str:
+        """Return the log line."""
+        return f'Leading "{self.key}" (fencing token {self.fencing_token})'
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeadershipLost(_EventFields):
+    """This instance no longer leads ``key``: the lease was ``"lost"`` or ``"released"``."""
+
+    type: Literal["leadership-lost"] = "leadership-lost"
+    reason: Literal["lost", "released"]
+    level: ClassVar[int] = logging.INFO
+
+    def message(self) -> str:
+        """Return the log line."""
+        if self.reason == "released":
+            return f'Stepped down from "{self.key}"'
+        return f'Lost leadership of "{self.key}" (fencing token {self.fencing_token})'
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockHandedBack(_EventFields):
+    """A lock given up on purpose: at a graceful shutdown, or a job's lease its owner let go.
+
+    ``reason`` is ``"shutdown"`` or ``"idle"`` (no tick came for ``owner_idle``).
+    """
+
+    type: Literal["lock-handed-back"] = "lock-handed-back"
+    reason: Literal["shutdown", "idle"]
+    job: str | None = None
+    level: ClassVar[int] = logging.INFO
+
+    def message(self) -> str:
+        """Return the log line."""
+        if self.reason == "idle":
+            return (
+                f'Handed back "{self.key}" (fencing token {self.fencing_token}): no tick of '
+                f"{self.job} came for its owner_idle, so another instance's next tick takes it"
+            )
+        return f'Handed back "{self.key}" (fencing token {self.fencing_token}) at shutdown'
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenewalFailing(_EventFields):
+    """A renewal failed; the lock is lost at its deadline unless a retry gets through.
+
+    ``ms_left`` is the time left before that deadline; ``error`` what the store said.
+    """
+
+    type: Literal["renewal-failing"] = "renewal-failing"
+    error: str
+    ms_left: int
+    level: ClassVar[int] = logging.WARNING
+
+    def message(self) -> str:
+        """Return the log line."""
+        return (
+            f'Renewal of "{self.key}" failed, retrying until its deadline in {self.ms_left} ms: '
+            f"{self.error}"
+        )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOverdue(_EventFields):
+    """No run of ``job`` succeeded within its ``expect_every`` (and a grace), anywhere.
+
+    ``last_success_at`` is when the last run succeeded (``None``: never, as far as the store
+    remembers). Emitted once per overdue period, by every instance that checks.
+    """
+
+    type: Literal["job-overdue"] = "job-overdue"
+    job: str
+    expect_every_ms: int
+    last_success_at: datetime | None
+    level: ClassVar[int] = logging.WARNING
+
+    def message(self) -> str:
+        """Return the log line."""
+        last = (
+            "never"
+            if self.last_success_at is None
+            else self.last_success_at.isoformat(timespec="seconds")
+        )
+        return (
+            f"{self.job} is overdue: no run succeeded in the last {self.expect_every_ms} ms on "
+            f"any instance (last success: {last})"
+        )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobRecovered(_EventFields):
+    """A run of ``job`` succeeded again after it was reported overdue."""
+
+    type: Literal["job-recovered"] = "job-recovered"
+    job: str
+    level: ClassVar[int] = logging.INFO
+
+    def message(self) -> str:
+        """Return the log line."""
+        return f"{self.job} ran successfully again"
+
+
+Event: TypeAlias = (
+    LeaseAcquired
+    | TickSkipped
+    | LockLost
+    | LockHandedBack
+    | RenewalFailing
+    | LeadershipAcquired
+    | LeadershipLost
+    | JobOverdue
+    | JobRecovered
+)
+EventCallback: TypeAlias = Callable[[Event], object]

@@ -1,0 +1,40 @@
+"""The leaselock command's own process: arguments, exit codes, one-line errors (in-process)."""
+
+from __future__ import annotations
+
+import pytest
+
+from leaselock._cli import main
+
+
+def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as exit_status:
+        main([])
+    assert exit_status.value.code == 2
+    assert "COMMAND" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--url", "bogus://x"], "is not a store URL leaselock knows"),
+        (["--url", "sqlite:///x.db", "--seconds", "1"], "--seconds 1; pass 3 or more"),
+        (["--url", "sqlite:///x.db", "--workers", "1"], "workers=1; pass an int of at least 2"),
+        (["--url", "sqlite:///x.db", "--ttl", "soon"], "ttl='soon' is not a duration"),
+    ],
+)
+def test_a_check_that_cannot_run_exits_2_with_one_line(
+    arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]
+):
+    assert (
+        main(
+            ["check", *arguments, "--seconds", "3"]
+            if "--seconds" not in arguments
+            else ["check", *arguments]
+        )
+        == 2
+    )
+    error = capsys.readouterr().err
+    assert error.startswith("leaselock check: ")
+    assert message in error
+    assert len(error.strip().splitlines()) == 1
