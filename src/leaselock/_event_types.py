@@ -103,19 +103,28 @@ class LeaseAcquired(_EventFields):
 class TickSkipped(_EventFields):
     """A tick of ``job`` did not run here, for ``reason``.
 
-    ``min_hold_ms`` is the job's ``min_hold`` when the reason is ``"in-progress"``: the run lock
-    may be held by a run that already ended, for the rest of it.
+    ``holder`` is the label of the instance that kept it out, where the store said;
+    ``min_hold_ms`` the job's ``min_hold`` when the reason is ``"in-progress"`` (the run lock
+    may be held by a run that already ended). ``streak`` counts the skips in a row for this
+    reason since ``streak_since``; ``loud`` says whether its line is worth INFO: the first of a
+    streak, then at most one summary a minute. Quieter skips are logged at DEBUG.
     """
 
     type: Literal["tick-skipped"] = "tick-skipped"
     job: str
     reason: SkipReason
     min_hold_ms: int | None = None
+    holder: str | None = None
+    streak: int = 1
+    streak_since: datetime | None = None
+    loud: bool = True
 
     @property
     def level(self) -> int:
-        """DEBUG for the skips that are the point; WARNING when the store failed."""
-        return logging.WARNING if self.reason == "store-unavailable" else logging.DEBUG
+        """WARNING when the store failed; INFO for a streak's first skip and its summaries."""
+        if self.reason == "store-unavailable":
+            return logging.WARNING
+        return logging.INFO if self.loud else logging.DEBUG
 
     def message(self) -> str:
         """Return the log line."""
@@ -125,8 +134,13 @@ class TickSkipped(_EventFields):
             "store-unavailable": "the lock store is unavailable",
             "shutting-down": "this instance is shutting down",
         }[self.reason]
+        if self.holder is not None and self.reason in ("another-instance", "in-progress"):
+            why += f" ({self.holder})"
         if self.min_hold_ms:
             why += f", or one started less than min_hold ({self.min_hold_ms} ms) ago"
+        if self.streak > 1 and self.streak_since is not None:
+            since = self.streak_since.isoformat(timespec="seconds")
+            why += f"; {self.streak} ticks skipped since {since}"
         return f"Skipped {self.job}: {why}"
 
 

@@ -379,25 +379,45 @@ class Locks:
                 result = await result
             return result
 
-    def on_one_instance(self, key: str | None = None, ttl: Duration | None = None) -> JobDecorator:
+    def on_one_instance(
+        self,
+        key: str | None = None,
+        ttl: Duration | None = None,
+        *,
+        owner_idle: Duration | None = None,
+        cancel_on_loss: bool = False,
+    ) -> JobDecorator:
         """Run the decorated job on ONE instance of the application.
 
         The first instance whose tick finds the lease ``<key>:owner`` free takes it, keeps it
-        renewed while it lives, and runs that tick and every later one: ownership is sticky on
-        purpose (instances' clocks differ; a tick is not an instant). Other instances' calls
-        return ``None`` without running, logged at DEBUG (``Skipped <key>: it runs on another
-        instance``). Works on async and sync functions and methods; their signature is kept.
+        renewed while its ticks keep coming, and runs that tick and every later one: ownership
+        is sticky on purpose (instances' clocks differ; a tick is not an instant). Other
+        instances' calls return ``None`` without running (``Skipped <key>: it runs on another
+        instance (<its label>)``, the first of a streak at INFO, then one summary a minute).
+        Works on async and sync functions and methods; their signature is kept.
 
         Args:
             key: the job's key, default the function's ``__qualname__``; set it on any job
                 that must never run twice: a rename changes the default.
             ttl: the lease length (default: this ``Locks``' ttl). A crashed owner costs up to
                 ``ttl`` of ticks; they are not caught up.
+            owner_idle: hand the lease back, logged at INFO, when no tick came for this long
+                (default: three times the interval between the ticks it saw), so another
+                instance takes over from one whose scheduler stopped while its process lives.
+            cancel_on_loss: cancel an async run when its lock is lost; it then raises
+                :class:`LockLostError`.
 
         Raises:
-            LocksConfigurationError: a bad key or ttl (now), or a key conflict (at start).
+            LocksConfigurationError: a bad argument (now), or a key conflict (at start).
         """
-        return job_decorator("on_one_instance", key, ttl, self._runtime)
+        return job_decorator(
+            "on_one_instance",
+            key,
+            ttl,
+            self._runtime,
+            owner_idle=owner_idle,
+            cancel_on_loss=cancel_on_loss,
+        )
 
     def without_overlapping(
         self,
@@ -405,13 +425,16 @@ class Locks:
         ttl: Duration | None = None,
         *,
         min_hold: Duration | None = None,
+        max_run: Duration | None = None,
+        cancel_on_loss: bool = False,
     ) -> JobDecorator:
         """Never let the decorated job overlap itself, on any instance.
 
         Each run holds the lock ``<key>`` for the whole run (renewed, released at the end); a
         tick that finds it held returns ``None`` (``Skipped <key>: a run is still in
         progress``). With :meth:`on_one_instance` on the same function both share the key, and
-        :func:`current_lock` in the run is the run lock: a new fencing token every run.
+        :func:`current_lock` in the run is the run lock: a new fencing token every run. Without
+        ``max_run``, a WARNING says so when three ticks in a row found a run in progress.
 
         Args:
             key: the job's key (default: the function's ``__qualname__``).
@@ -420,12 +443,24 @@ class Locks:
                 ended sooner (ShedLock's ``lockAtLeastFor``): the same tick fired by several
                 schedulers (one Celery beat per replica) then runs once, and the others skip
                 it. Keep it below the interval between ticks.
+            max_run: a cap on a run (ShedLock's ``lockAtMostFor``): past it, the run's signal
+                aborts with ``detected_by="max_run"``, its run lock is released so the next
+                tick can start, and a WARNING names the job and how long it ran.
+            cancel_on_loss: cancel an async run when its lock is lost, its cap included; it
+                then raises :class:`LockLostError`.
 
         Raises:
-            LocksConfigurationError: a bad key, ttl or min_hold (now), or a key conflict (at
-                start).
+            LocksConfigurationError: a bad argument (now), or a key conflict (at start).
         """
-        return job_decorator("without_overlapping", key, ttl, self._runtime, min_hold=min_hold)
+        return job_decorator(
+            "without_overlapping",
+            key,
+            ttl,
+            self._runtime,
+            min_hold=min_hold,
+            max_run=max_run,
+            cancel_on_loss=cancel_on_loss,
+        )
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:
         """Elect one leader for ``key`` among every instance.

@@ -300,13 +300,19 @@ class SyncLocks:
         with self.hold(key, ttl=ttl, wait=wait, signal=signal):
             return fn()
 
-    def on_one_instance(self, key: str | None = None, ttl: Duration | None = None) -> JobDecorator:
+    def on_one_instance(
+        self,
+        key: str | None = None,
+        ttl: Duration | None = None,
+        *,
+        owner_idle: Duration | None = None,
+    ) -> JobDecorator:
         """Bind a job to run on ONE instance; see :meth:`leaselock.Locks.on_one_instance`.
 
         A sync job runs in the thread that calls it (a ``BackgroundScheduler`` worker, a Celery
         worker) while its lease is renewed on the loop thread.
         """
-        return self._locks.on_one_instance(key, ttl)
+        return self._locks.on_one_instance(key, ttl, owner_idle=owner_idle)
 
     def without_overlapping(
         self,
@@ -314,9 +320,14 @@ class SyncLocks:
         ttl: Duration | None = None,
         *,
         min_hold: Duration | None = None,
+        max_run: Duration | None = None,
     ) -> JobDecorator:
-        """Bind a job that never overlaps itself; see ``Locks.without_overlapping``."""
-        return self._locks.without_overlapping(key, ttl, min_hold=min_hold)
+        """Bind a job that never overlaps itself; see ``Locks.without_overlapping``.
+
+        A thread cannot be cancelled: past ``max_run`` the run's signal aborts and its lock is
+        given up; check ``current_lock().signal`` between steps.
+        """
+        return self._locks.without_overlapping(key, ttl, min_hold=min_hold, max_run=max_run)
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:
         """Bind an election; see :meth:`leaselock.Locks.leader_election` (hooks run on the loop)."""

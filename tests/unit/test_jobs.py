@@ -568,10 +568,8 @@ async def test_min_hold_keeps_the_run_lock_after_a_short_run_so_a_duplicate_tick
         await clock.advance("28s")
         assert await jobs[1].count() == "counted", "min_hold is over: the next tick runs"
     assert [job.runs for job in jobs] == [1, 1]
-    assert (
-        "Skipped inventory:counted: a run is still in progress, or one started less than "
-        "min_hold (30000 ms) ago" in caplog.text
-    )
+    assert "Skipped inventory:counted: a run is still in progress (" in caplog.text
+    assert "or one started less than min_hold (30000 ms) ago" in caplog.text
 
 
 async def test_a_run_longer_than_min_hold_releases_its_lock_when_it_ends(store, clock):

@@ -84,7 +84,12 @@ class CheckedStore:
         except Exception as error:
             raise self._failed("acquire", error) from error
         if isinstance(result, NotAcquired):
-            return result
+            # the holder is for messages only: one of another type is dropped, not trusted
+            return (
+                result
+                if result.holder is None or isinstance(result.holder, str)
+                else (NotAcquired())
+            )
         if not isinstance(result, Acquired):
             raise LockStoreError(
                 f"{self.inner!r}.acquire returned {result!r}; return "

@@ -143,6 +143,20 @@ class LockEngine:
             self._waiters.discard(waiter)
         return None if won is None else self._adopt(key, ttl_ms, won)
 
+    async def try_once(self, key: str, ttl_ms: int) -> Lease | NotWon:
+        """Try once to take ``key``: the held lease, or who holds it (``NotWon.holder``).
+
+        Raises:
+            LockStoreError: the store failed, or did not answer in time.
+        """
+        attempt = await self.attempt(key, ttl_ms, self._clock.now_ms())
+        if isinstance(attempt, NotWon):
+            if attempt.error is not None:
+                raise attempt.error
+            return attempt
+        lease = self._adopt(key, ttl_ms, attempt)
+        return NotWon(None) if lease is None else lease
+
     async def attempt(self, key: str, ttl_ms: int, give_up_at_ms: int) -> Won | NotWon:
         """Try once to take ``key``, as a fresh owner, within the attempt's bound.
 
@@ -177,7 +191,7 @@ class LockEngine:
             if not self._acquiring:
                 self._acquires_done.set()
         if not isinstance(result, Acquired):
-            return NotWon(None)
+            return NotWon(None, result.holder)
         answered_at_ms = self._clock.now_ms()
         if answered_at_ms >= sent_at_ms + ttl_ms:
             # the store may already have expired it and given the key to someone else

@@ -33,9 +33,10 @@ class Won:
 @final
 @dataclass(frozen=True, slots=True)
 class NotWon:
-    """An attempt that took nothing: the key was held, or the store failed (``error``)."""
+    """An attempt that took nothing: the key was held (by ``holder``), or the store failed."""
 
     error: LockStoreError | None
+    holder: str | None = None
 
 
 def backoff_ms(attempt: int) -> int:

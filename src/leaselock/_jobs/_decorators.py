@@ -18,7 +18,7 @@ from .._durations import Duration, parse_ttl, parse_wait
 from .._errors import LocksConfigurationError
 from .._keys import refuse_function_as_key, validate_key
 from ._runtime import JobRuntime, resolve_runtime
-from ._spec import JOB_ATTRIBUTE, JobKind, JobSpec
+from ._spec import JOB_ATTRIBUTE, JobKind, JobOptions, JobSpec
 
 __all__ = [
     "F",
@@ -56,12 +56,22 @@ def job_decorator(
     runtime: JobRuntime | None,
     *,
     min_hold: Duration | None = None,
+    max_run: Duration | None = None,
+    owner_idle: Duration | None = None,
+    cancel_on_loss: bool = False,
 ) -> JobDecorator:
     """Return the decorator of ``kind`` (``runtime`` given: the bound form)."""
     refuse_function_as_key(key, f"@{'locks' if runtime is not None else 'leaselock'}.{kind}", "()")
     checked_key = None if key is None else validate_key(key)
     ttl_ms = None if ttl is None else parse_ttl(ttl)
-    min_hold_ms = None if min_hold is None else parse_wait(min_hold, name="min_hold")
+    if not isinstance(cancel_on_loss, bool):
+        raise LocksConfigurationError(f"cancel_on_loss={cancel_on_loss!r}; pass True or False")
+    options = JobOptions(
+        min_hold_ms=None if min_hold is None else parse_wait(min_hold, name="min_hold"),
+        max_run_ms=None if max_run is None else parse_ttl(max_run, name="max_run"),
+        owner_idle_ms=None if owner_idle is None else parse_ttl(owner_idle, name="owner_idle"),
+        cancel_on_loss=cancel_on_loss,
+    )
 
     def decorate(function: F) -> F:
         spec = getattr(function, JOB_ATTRIBUTE, None)
@@ -71,7 +81,7 @@ def job_decorator(
             _check_decoratable(kind, function, has_key=checked_key is not None)
             spec = JobSpec(function)
             wrapper = cast("F", _wrap(spec))
-        spec.add(kind, checked_key, ttl_ms, min_hold_ms)
+        spec.add(kind, checked_key, ttl_ms, options)
         if runtime is not None:
             runtime.bind_job(spec)
         return wrapper
@@ -112,28 +122,47 @@ def _wrap(spec: JobSpec) -> Callable[..., Any]:
     return wrapper
 
 
-def on_one_instance(key: str | None = None, ttl: Duration | None = None) -> JobDecorator:
+def on_one_instance(
+    key: str | None = None,
+    ttl: Duration | None = None,
+    *,
+    owner_idle: Duration | None = None,
+    cancel_on_loss: bool = False,
+) -> JobDecorator:
     """Mark a job that runs on ONE instance; bound by ``locks.register`` or the current Locks.
 
     The first instance whose tick finds the lease ``<key>:owner`` free takes it and keeps it
-    renewed while it lives; it runs that tick and every later one. Other instances' ticks
-    return ``None`` without running. See :meth:`leaselock.Locks.on_one_instance`.
+    renewed while ticks keep coming; it runs that tick and every later one. Other instances'
+    ticks return ``None`` without running. See :meth:`leaselock.Locks.on_one_instance`.
 
     Args:
         key: the job's key; defaults to the function's ``__qualname__``. Set it on any job
             that must never run twice: a rename changes the default.
         ttl: the lease length (default: the ``Locks`` ttl).
+        owner_idle: hand the lease back when no tick came for this long (default: three times
+            the interval between the ticks seen), so another instance's scheduler takes over
+            from one that stopped firing.
+        cancel_on_loss: cancel an async run when its lock is lost; it then raises
+            :class:`~leaselock.LockLostError`.
 
     Raises:
-        LocksConfigurationError: a bad key or ttl.
+        LocksConfigurationError: a bad argument.
 
     .. versionadded:: 0.1
+    .. versionchanged:: 0.2 ``owner_idle``, ``cancel_on_loss``.
     """
-    return job_decorator("on_one_instance", key, ttl, None)
+    return job_decorator(
+        "on_one_instance", key, ttl, None, owner_idle=owner_idle, cancel_on_loss=cancel_on_loss
+    )
 
 
 def without_overlapping(
-    key: str | None = None, ttl: Duration | None = None, *, min_hold: Duration | None = None
+    key: str | None = None,
+    ttl: Duration | None = None,
+    *,
+    min_hold: Duration | None = None,
+    max_run: Duration | None = None,
+    cancel_on_loss: bool = False,
 ) -> JobDecorator:
     """Mark a job that never overlaps itself; bound by ``locks.register`` or the current Locks.
 
@@ -146,8 +175,21 @@ def without_overlapping(
         min_hold: keep the run lock at least this long after the run STARTED (ShedLock's
             ``lockAtLeastFor``), so the same tick fired by several schedulers (a Celery beat
             per replica) runs once. Set it below the interval between ticks.
+        max_run: a cap on a run (ShedLock's ``lockAtMostFor``): past it, the run's signal aborts
+            (``detected_by="max_run"``), its run lock is released so the next tick can start,
+            and a WARNING names the job.
+        cancel_on_loss: cancel an async run when its lock is lost (its cap included); it then
+            raises :class:`~leaselock.LockLostError`.
 
     .. versionadded:: 0.1
-    .. versionchanged:: 0.2 ``min_hold``.
+    .. versionchanged:: 0.2 ``min_hold``, ``max_run``, ``cancel_on_loss``.
     """
-    return job_decorator("without_overlapping", key, ttl, None, min_hold=min_hold)
+    return job_decorator(
+        "without_overlapping",
+        key,
+        ttl,
+        None,
+        min_hold=min_hold,
+        max_run=max_run,
+        cancel_on_loss=cancel_on_loss,
+    )

@@ -2,22 +2,27 @@
 
 A tick of a job becomes a run in :meth:`JobRuns.begin` (or a skip, reported as an event) and
 ends in :meth:`JobRuns.end`. The sticky lease ``<key>:owner`` is taken at the first tick that
-finds it free and kept, renewed, until the instance shuts down or loses it.
+finds it free and kept, renewed, while ticks keep coming: after ``owner_idle`` without one it is
+handed back. A run past its ``max_run`` gives its run lock up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import statistics
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import final
 
-from .._clock import Clock
+from .._clock import Clock, TimerHandle
 from .._engine import Lease, Lock, LockEngine, release_logged
 from .._errors import LockStoreError
-from .._event_types import LeaseAcquired, SkipReason, TickSkipped
+from .._event_types import LeaseAcquired, LockHandedBack, SkipReason
 from .._events import Publisher
+from ._skips import Skips
 from ._spec import JobSpec
 
 __all__ = ["JobRun", "JobRuns"]
@@ -27,6 +32,10 @@ _log = logging.getLogger("leaselock.jobs")
 # instances firing the same tick differ by less than this: a lease handed back sooner would let
 # one of them run the tick a second time
 SAME_TICK_MS = 1000
+# with no owner_idle set, the owner lets go after this many of the intervals it saw between ticks
+IDLE_INTERVALS = 3
+# the ticks remembered to derive that interval
+TICKS_SEEN = 5
 
 
 @final
@@ -39,6 +48,7 @@ class JobRun:
     run_lease: Lease | None
     unlink: Callable[[], None] | None
     started_ms: int
+    cap: TimerHandle | None = None
 
 
 @final
@@ -47,6 +57,8 @@ class _OwnedLease:
     lease: Lease
     lock: Lock
     last_started_ms: int
+    ticks: deque[int]
+    idle_check: TimerHandle | None = None
 
 
 @final
@@ -63,6 +75,7 @@ class JobRuns:
         "_guards",
         "_idle",
         "_leases",
+        "_skips",
     )
 
     def __init__(
@@ -79,6 +92,7 @@ class JobRuns:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closing = False
+        self._skips = Skips(clock, events)
 
     async def begin(self, spec: JobSpec) -> JobRun | None:
         """Turn a tick into a run, or skip it (``None``) and say why.
@@ -98,33 +112,52 @@ class JobRuns:
 
     async def _begin(self, spec: JobSpec) -> JobRun | None:
         owned = await self._lease_for(spec) if spec.one_instance else None
-        if spec.one_instance and owned is None:
-            self._skip(spec, "another-instance")
+        if isinstance(owned, str | None) and spec.one_instance:
+            self._skip(spec, "another-instance", holder=owned)
             return None
         run_lease = None
         if spec.no_overlap:
-            run_lease = await self._engine.acquire(
-                spec.key, spec.no_overlap_ttl_ms or self._default_ttl_ms, 0, None
+            taken = await self._engine.try_once(
+                spec.key, spec.no_overlap_ttl_ms or self._default_ttl_ms
             )
-            if run_lease is None:
-                self._skip(spec, "in-progress")
+            if not isinstance(taken, Lease):
+                self._skip(spec, "in-progress", holder=taken.holder)
                 return None
-        if owned is not None and not owned.lease.held:
+            run_lease = taken
+        if isinstance(owned, _OwnedLease) and not owned.lease.held:
             # the lease was lost while the run lock was taken: another instance may run now
             if run_lease is not None:
                 await release_logged(self._engine.lock(run_lease))
-            self._skip(spec, "another-instance")
+            self._skip(spec, "another-instance", holder=None)
             return None
         if run_lease is not None:
             lock = self._engine.lock(run_lease)
-            unlink = None if owned is None else self._tie(owned.lease, run_lease)
+            unlink = self._tie(owned.lease, run_lease) if isinstance(owned, _OwnedLease) else None
         else:
-            assert owned is not None  # noqa: S101 -- a job has at least one of the two decorators
+            assert isinstance(owned, _OwnedLease)  # noqa: S101 -- a job has one of the two
             lock, unlink = owned.lock, None
         run = JobRun(spec, lock, run_lease, unlink, self._clock.now_ms())
+        if run_lease is not None and spec.max_run_ms is not None:
+            run.cap = self._clock.call_at(run.started_ms + spec.max_run_ms, self._capper(run))
+        self._skips.ran(spec)
         self._active.add(run)
         self._idle.clear()
         return run
+
+    def _capper(self, run: JobRun) -> Callable[[], Awaitable[None]]:
+        async def cap() -> None:
+            if run not in self._active or run.run_lease is None or not run.run_lease.held:
+                return
+            _log.warning(
+                "%s has run for %d ms, past its max_run: its signal aborts and its run lock is "
+                "released, so the next tick can start",
+                run.spec.key,
+                self._clock.now_ms() - run.started_ms,
+                extra={"job": run.spec.key, "reason": "max_run"},
+            )
+            self._engine.give_up(run.run_lease, "max_run")
+
+        return cap
 
     def _tie(self, lease: Lease, run_lease: Lease) -> Callable[[], None]:
         """Make the run's signal abort when the lease is lost: another instance may run now."""
@@ -132,7 +165,8 @@ class JobRuns:
             lambda reason: self._engine.give_up(run_lease, reason.detected_by)
         )
 
-    async def _lease_for(self, spec: JobSpec) -> _OwnedLease | None:
+    async def _lease_for(self, spec: JobSpec) -> _OwnedLease | str | None:
+        """Return the job's lease held here, or the owner id of the instance holding it."""
         key = spec.key
         # two ticks of one job on this instance must not race each other for its lease
         guard = self._guards.setdefault(key, asyncio.Lock())
@@ -140,21 +174,52 @@ class JobRuns:
             owned = self._leases.get(key)
             now_ms = self._clock.now_ms()
             if owned is not None and owned.lease.held:
-                owned.last_started_ms = now_ms
+                self._ticked(spec, owned, now_ms)
                 return owned
-            lease = await self._engine.acquire(
-                spec.lease_key, spec.one_instance_ttl_ms or self._default_ttl_ms, 0, None
+            taken = await self._engine.try_once(
+                spec.lease_key, spec.one_instance_ttl_ms or self._default_ttl_ms
             )
-            if lease is None:
-                return None
-            owned = _OwnedLease(lease, self._engine.lock(lease), now_ms)
+            if not isinstance(taken, Lease):
+                return taken.holder
+            owned = _OwnedLease(taken, self._engine.lock(taken), now_ms, deque(maxlen=TICKS_SEEN))
             self._leases[key] = owned
+            self._ticked(spec, owned, now_ms)
             self._events.emit(
                 LeaseAcquired(
-                    key=lease.key, fencing_token=lease.fencing_token, owner=lease.owner, job=key
+                    key=taken.key, fencing_token=taken.fencing_token, owner=taken.owner, job=key
                 )
             )
             return owned
+
+    def _ticked(self, spec: JobSpec, owned: _OwnedLease, now_ms: int) -> None:
+        """Note a tick the owner saw, and when it lets go if no other comes."""
+        owned.last_started_ms = now_ms
+        owned.ticks.append(now_ms)
+        idle_ms = spec.owner_idle_ms or _derived_idle_ms(owned.ticks)
+        if owned.idle_check is not None:
+            owned.idle_check.cancel()
+        if idle_ms is not None:
+            owned.idle_check = self._clock.call_at(now_ms + idle_ms, self._idler(spec, owned))
+
+    def _idler(self, spec: JobSpec, owned: _OwnedLease) -> Callable[[], Awaitable[None]]:
+        async def let_go() -> None:
+            if self._leases.get(spec.key) is not owned or self._closing:
+                return
+            if any(run.spec is spec for run in self._active) or not owned.lease.held:
+                return
+            del self._leases[spec.key]
+            self._events.emit(
+                LockHandedBack(
+                    key=owned.lease.key,
+                    fencing_token=owned.lease.fencing_token,
+                    owner=owned.lease.owner,
+                    reason="idle",
+                    job=spec.key,
+                )
+            )
+            await self._engine.hand_back(owned.lease, 0)
+
+        return let_go
 
     async def end(self, run: JobRun) -> None:
         """End ``run``: release its run lock (a failure is logged); the lease is kept.
@@ -163,6 +228,8 @@ class JobRuns:
         rest of it (one last renewal, no waiting), so duplicates of its tick skip.
         """
         try:
+            if run.cap is not None:
+                run.cap.cancel()
             if run.unlink is not None:
                 run.unlink()
             if run.run_lease is not None:
@@ -210,6 +277,18 @@ class JobRuns:
         (shortened at the store, not waited for): instances firing the same tick then skip it.
         """
         now_ms = self._clock.now_ms()
+        for owned in self._leases.values():
+            if owned.idle_check is not None:
+                owned.idle_check.cancel()
+            if owned.lease.held:
+                self._events.emit(
+                    LockHandedBack(
+                        key=owned.lease.key,
+                        fencing_token=owned.lease.fencing_token,
+                        owner=owned.lease.owner,
+                        reason="shutdown",
+                    )
+                )
         await asyncio.gather(
             *(
                 self._engine.hand_back(owned.lease, owned.last_started_ms + SAME_TICK_MS - now_ms)
@@ -218,18 +297,23 @@ class JobRuns:
         )
         self._leases.clear()
 
-    def _skip(self, spec: JobSpec, reason: SkipReason) -> None:
+    def _skip(self, spec: JobSpec, reason: SkipReason, *, holder: str | None = None) -> None:
         owned = self._leases.get(spec.key)
-        self._events.emit(
-            TickSkipped(
-                min_hold_ms=spec.min_hold_ms if reason == "in-progress" else None,
-                key=spec.lease_key if spec.one_instance else spec.key,
-                fencing_token=None if owned is None else owned.lease.fencing_token,
-                owner=None if owned is None else owned.lease.owner,
-                job=spec.key,
-                reason=reason,
-            )
+        self._skips.skip(
+            spec,
+            reason,
+            holder=holder,
+            fencing_token=None if owned is None else owned.lease.fencing_token,
+            owner=None if owned is None else owned.lease.owner,
         )
+
+
+def _derived_idle_ms(ticks: deque[int]) -> int | None:
+    """Three times the median interval between the ticks seen; none before two intervals."""
+    if len(ticks) < 3:  # noqa: PLR2004 -- two intervals at least, or one odd gap decides
+        return None
+    intervals = [later - earlier for earlier, later in itertools.pairwise(ticks)]
+    return int(IDLE_INTERVALS * statistics.median(intervals)) or None
 
 
 def _resolver(future: asyncio.Future[None]) -> Callable[[], Awaitable[None]]:

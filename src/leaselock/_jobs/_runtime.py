@@ -26,6 +26,7 @@ from .._forks import process_generation, refuse_if_forked
 from .._threads import call_in_loop, running_loop
 from ._bindings import Bindings, Started
 from ._campaign import Campaign
+from ._cancel import CancelOnLoss
 from ._registry import Registry
 from ._runs import JobRun, JobRuns
 from ._spec import ElectionSpec, JobSpec, election_spec_of, job_spec_of
@@ -229,9 +230,16 @@ class JobRuntime:
         if run is None:
             return None
         token = CURRENT_LOCK.set(run.lock)
+        cancelled_for_loss = CancelOnLoss(run) if spec.cancel_on_loss else None
         try:
             return await function(*args, **kwargs)
+        except asyncio.CancelledError as cancelled:
+            if cancelled_for_loss is not None:
+                cancelled_for_loss.raise_the_loss_instead(cancelled)
+            raise
         finally:
+            if cancelled_for_loss is not None:
+                cancelled_for_loss.stop()
             CURRENT_LOCK.reset(token)
             await self._on_own_loop(self._end(run))
 

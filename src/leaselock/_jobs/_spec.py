@@ -14,6 +14,7 @@ __all__ = [
     "JOB_ATTRIBUTE",
     "ElectionSpec",
     "JobKind",
+    "JobOptions",
     "JobSpec",
     "election_spec_of",
     "job_spec_of",
@@ -23,6 +24,17 @@ JobKind = Literal["on_one_instance", "without_overlapping"]
 
 JOB_ATTRIBUTE = "__leaselock_job__"
 ELECTION_ATTRIBUTE = "__leaselock_election__"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """The options one decorator adds to a job, parsed (internal)."""
+
+    min_hold_ms: int | None = None
+    max_run_ms: int | None = None
+    owner_idle_ms: int | None = None
+    cancel_on_loss: bool = False
 
 
 @final
@@ -37,6 +49,9 @@ class JobSpec:
     no_overlap: bool = False
     no_overlap_ttl_ms: int | None = None
     min_hold_ms: int | None = None
+    max_run_ms: int | None = None
+    owner_idle_ms: int | None = None
+    cancel_on_loss: bool = False
 
     @property
     def key(self) -> str:
@@ -54,22 +69,29 @@ class JobSpec:
         return f"{getattr(self.function, '__module__', '?')}.{name}"
 
     def add(
-        self, kind: JobKind, key: str | None, ttl_ms: int | None, min_hold_ms: int | None = None
+        self,
+        kind: JobKind,
+        key: str | None,
+        ttl_ms: int | None,
+        options: JobOptions | None = None,
     ) -> None:
         """Merge one decorator into the spec.
 
         Raises:
             LocksConfigurationError: the same decorator twice, or two different keys.
         """
+        chosen = options or JobOptions()
         if kind == "on_one_instance":
             if self.one_instance:
                 raise _twice(kind, self)
             self.one_instance, self.one_instance_ttl_ms = True, ttl_ms
+            self.owner_idle_ms = chosen.owner_idle_ms
         else:
             if self.no_overlap:
                 raise _twice(kind, self)
             self.no_overlap, self.no_overlap_ttl_ms = True, ttl_ms
-            self.min_hold_ms = min_hold_ms
+            self.min_hold_ms, self.max_run_ms = chosen.min_hold_ms, chosen.max_run_ms
+        self.cancel_on_loss = self.cancel_on_loss or chosen.cancel_on_loss
         if key is not None:
             if self.explicit_key is not None and self.explicit_key != key:
                 raise LocksConfigurationError(

@@ -44,8 +44,10 @@ _SCHEMA_LOCK_KEY: Final = int.from_bytes(b"leaseloc", "big")
 # cannot hand the key an old token. VALUES draws a number on every call, even when the UPDATE path
 # runs or nothing is taken: that only burns sequence numbers. RETURNING gives the written row's
 # token on both paths. Expiry is measured on the server's clock_timestamp(), never now(), which
-# stands still for a whole transaction.
+# stands still for a whole transaction. -> (token, NULL) when taken, else (NULL, the holder's
+# owner as the statement's snapshot saw it: for messages only, never for a decision).
 ACQUIRE_SQL: Final = """\
+WITH taken AS (
 INSERT INTO {table} AS existing (key, owner, fencing_token, expires_at)
 VALUES ($1, $2, nextval({sequence_name}),
         clock_timestamp() + CAST($3 AS bigint) * INTERVAL '1 millisecond')
@@ -54,7 +56,11 @@ ON CONFLICT (key) DO UPDATE
        fencing_token = greatest(nextval({sequence_name}), existing.fencing_token + 1),
        expires_at = clock_timestamp() + CAST($3 AS bigint) * INTERVAL '1 millisecond'
  WHERE existing.owner IS NULL OR existing.expires_at <= clock_timestamp()
-RETURNING existing.fencing_token"""
+RETURNING existing.fencing_token
+)
+SELECT fencing_token, NULL::text FROM taken
+UNION ALL
+SELECT NULL, owner FROM {table} WHERE key = $1 AND NOT EXISTS (SELECT FROM taken)"""
 
 # $1 key, $2 owner, $3 ttl_ms (bigint) -> one row if owner held a live lock (now renewed), else none
 RENEW_SQL: Final = """\

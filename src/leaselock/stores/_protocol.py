@@ -44,7 +44,15 @@ class Acquired:
 @final
 @dataclass(frozen=True, slots=True)
 class NotAcquired:
-    """A live lock held the key; nothing changed."""
+    """A live lock held the key; nothing changed.
+
+    Attributes:
+        holder: the owner id of the live lock, where the store can tell it in the same round
+            trip (every shipped store does), else ``None``. Owner ids made by leaselock end in
+            ``@<instance label>``, so a skipped tick can say where its job runs.
+    """
+
+    holder: str | None = None
 
 
 AcquireResult = Acquired | NotAcquired

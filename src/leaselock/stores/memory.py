@@ -56,7 +56,7 @@ class InMemoryLockStore:
             now_ms = self._clock.now_ms()
             row = self._rows.get(key)
             if row is not None and row.expires_at_ms > now_ms:
-                return NotAcquired()
+                return NotAcquired(holder=row.owner)
             self._last_token += 1
             self._rows[key] = _Row(owner, now_ms + ttl_ms)
             return Acquired(self._last_token)

@@ -249,8 +249,8 @@ class PostgresLockStore:
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         """Take ``key`` if no live lock holds it; the token is greater than any it had."""
         row = await self._fetchrow(self._sql.acquire, (key, owner, ttl_ms))
-        if row is None:
-            return NotAcquired()
+        if row is None or row[0] is None:
+            return NotAcquired(holder=None if row is None else row[1])
         return Acquired(self._token(row[0]))
 
     async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:

@@ -72,12 +72,13 @@ ACQUIRE: Final = _script(
     """
 -- KEYS[1] = lock key, KEYS[2] = fencing-token counter
 -- ARGV[1] = owner, ARGV[2] = ttl_ms
--- -> the new fencing token if the key was free (no live lock), else 0
+-- -> the new fencing token (an integer) if the key was free (no live lock), else the live
+--    lock's owner (a string; false if it expired meanwhile)
 -- SET NX sees an expired key as absent: Redis expires keys on access, on its own clock
 if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then
   return redis.call('INCR', KEYS[2])
 end
-return 0
+return redis.call('GET', KEYS[1])
 """,
 )
 
@@ -357,11 +358,14 @@ class RedisLockStore:
 
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         """Take ``key`` for ``owner`` for ``ttl_ms`` if no live lock holds it; one round trip."""
-        token = await self._run(
+        reply = await self._run(
             ACQUIRE, 2, self._lock_prefix + key, self._counter_key, owner, ttl_ms
         )
-        # an integer reply is an int whether or not the client decodes responses
-        return Acquired(token) if token else NotAcquired()
+        # an integer reply is an int whether or not the client decodes responses; the holder
+        # comes back as bytes or str, or None when its lock expired in between
+        if isinstance(reply, int):
+            return Acquired(reply)
+        return NotAcquired(holder=None if reply is None else _text(reply))
 
     async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
         """Move the expiry to ``ttl_ms`` from now if ``owner`` holds a live lock on ``key``."""

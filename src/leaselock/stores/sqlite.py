@@ -97,6 +97,9 @@ WHERE held.owner IS NULL OR held.expires_at_ms <= :now_ms
 # :key -> (fencing_token,) of the row ACQUIRE just wrote
 TAKEN_ROW: Final = "SELECT fencing_token FROM {locks} WHERE key = :key"
 
+# :key -> (owner,) of the live lock that kept ACQUIRE out
+HOLDER: Final = "SELECT owner FROM {locks} WHERE key = :key"
+
 # :token -> nothing; the counter moves to the token just handed out (never below it)
 ADVANCE_COUNTER: Final = """
 INSERT INTO {tokens} (id, last_token) VALUES (1, :token)
@@ -168,6 +171,7 @@ class SQLiteLockStore:
         "_busy_timeout_ms",
         "_clock",
         "_guard",
+        "_holder_sql",
         "_path",
         "_release_sql",
         "_renew_sql",
@@ -234,6 +238,7 @@ class SQLiteLockStore:
         )
         self._acquire_sql = ACQUIRE.format_map(names)
         self._taken_row_sql = TAKEN_ROW.format_map(names)
+        self._holder_sql = HOLDER.format_map(names)
         self._advance_counter_sql = ADVANCE_COUNTER.format_map(names)
         self._renew_sql = RENEW.format_map(names)
         self._release_sql = RELEASE.format_map(names)
@@ -281,10 +286,10 @@ class SQLiteLockStore:
 
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         """Take ``key`` if no live lock holds it; the token is greater than any it had."""
-        token = await self._call(
+        taken = await self._call(
             "acquire", lambda db, now_ms: self._take(db, now_ms, key, owner, ttl_ms)
         )
-        return NotAcquired() if token is None else Acquired(token)
+        return taken if isinstance(taken, NotAcquired) else Acquired(taken)
 
     async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
         """Move the expiry to ``ttl_ms`` from now if ``owner`` holds a live lock on ``key``."""
@@ -307,13 +312,15 @@ class SQLiteLockStore:
 
     def _take(
         self, db: sqlite3.Connection, now_ms: int, key: str, owner: str, ttl_ms: int
-    ) -> int | None:
+    ) -> int | NotAcquired:
         taken = db.execute(
             self._acquire_sql,
             {"key": key, "owner": owner, "now_ms": now_ms, "expires_at_ms": now_ms + ttl_ms},
         )
         if taken.rowcount != 1:
-            return None
+            # the same transaction: the holder read is the one that kept us out
+            holder = db.execute(self._holder_sql, {"key": key}).fetchone()
+            return NotAcquired(holder=None if holder is None else holder[0])
         token: int = db.execute(self._taken_row_sql, {"key": key}).fetchone()[0]
         db.execute(self._advance_counter_sql, {"token": token})
         return token
