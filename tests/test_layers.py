@@ -4,7 +4,8 @@ Read from the source, type-only imports included (an import under ``if TYPE_CHEC
 dependency a reader has to follow). The floors, from the ground up:
 
 - ground: errors, durations, keys, clock, events, redaction, threads, forks;
-- stores: the store protocol and the stores (import only the ground floor);
+- stores: the store protocol (with its optional capabilities) and the stores (import only the
+  ground floor);
 - engine (``_engine/``): the ground floor and the store protocol, nothing else;
 - jobs (``_jobs/``): the engine, the ground floor and the store protocol;
 - facade: ``Locks`` and what it is made of (``_locks``, ``_hold``, ``_fencing``);
@@ -36,7 +37,8 @@ GROUND = frozenset(
         "_forks",
     )
 )
-PROTOCOL = "leaselock.stores._protocol"
+# the store contract: the three methods, and the optional capabilities' shapes and records
+PROTOCOL = frozenset({"leaselock.stores._protocol", "leaselock.stores._capabilities"})
 FACADE = frozenset({"leaselock._locks", "leaselock._hold", "leaselock._fencing"})
 
 
@@ -78,7 +80,7 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
 
 def kind_of(target: str) -> str:
     """The room of an imported module, with the store protocol apart from the stores."""
-    return "protocol" if target == PROTOCOL else room(target)
+    return "protocol" if target in PROTOCOL else room(target)
 
 
 def module_name(path: Path, root: Path) -> str:

@@ -17,7 +17,16 @@ from typing import ClassVar
 
 import pytest
 
-from leaselock.stores import AcquireResult, InMemoryLockStore, LockStore, Renewal
+from leaselock.stores import (
+    AcquireResult,
+    InMemoryLockStore,
+    JobRecord,
+    LockInfo,
+    LockStore,
+    Renewal,
+    RunRecord,
+    SQLiteLockStore,
+)
 from leaselock.testing import ManualClock
 from leaselock.testing.pytest import LockStoreContractTests
 
@@ -47,8 +56,6 @@ class TestSQLiteContract(LockStoreContractTests):
         self.clock = ManualClock()
 
     def make_store(self) -> LockStore:
-        from leaselock.stores import SQLiteLockStore  # noqa: PLC0415
-
         return SQLiteLockStore(self.path, clock=self.clock)
 
     async def advance_time(self, by: timedelta) -> None:
@@ -59,17 +66,17 @@ class RoundRobinStore:
     """Spreads calls over several stores on one file: a connection and a thread each, as if
     each were a process of its own."""
 
-    def __init__(self, stores: Sequence[LockStore]) -> None:
+    def __init__(self, stores: Sequence[SQLiteLockStore]) -> None:
         self._stores = stores
         self._next = itertools.cycle(stores)
 
     async def open(self) -> None:
         for store in self._stores:
-            await store.open()  # type: ignore[attr-defined]
+            await store.open()
 
     async def aclose(self) -> None:
         for store in self._stores:
-            await store.aclose()  # type: ignore[attr-defined]
+            await store.aclose()
 
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         return await next(self._next).acquire(key, owner, ttl_ms)
@@ -78,16 +85,29 @@ class RoundRobinStore:
         return await next(self._next).renew(key, owner, ttl_ms)
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> list[bool]:
-        return list(await next(self._next).renew_many(renewals))  # type: ignore[attr-defined]
+        return list(await next(self._next).renew_many(renewals))
 
     async def release(self, key: str, owner: str) -> bool:
         return await next(self._next).release(key, owner)
 
+    async def record_run(self, run: RunRecord) -> None:
+        await next(self._next).record_run(run)
+
+    async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
+        return await next(self._next).job_records(jobs)
+
+    async def read_lock(self, key: str) -> LockInfo | None:
+        return await next(self._next).read_lock(key)
+
+    async def list_locks(self, prefix: str = "", limit: int = 1000) -> list[LockInfo]:
+        return await next(self._next).list_locks(prefix, limit)
+
+    async def break_lock(self, key: str) -> LockInfo | None:
+        return await next(self._next).break_lock(key)
+
 
 class TestSQLiteContractOverFourConnections(TestSQLiteContract):
     def make_store(self) -> LockStore:
-        from leaselock.stores import SQLiteLockStore  # noqa: PLC0415
-
         return RoundRobinStore([SQLiteLockStore(self.path, clock=self.clock) for _ in range(4)])
 
 
@@ -109,6 +129,7 @@ def contract_postgres_url(postgres_url: str) -> Iterator[str]:
         connection = await asyncpg.connect(postgres_url)
         try:
             await connection.execute(f'DROP TABLE IF EXISTS "{PG_TABLE}"')
+            await connection.execute(f'DROP TABLE IF EXISTS "{PG_TABLE}_runs"')
             await connection.execute(f'DROP SEQUENCE IF EXISTS "{PG_SEQUENCE}"')
         finally:
             await connection.close()

@@ -26,7 +26,10 @@ pytestmark = pytest.mark.postgres
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = REPO / "src" / "leaselock" / "stores" / "postgres_schema.sql"
-ALEMBIC_MIGRATION = REPO / "docs" / "stores" / "alembic_leaselock_locks.py"
+ALEMBIC_MIGRATIONS = (
+    REPO / "docs" / "stores" / "alembic_leaselock_locks.py",
+    REPO / "docs" / "stores" / "alembic_leaselock_runs.py",
+)
 HAS_PSYCOPG = importlib.util.find_spec("psycopg") is not None
 HAS_ALEMBIC = importlib.util.find_spec("alembic") is not None
 
@@ -52,6 +55,7 @@ class Scratch:
         try:
             for table, sequence in self._names:
                 await connection.execute(f'DROP TABLE IF EXISTS "{table}"')
+                await connection.execute(f'DROP TABLE IF EXISTS "{table}_runs"')
                 await connection.execute(f'DROP SEQUENCE IF EXISTS "{sequence}"')
         finally:
             await connection.close()
@@ -235,18 +239,28 @@ def test_the_shipped_schema_file_is_what_create_schema_runs() -> None:
     assert schema_file_statements() == created
 
 
-def load_migration(table: str, sequence: str) -> ModuleType:
-    """Load the Alembic migration of the docs, with its names set as a user would set them."""
-    spec = importlib.util.spec_from_file_location("alembic_leaselock_locks", ALEMBIC_MIGRATION)
-    assert spec is not None
-    assert spec.loader is not None
-    migration = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(migration)
-    migration.__dict__.update(TABLE=table, SEQUENCE=sequence)
-    return migration
+def load_migrations(table: str, sequence: str) -> list[ModuleType]:
+    """Load the Alembic migrations of the docs, in order, with names set as a user would."""
+    migrations = []
+    for path in ALEMBIC_MIGRATIONS:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert spec is not None
+        assert spec.loader is not None
+        migration = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(migration)
+        migration.__dict__.update(TABLE=table, SEQUENCE=sequence)
+        migrations.append(migration)
+    assert [m.down_revision for m in migrations[1:]] == [m.revision for m in migrations[:-1]]
+    return migrations
 
 
-async def migrate(url: str, migration: ModuleType, step: str) -> None:
+async def migrate(url: str, migrations: list[ModuleType], step: str) -> None:
+    """Run ``step`` of every migration: upgrades in order, downgrades in reverse."""
+    for migration in migrations if step == "upgrade" else reversed(migrations):
+        await migrate_one(url, migration, step)
+
+
+async def migrate_one(url: str, migration: ModuleType, step: str) -> None:
     from alembic.migration import MigrationContext  # noqa: PLC0415
     from alembic.operations import Operations  # noqa: PLC0415
     from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
@@ -272,7 +286,7 @@ async def test_the_alembic_migration_makes_the_schema_create_schema_makes(
     await by_store.aclose()
     table, sequence = scratch.names("alembic")
 
-    await migrate(scratch.url, load_migration(table, sequence), "upgrade")
+    await migrate(scratch.url, load_migrations(table, sequence), "upgrade")
 
     assert await describe(scratch.url, table, sequence) == await describe(
         scratch.url, by_store._table_name, by_store._sql.sequence.strip('"')
@@ -291,28 +305,33 @@ async def test_the_alembic_migration_makes_the_schema_create_schema_makes(
 @pytest.mark.skipif(not HAS_ALEMBIC, reason="alembic is not installed")
 async def test_the_alembic_downgrade_drops_the_table_and_the_sequence(scratch: Scratch) -> None:
     table, sequence = scratch.names("downgrade")
-    migration = load_migration(table, sequence)
-    await migrate(scratch.url, migration, "upgrade")
+    migrations = load_migrations(table, sequence)
+    await migrate(scratch.url, migrations, "upgrade")
 
-    await migrate(scratch.url, migration, "downgrade")
+    await migrate(scratch.url, migrations, "downgrade")
 
-    assert await describe(scratch.url, table, sequence) == ([], [], [])
+    assert await describe(scratch.url, table, sequence) == ([], [], [], [], [])
 
 
-async def describe(url: str, table: str, sequence: str) -> tuple[list[Any], list[Any], list[Any]]:
-    """Columns, constraints (named relative to the table) and sequence settings."""
+async def describe(url: str, table: str, sequence: str) -> tuple[list[Any], ...]:
+    """Columns and constraints (named relative to the lock table) of the lock table and of
+    the runs table, and the sequence's settings."""
     connection = await asyncpg.connect(url)
     try:
-        columns = await connection.fetch(
-            "SELECT column_name, data_type, is_nullable, collation_name "
-            "FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position",
-            table,
-        )
-        constraints = await connection.fetch(
-            "SELECT replace(conname, $1, ''), contype, pg_get_constraintdef(oid) "
-            "FROM pg_constraint WHERE conrelid = to_regclass(quote_ident($1)) ORDER BY 1",
-            table,
-        )
+        described = []
+        for name in (table, f"{table}_runs"):
+            columns = await connection.fetch(
+                "SELECT column_name, data_type, is_nullable, collation_name "
+                "FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position",
+                name,
+            )
+            constraints = await connection.fetch(
+                "SELECT replace(conname, $1, ''), contype, pg_get_constraintdef(oid) "
+                "FROM pg_constraint WHERE conrelid = to_regclass(quote_ident($2)) ORDER BY 1",
+                table,
+                name,
+            )
+            described += [[tuple(r) for r in columns], [tuple(r) for r in constraints]]
         sequences = await connection.fetch(
             "SELECT data_type::text, min_value, max_value, cycle FROM pg_sequences "
             "WHERE sequencename = $1",
@@ -320,11 +339,7 @@ async def describe(url: str, table: str, sequence: str) -> tuple[list[Any], list
         )
     finally:
         await connection.close()
-    return (
-        [tuple(r) for r in columns],
-        [tuple(r) for r in constraints],
-        [tuple(r) for r in sequences],
-    )
+    return (*described, [tuple(r) for r in sequences])
 
 
 # --- ways in, and out ----------------------------------------------------------------------

@@ -297,7 +297,7 @@ async def test_a_ttl_of_a_year_is_kept_exactly_and_held_until_it_passes(
     assert isinstance(await store.acquire(key, "holder", MAX_TTL_MS), Acquired)
     assert read_row(path, key)[2] == MAX_TTL_MS
     await clock.advance(timedelta(milliseconds=MAX_TTL_MS - 1))
-    assert await store.acquire(key, "other", LONG_TTL_MS) == NotAcquired()
+    assert await store.acquire(key, "other", LONG_TTL_MS) == NotAcquired(holder="holder")
     await clock.advance("1ms")
     assert isinstance(await store.acquire(key, "other", LONG_TTL_MS), Acquired)
     await store.aclose()

@@ -3,7 +3,7 @@
 Import this module explicitly; ``import leaselock`` never loads SQLAlchemy (the functions below
 import it when called).
 
-- :func:`lock_tables` puts :class:`~leaselock.stores.PostgresLockStore`'s table and sequence in
+- :func:`lock_tables` puts :class:`~leaselock.stores.PostgresLockStore`'s tables and sequence in
   the application's ``MetaData``, so ``alembic revision --autogenerate`` knows them (it proposed
   to drop them before) and a migration of your own creates them.
 - :func:`fenced_update` is an UPDATE that a holder paused past its lease cannot slip through.
@@ -35,7 +35,7 @@ def lock_tables(
     sequence: str = DEFAULT_SEQUENCE,
     schema: str | None = None,
 ) -> Table:
-    """Add PostgresLockStore's lock table and fencing-token sequence to ``metadata``.
+    """Add PostgresLockStore's lock table, run records table and sequence to ``metadata``.
 
     What it describes is exactly what ``PostgresLockStore.create_schema()`` makes (a test
     compares them), so Alembic's autogenerate sees no difference on a database the store set up,
@@ -43,12 +43,13 @@ def lock_tables(
     pass the store (the defaults match), and pass ``create_schema=False`` to the store once your
     migrations create them.
 
-    For ``SQLiteLockStore`` there is nothing to add: it makes its own two tables
-    (``<table>`` and ``<table>_tokens``) when it opens the file; keep them out of autogenerate
-    with an ``include_name`` that skips them.
+    For ``SQLiteLockStore`` there is nothing to add: it makes its own tables (``<table>``,
+    ``<table>_tokens`` and ``<table>_runs``) when it opens the file; keep them out of
+    autogenerate with an ``include_name`` that skips them.
 
     Returns:
-        The lock table (the sequence is in ``metadata`` too).
+        The lock table (the run records table ``<table>_runs`` and the sequence are in
+        ``metadata`` too).
 
     Raises:
         LocksConfigurationError: SQLAlchemy is not installed.
@@ -66,6 +67,22 @@ def lock_tables(
         minvalue=1,
         maxvalue=MAX_FENCING_TOKEN,
         cycle=False,
+    )
+    sa.Table(
+        f"{table}_runs",
+        metadata,
+        sa.Column("job", sa.Text(collation="C"), primary_key=True),
+        # "last": the job's last run; "success": its last successful run
+        sa.Column("kind", sa.Text(), primary_key=True),
+        sa.Column("instance", sa.Text(), nullable=False),
+        sa.Column("fencing_token", sa.BigInteger(), nullable=True),
+        # milliseconds since the Unix epoch, on the running instance's clock
+        sa.Column("started_at_ms", sa.BigInteger(), nullable=False),
+        sa.Column("ended_at_ms", sa.BigInteger(), nullable=False),
+        sa.Column("outcome", sa.Text(), nullable=False),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.CheckConstraint("kind IN ('last', 'success')", name=f"{table}_runs_kind_check"),
+        schema=schema,
     )
     return sa.Table(
         table,

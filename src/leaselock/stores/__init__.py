@@ -8,6 +8,12 @@ says which extra to install.
 import importlib
 from typing import TYPE_CHECKING
 
+from ._capabilities import JobRecord as JobRecord
+from ._capabilities import LockInfo as LockInfo
+from ._capabilities import RunOutcome as RunOutcome
+from ._capabilities import RunRecord as RunRecord
+from ._capabilities import SupportsInspection as SupportsInspection
+from ._capabilities import SupportsRunRecords as SupportsRunRecords
 from ._protocol import MAX_FENCING_TOKEN as MAX_FENCING_TOKEN
 from ._protocol import Acquired as Acquired
 from ._protocol import AcquireResult as AcquireResult
@@ -30,15 +36,21 @@ __all__ = [
     "AcquireResult",
     "Acquired",
     "InMemoryLockStore",
+    "JobRecord",
+    "LockInfo",
     "LockStore",
     "NotAcquired",
     "PostgresLockStore",
     "RedisLockStore",
     "Renewal",
+    "RunOutcome",
+    "RunRecord",
     "SQLiteLockStore",
     "SupportsBatchRenew",
+    "SupportsInspection",
     "SupportsLifecycle",
     "SupportsReleaseNotifications",
+    "SupportsRunRecords",
     "store_from_url",
 ]
 

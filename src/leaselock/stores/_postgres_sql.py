@@ -14,8 +14,15 @@ from .._errors import LocksConfigurationError
 
 __all__ = [
     "ACQUIRE_SQL",
+    "ALL_RUNS_SQL",
+    "BREAK_LOCK_SQL",
+    "CREATE_RUNS_SQL",
     "CREATE_SEQUENCE_SQL",
     "CREATE_TABLE_SQL",
+    "JOB_RUNS_SQL",
+    "LIST_LOCKS_SQL",
+    "READ_LOCK_SQL",
+    "RECORD_RUN_SQL",
     "RELEASE_AND_NOTIFY_SQL",
     "RELEASE_SQL",
     "RENEW_MANY_SQL",
@@ -34,7 +41,8 @@ _CHANNEL: Final = re.compile(r"[A-Za-z0-9_.:-]{1,63}")
 # "leaseloc" in ASCII: one advisory lock serializes every leaselock create_schema of a database
 _SCHEMA_LOCK_KEY: Final = int.from_bytes(b"leaseloc", "big")
 
-# --- SQL: {table} and {sequence} are quoted names, {sequence_name} and {channel} string literals
+# --- SQL: {table}, {sequence} and {runs} are quoted names, {sequence_name} and {channel} string
+# literals
 
 # $1 key, $2 owner, $3 ttl_ms (bigint) -> fencing_token: one row if taken, none if a live lock
 # holds the key. Owner check and write are ONE statement: the row lock taken by ON CONFLICT makes
@@ -99,10 +107,78 @@ UPDATE {table}
  WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
 RETURNING true"""
 
-# $1 table, $2 sequence (quoted names, as text) -> one row: whether both exist. Needs no DDL
-# privilege, so a role without CREATE can open a store on a schema made by a migration.
+# $1 table, $2 sequence, $3 runs table (quoted names, as text) -> one row: whether all exist.
+# Needs no DDL privilege, so a role without CREATE can open a store on a schema made by a
+# migration.
 SCHEMA_EXISTS_SQL: Final = """\
-SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL"""
+SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
+   AND to_regclass($3) IS NOT NULL"""
+
+# $1 job, $2 instance, $3 fencing_token (NULL: none), $4 started_at_ms, $5 ended_at_ms,
+# $6 outcome, $7 error -> the kinds written. One statement: the job's "last" row, and its
+# "success" row when the outcome is "ok".
+RECORD_RUN_SQL: Final = """\
+INSERT INTO {runs} AS kept
+       (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error)
+SELECT CAST($1 AS text), kind, CAST($2 AS text), CAST($3 AS bigint), CAST($4 AS bigint),
+       CAST($5 AS bigint), CAST($6 AS text), CAST($7 AS text)
+  FROM unnest(CASE WHEN CAST($6 AS text) = 'ok' THEN ARRAY['last', 'success']
+                   ELSE ARRAY['last'] END) AS kind
+    ON CONFLICT (job, kind) DO UPDATE
+   SET instance = excluded.instance, fencing_token = excluded.fencing_token,
+       started_at_ms = excluded.started_at_ms, ended_at_ms = excluded.ended_at_ms,
+       outcome = excluded.outcome, error = excluded.error
+RETURNING kind"""
+
+# no input -> (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error)
+ALL_RUNS_SQL: Final = """\
+SELECT job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error
+  FROM {runs} ORDER BY job"""
+
+# $1 jobs text[] -> the same rows, of those jobs
+JOB_RUNS_SQL: Final = """\
+SELECT job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error
+  FROM {runs} WHERE job = ANY(CAST($1 AS text[])) ORDER BY job"""
+
+# the columns an operator reads: (key, owner if live, fencing_token, ms left if live)
+_LOCK_COLUMNS: Final = """\
+SELECT key,
+       CASE WHEN owner IS NOT NULL AND expires_at > clock_timestamp() THEN owner END,
+       fencing_token,
+       CASE WHEN owner IS NOT NULL AND expires_at > clock_timestamp()
+            THEN CAST(ceil(EXTRACT(EPOCH FROM expires_at - clock_timestamp()) * 1000) AS bigint)
+       END"""
+
+# $1 key -> one row (see _LOCK_COLUMNS) if the key has a row, else none
+READ_LOCK_SQL: Final = (
+    _LOCK_COLUMNS
+    + """
+  FROM {table} WHERE key = $1"""
+)
+
+# $1 prefix, $2 limit -> rows (see _LOCK_COLUMNS) of the keys starting with prefix, by key
+LIST_LOCKS_SQL: Final = (
+    _LOCK_COLUMNS
+    + """
+  FROM {table} WHERE left(key, char_length(CAST($1 AS text))) = $1
+ ORDER BY key LIMIT CAST($2 AS bigint)"""
+)
+
+# $1 key -> (key, owner, fencing_token, ms left) of the live lock now broken, else none. The
+# row stays, owner NULL, as after a release; the NOTIFY (when on) rides in the same statement.
+BREAK_LOCK_SQL: Final = """\
+WITH held AS (
+    SELECT key, owner, fencing_token, expires_at FROM {table}
+     WHERE key = $1 AND owner IS NOT NULL AND expires_at > clock_timestamp()
+       FOR UPDATE
+), broken AS (
+    UPDATE {table} AS freed SET owner = NULL, expires_at = clock_timestamp()
+      FROM held WHERE freed.key = held.key
+    RETURNING held.key, held.owner, held.fencing_token, held.expires_at
+)
+SELECT key, owner, fencing_token,
+       CAST(ceil(EXTRACT(EPOCH FROM expires_at - clock_timestamp()) * 1000) AS bigint){notify}
+  FROM broken"""
 
 # no input, no output; in one transaction: the lock keeps two processes creating the schema at
 # once from colliding on the catalog (CREATE ... IF NOT EXISTS alone races into unique_violation)
@@ -112,6 +188,21 @@ SCHEMA_LOCK_SQL: Final = f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK_KEY})"
 CREATE_SEQUENCE_SQL: Final = """\
 CREATE SEQUENCE IF NOT EXISTS {sequence}
     AS bigint MINVALUE 1 MAXVALUE 9007199254740991 NO CYCLE"""
+
+# no input, no output. Per job a "last" row (its last run) and a "success" row (its last
+# success); times in milliseconds since the Unix epoch, on the running instance's clock.
+CREATE_RUNS_SQL: Final = """\
+CREATE TABLE IF NOT EXISTS {runs} (
+    job text COLLATE "C" NOT NULL,
+    kind text NOT NULL CHECK (kind IN ('last', 'success')),
+    instance text NOT NULL,
+    fencing_token bigint,
+    started_at_ms bigint NOT NULL,
+    ended_at_ms bigint NOT NULL,
+    outcome text NOT NULL,
+    error text,
+    PRIMARY KEY (job, kind)
+)"""
 
 # no input, no output. COLLATE "C": keys compare byte for byte, never by a locale's rules.
 CREATE_TABLE_SQL: Final = """\
@@ -131,17 +222,26 @@ class Statements:
     renew: str
     renew_many: str
     release: str
+    record_run: str
+    all_runs: str
+    job_runs: str
+    read_lock: str
+    list_locks: str
+    break_lock: str
     schema: tuple[str, ...]
     table: str
     sequence: str
+    runs: str
 
 
-def statements(table: str, sequence: str, channel: str | None) -> Statements:
+def statements(table: str, sequence: str, runs: str, channel: str | None) -> Statements:
     names = {
         "table": table,
         "sequence": sequence,
+        "runs": runs,
         "sequence_name": _literal(sequence),
         "channel": _literal(channel or ""),
+        "notify": "" if channel is None else f", pg_notify({_literal(channel)}, key)",
     }
     release = RELEASE_SQL if channel is None else RELEASE_AND_NOTIFY_SQL
     return Statements(
@@ -149,13 +249,21 @@ def statements(table: str, sequence: str, channel: str | None) -> Statements:
         renew=RENEW_SQL.format_map(names),
         renew_many=RENEW_MANY_SQL.format_map(names),
         release=release.format_map(names),
+        record_run=RECORD_RUN_SQL.format_map(names),
+        all_runs=ALL_RUNS_SQL.format_map(names),
+        job_runs=JOB_RUNS_SQL.format_map(names),
+        read_lock=READ_LOCK_SQL.format_map(names),
+        list_locks=LIST_LOCKS_SQL.format_map(names),
+        break_lock=BREAK_LOCK_SQL.format_map(names),
         schema=(
             SCHEMA_LOCK_SQL,
             CREATE_SEQUENCE_SQL.format_map(names),
             CREATE_TABLE_SQL.format_map(names),
+            CREATE_RUNS_SQL.format_map(names),
         ),
         table=table,
         sequence=sequence,
+        runs=runs,
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import final
 
 from .._clock import Clock, SystemClock
+from ._capabilities import JobRecord, LockInfo, RunRecord, with_run
 from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
 
 __all__ = ["InMemoryLockStore"]
@@ -17,6 +18,7 @@ __all__ = ["InMemoryLockStore"]
 class _Row:
     owner: str
     expires_at_ms: int
+    fencing_token: int
 
 
 @final
@@ -36,7 +38,7 @@ class InMemoryLockStore:
     .. versionadded:: 0.1
     """
 
-    __slots__ = ("_clock", "_guard", "_last_token", "_rows")
+    __slots__ = ("_clock", "_guard", "_jobs", "_last_token", "_rows")
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         """Create an empty store whose expiries are measured on ``clock``.
@@ -48,6 +50,7 @@ class InMemoryLockStore:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._rows: dict[str, _Row] = {}
         self._last_token = 0
+        self._jobs: dict[str, JobRecord] = {}
         self._guard = threading.Lock()
 
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
@@ -58,7 +61,7 @@ class InMemoryLockStore:
             if row is not None and row.expires_at_ms > now_ms:
                 return NotAcquired(holder=row.owner)
             self._last_token += 1
-            self._rows[key] = _Row(owner, now_ms + ttl_ms)
+            self._rows[key] = _Row(owner, now_ms + ttl_ms, self._last_token)
             return Acquired(self._last_token)
 
     async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
@@ -83,6 +86,45 @@ class InMemoryLockStore:
                 return False
             del self._rows[key]
             return True
+
+    async def record_run(self, run: RunRecord) -> None:
+        """Keep ``run`` as its job's last run, and as its last success if it went well."""
+        with self._guard:
+            self._jobs[run.job] = with_run(self._jobs.get(run.job), run)
+
+    async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
+        """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""
+        with self._guard:
+            wanted = self._jobs.keys() if jobs is None else set(jobs) & self._jobs.keys()
+            return [self._jobs[job] for job in sorted(wanted)]
+
+    async def read_lock(self, key: str) -> LockInfo | None:
+        """Return ``key``'s live lock, or ``None``: a freed key leaves no trace here."""
+        with self._guard:
+            return self._live(key, self._clock.now_ms())
+
+    async def list_locks(self, prefix: str = "", limit: int = 1000) -> list[LockInfo]:
+        """Return the live locks whose key starts with ``prefix``, by key, at most ``limit``."""
+        with self._guard:
+            now_ms = self._clock.now_ms()
+            found = (
+                self._live(key, now_ms) for key in sorted(self._rows) if key.startswith(prefix)
+            )
+            return [info for info in found if info is not None][:limit]
+
+    async def break_lock(self, key: str) -> LockInfo | None:
+        """Free ``key`` whoever holds it; return what held it, or ``None`` if nothing did."""
+        with self._guard:
+            broken = self._live(key, self._clock.now_ms())
+            if broken is not None:
+                del self._rows[key]
+            return broken
+
+    def _live(self, key: str, now_ms: int) -> LockInfo | None:
+        row = self._rows.get(key)
+        if row is None or row.expires_at_ms <= now_ms:
+            return None
+        return LockInfo(key, row.owner, row.fencing_token, row.expires_at_ms - now_ms)
 
     def __repr__(self) -> str:
         """Describe the store as the start-up log shows it."""

@@ -11,6 +11,8 @@ Schema (``postgres_schema.sql`` beside this module, with the default names)::
     leaselock_locks(key text COLLATE "C" PRIMARY KEY, owner text NULL once released,
                     fencing_token bigint NOT NULL, expires_at timestamptz NOT NULL)
     leaselock_fencing_token_seq: bigint, 1 .. 2**53 - 1
+    leaselock_locks_runs(job, kind "last" | "success", instance, fencing_token,
+                         started_at_ms, ended_at_ms, outcome, error), PRIMARY KEY (job, kind)
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ from typing import TYPE_CHECKING, Any, Final, final
 from .._durations import Duration, parse_ttl
 from .._errors import LocksConfigurationError, LockStoreError
 from .._redact import redact_secrets
+from ._capabilities import (
+    RUN_ROW_COLUMNS,
+    JobRecord,
+    LockInfo,
+    RunRecord,
+    job_records_from_rows,
+    run_row,
+)
 from ._postgres_errors import check_sslmode, open_failure, sqlstate
 from ._postgres_executors import (
     ConnectionsExecutor,
@@ -233,8 +243,9 @@ class PostgresLockStore:
         quoted_table = quoted_name(table, "table")
         quoted_sequence = quoted_name(sequence, "sequence")
         checked = checked_channel(channel, table)
+        quoted_runs = quoted_name(f"{table}_runs", "table (with _runs appended)")
         self._notify_channel = checked if notify_releases else None
-        self._sql = statements(quoted_table, quoted_sequence, self._notify_channel)
+        self._sql = statements(quoted_table, quoted_sequence, quoted_runs, self._notify_channel)
         self._make_executor = opener
         self._create_schema_at_open = create_schema
         self._where = where
@@ -289,6 +300,58 @@ class PostgresLockStore:
         finally:
             await watcher.stop()
 
+    # --- run records and inspection --------------------------------------------------------
+
+    async def record_run(self, run: RunRecord) -> None:
+        """Keep ``run`` as its job's last run, and its last success if it went well; one trip."""
+        row = run_row(run)
+        await self._fetch(
+            self._sql.record_run,
+            (
+                row["job"],
+                row["instance"],
+                row["fencing_token"],
+                row["started_at_ms"],
+                row["ended_at_ms"],
+                row["outcome"],
+                row["error"],
+            ),
+        )
+
+    async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
+        """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""
+        if jobs is None:
+            rows = await self._fetch(self._sql.all_runs, ())
+        else:
+            rows = await self._fetch(self._sql.job_runs, (sorted(set(jobs)),))
+        return job_records_from_rows(
+            [row[column] for column in range(RUN_ROW_COLUMNS)] for row in rows
+        )
+
+    async def read_lock(self, key: str) -> LockInfo | None:
+        """Return ``key``'s lock (live, or released with its last token), or ``None``."""
+        row = await self._fetchrow(self._sql.read_lock, (key,))
+        return None if row is None else self._lock_info(row)
+
+    async def list_locks(self, prefix: str = "", limit: int = 1000) -> list[LockInfo]:
+        """Return up to ``limit`` locks whose key starts with ``prefix``, by key."""
+        rows = await self._fetch(self._sql.list_locks, (prefix, limit))
+        return [self._lock_info(row) for row in rows]
+
+    async def break_lock(self, key: str) -> LockInfo | None:
+        """Free ``key`` whoever holds it (announced to waiters); return what held it, if any."""
+        row = await self._fetchrow(self._sql.break_lock, (key,))
+        return None if row is None else self._lock_info(row)
+
+    def _lock_info(self, row: Row) -> LockInfo:
+        key, owner, token, ms_left = row[0], row[1], row[2], row[3]
+        return LockInfo(
+            key=str(key),
+            owner=None if owner is None else str(owner),
+            fencing_token=self._token(token),
+            expires_in_ms=None if ms_left is None else int(ms_left),
+        )
+
     # --- schema and lifecycle -------------------------------------------------------------
 
     async def create_schema(self) -> None:
@@ -304,7 +367,7 @@ class PostgresLockStore:
             await executor.run_transaction(self._sql.schema)
         except Exception as error:
             raise LockStoreError(
-                f"{self!r} could not create its table and sequence: {type(error).__name__}: "
+                f"{self!r} could not create its tables and sequence: {type(error).__name__}: "
                 f"{error}. Grant the role CREATE on the schema, or create them once with "
                 "leaselock/stores/postgres_schema.sql or the Alembic migration in the docs, "
                 "and pass create_schema=False"
@@ -389,7 +452,8 @@ class PostgresLockStore:
             raise self._explained(error) from error
 
     async def _ensure_schema(self, executor: Executor, *, create: bool) -> None:
-        exists = await executor.fetchrow(SCHEMA_EXISTS_SQL, (self._sql.table, self._sql.sequence))
+        names = (self._sql.table, self._sql.sequence, self._sql.runs)
+        exists = await executor.fetchrow(SCHEMA_EXISTS_SQL, names)
         if exists is not None and exists[0]:
             return
         if create:
@@ -397,10 +461,11 @@ class PostgresLockStore:
             return
         # fail at start, not with a warning at every tick
         raise LockStoreError(
-            f"{self!r} cannot start: the table {self._sql.table} or the sequence "
-            f"{self._sql.sequence} does not exist, and create_schema=False. Create them (run "
-            "leaselock/stores/postgres_schema.sql, apply the Alembic migration, or call await "
-            "store.create_schema()), or pass create_schema=True"
+            f"{self!r} cannot start: the table {self._sql.table}, the sequence "
+            f"{self._sql.sequence} or the run records table {self._sql.runs} does not exist, "
+            "and create_schema=False. Create them (run leaselock/stores/postgres_schema.sql, "
+            "apply the Alembic migrations, or call await store.create_schema()), or pass "
+            "create_schema=True"
         )
 
     def _explained(self, error: Exception) -> Exception:
@@ -408,10 +473,10 @@ class PostgresLockStore:
         if sqlstate(error) != _UNDEFINED_TABLE:
             return error
         return LockStoreError(
-            f"{self!r}: the table {self._sql.table} or the sequence {self._sql.sequence} does "
-            f"not exist ({error}). Create them: pass create_schema=True, call "
-            "await store.create_schema(), run leaselock/stores/postgres_schema.sql, or apply "
-            "the Alembic migration from the docs"
+            f"{self!r}: the table {self._sql.table}, the sequence {self._sql.sequence} or the "
+            f"table {self._sql.runs} does not exist ({error}). Create them: pass "
+            "create_schema=True, call await store.create_schema(), run "
+            "leaselock/stores/postgres_schema.sql, or apply the Alembic migrations from the docs"
         )
 
     def _token(self, value: object) -> int:

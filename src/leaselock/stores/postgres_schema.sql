@@ -1,4 +1,4 @@
--- leaselock: the schema of PostgresLockStore, with its default names.
+-- leaselock: the schema of PostgresLockStore (locks, tokens, job run records), default names.
 --
 -- PostgresLockStore creates it by itself (create_schema=True, the default, or
 -- `await store.create_schema()`); run this file instead where the application's role may not
@@ -17,4 +17,18 @@ CREATE TABLE IF NOT EXISTS "leaselock_locks" (
     owner text,
     fencing_token bigint NOT NULL CHECK (fencing_token > 0),
     expires_at timestamptz NOT NULL
+);
+
+-- Job run records: per job a "last" row (its last run) and a "success" row (its last success).
+-- Times are milliseconds since the Unix epoch, on the running instance's clock.
+CREATE TABLE IF NOT EXISTS "leaselock_locks_runs" (
+    job text COLLATE "C" NOT NULL,
+    kind text NOT NULL CHECK (kind IN ('last', 'success')),
+    instance text NOT NULL,
+    fencing_token bigint,
+    started_at_ms bigint NOT NULL,
+    ended_at_ms bigint NOT NULL,
+    outcome text NOT NULL,
+    error text,
+    PRIMARY KEY (job, kind)
 );

@@ -6,7 +6,9 @@ Every method is one Lua script run with EVALSHA (one round trip, atomic on the s
 - ``<prefix>fencing-token``: the one counter every acquisition increments. No lock key can be
   equal to it: lock keys all start with ``<prefix>lock:``, the counter does not;
 - channel ``<prefix>released``: every release publishes its key there, so waiters in other
-  processes wake at once.
+  processes wake at once;
+- ``<prefix>runs``: one hash of job run records, fields ``last:<job>`` and ``success:<job>``,
+  each a JSON object (one key, so a cluster keeps it in one slot).
 
 Talks to Redis or Valkey through ``redis.asyncio`` (redis-py 5 or later); tested against Redis 6.2
 and 7.0 and Valkey 9.1.
@@ -16,13 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, cast, final
 
 from .._errors import LocksConfigurationError, LockStoreError
+from ._capabilities import JobRecord, LockInfo, RunRecord, job_records_from_rows, run_row
 from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
 
 try:
@@ -45,6 +49,11 @@ MAX_PREFIX_LENGTH: Final = 100
 LOCKS_SEGMENT: Final = "lock:"
 COUNTER_NAME: Final = "fencing-token"
 CHANNEL_NAME: Final = "released"
+RUNS_NAME: Final = "runs"
+LAST_FIELD: Final = "last:"
+SUCCESS_FIELD: Final = "success:"
+# SCAN's COUNT hint: keys looked at per round trip when listing locks
+SCAN_BATCH: Final = 1000
 # pause between attempts to get the release subscription back; waiters poll meanwhile
 RESUBSCRIBE_PAUSE_S: Final = 1.0
 SUBSCRIBE_TIMEOUT_S: Final = 10.0
@@ -129,7 +138,38 @@ return renewed
 """,
 )
 
-_SCRIPTS: Final = (ACQUIRE, RENEW, RELEASE, RENEW_MANY)
+BREAK_LOCK: Final = _script(
+    "break_lock",
+    """
+-- KEYS[1] = lock key
+-- ARGV[1] = release channel, ARGV[2] = the caller's key (the message)
+-- -> {owner, ms left} of the live lock now deleted (release announced), else false
+local owner = redis.call('GET', KEYS[1])
+if not owner then
+  return false
+end
+local left = redis.call('PTTL', KEYS[1])
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return {owner, left}
+""",
+)
+
+RECORD_RUN: Final = _script(
+    "record_run",
+    """
+-- KEYS[1] = runs hash
+-- ARGV[1] = "last:<job>", ARGV[2] = the run as JSON, ARGV[3] = "success:<job>" if it went well
+-- -> 1
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[1], ARGV[3], ARGV[2])
+end
+return 1
+""",
+)
+
+_SCRIPTS: Final = (ACQUIRE, RENEW, RELEASE, RENEW_MANY, BREAK_LOCK, RECORD_RUN)
 
 
 @final
@@ -163,6 +203,7 @@ class RedisLockStore:
         "_opens",
         "_options",
         "_prefix",
+        "_runs_key",
         "_server",
         "_url",
     )
@@ -251,6 +292,7 @@ class RedisLockStore:
         self._lock_prefix = prefix + LOCKS_SEGMENT
         self._counter_key = prefix + COUNTER_NAME
         self._channel = prefix + CHANNEL_NAME
+        self._runs_key = prefix + RUNS_NAME
         self._client = client
         self._url = url
         self._options = dict(options)
@@ -399,6 +441,95 @@ class RedisLockStore:
             # a restart, a failover or SCRIPT FLUSH emptied the script cache
             await client.script_load(script.source)
             return await client.evalsha(script.sha, numkeys, *keys_and_args)
+
+    # --- run records and inspection ------------------------------------------------------------
+
+    async def record_run(self, run: RunRecord) -> None:
+        """Keep ``run`` as its job's last run, and its last success if it went well; one trip."""
+        value = json.dumps(run_row(run), ensure_ascii=False, separators=(",", ":"))
+        success = SUCCESS_FIELD + run.job if run.outcome == "ok" else ""
+        await self._run(RECORD_RUN, 1, self._runs_key, LAST_FIELD + run.job, value, success)
+
+    async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
+        """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""
+        client = self._client or self._connected()
+        if jobs is None:
+            fields: Mapping[Any, Any] = await client.hgetall(self._runs_key)
+            found = [(_text(field), value) for field, value in fields.items()]
+        else:
+            wanted = [
+                kind + job for job in sorted(set(jobs)) for kind in (LAST_FIELD, SUCCESS_FIELD)
+            ]
+            values = await client.hmget(self._runs_key, wanted) if wanted else []
+            found = list(zip(wanted, values, strict=True))
+        rows = []
+        for field, value in found:
+            if value is None:
+                continue
+            kind, _, job = field.partition(":")
+            run = json.loads(_text(value))
+            rows.append(
+                (
+                    job,
+                    "success" if kind + ":" == SUCCESS_FIELD else "last",
+                    run["instance"],
+                    run["fencing_token"],
+                    run["started_at_ms"],
+                    run["ended_at_ms"],
+                    run["outcome"],
+                    run["error"],
+                )
+            )
+        return job_records_from_rows(rows)
+
+    async def read_lock(self, key: str) -> LockInfo | None:
+        """Return ``key``'s live lock, or ``None``: Redis keeps no trace of a freed key.
+
+        Redis keeps one token counter for all keys, so ``fencing_token`` is ``None``.
+        """
+        client = self._client or self._connected()
+        lock_key = self._lock_prefix + key
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.get(lock_key)
+            pipe.pttl(lock_key)
+            owner, left = await pipe.execute()
+        return _lock_info(key, owner, left)
+
+    async def list_locks(self, prefix: str = "", limit: int = 1000) -> list[LockInfo]:
+        """Return up to ``limit`` live locks whose key starts with ``prefix``, by key.
+
+        Walks the keyspace with ``SCAN`` (never ``KEYS``): for operators, not hot paths.
+        """
+        client = self._client or self._connected()
+        pattern = _glob_escaped(self._lock_prefix + prefix) + "*"
+        names = sorted(
+            {_text(name) async for name in client.scan_iter(match=pattern, count=SCAN_BATCH)}
+        )
+        found: list[LockInfo] = []
+        for start in range(0, len(names), SCAN_BATCH):
+            batch = names[start : start + SCAN_BATCH]
+            async with client.pipeline(transaction=False) as pipe:
+                for name in batch:
+                    pipe.get(name)
+                    pipe.pttl(name)
+                answers = await pipe.execute()
+            for index, name in enumerate(batch):
+                info = _lock_info(
+                    name[len(self._lock_prefix) :], answers[2 * index], answers[2 * index + 1]
+                )
+                if info is not None:
+                    found.append(info)
+            if len(found) >= limit:
+                break
+        return found[:limit]
+
+    async def break_lock(self, key: str) -> LockInfo | None:
+        """Free ``key`` whoever holds it (announced to waiters); return what held it, if any."""
+        reply = await self._run(BREAK_LOCK, 1, self._lock_prefix + key, self._channel, key)
+        if not reply:
+            return None
+        owner, left = reply
+        return LockInfo(key, _text(owner), None, max(int(left), 0))
 
     # --- release notifications -----------------------------------------------------------------
 
@@ -564,6 +695,18 @@ def _describe(pool: redis.asyncio.ConnectionPool) -> str:
 def _encoding(client: redis.asyncio.Redis) -> str:
     """Return the encoding ``client`` sends text in, which its messages come back in."""
     return str(client.connection_pool.connection_kwargs.get("encoding", "utf-8"))
+
+
+def _lock_info(key: str, owner: object, left: object) -> LockInfo | None:
+    if owner is None:
+        return None
+    # PTTL: -1 no expiry (never set by leaselock), -2 gone since the GET (not in a MULTI)
+    return LockInfo(key, _text(owner), None, int(cast("int", left)) if left else None)
+
+
+def _glob_escaped(text: str) -> str:
+    """Return ``text`` with SCAN's pattern characters escaped, so it matches only itself."""
+    return "".join("\\" + char if char in "*?[]\\" else char for char in text)
 
 
 def _text(value: object, encoding: str = "utf-8") -> str:

@@ -17,12 +17,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol, TypeVar, final
+from typing import Final, Protocol, TypeAlias, TypeVar, final
 
 from .._clock import Clock
 from .._durations import Duration, parse_duration
 from .._errors import LocksConfigurationError, LockStoreError
+from ._capabilities import JobRecord, LockInfo, RunRecord, job_records_from_rows, run_row
 from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
 from ._sqlite_worker import SQLiteWorker
 
@@ -37,7 +39,7 @@ DEFAULT_TABLE: Final = "leaselock_locks"
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 # --- SQL -------------------------------------------------------------------------------------
-# {locks} and {tokens} are the validated, quoted table names, filled in once per store.
+# {locks}, {tokens} and {runs} are the validated, quoted table names, filled in once per store.
 
 # -> ("wal",) once the file is in WAL mode: readers never block the one writer, nor it them
 JOURNAL_MODE_WAL: Final = "PRAGMA journal_mode = WAL"
@@ -71,6 +73,21 @@ CREATE TABLE IF NOT EXISTS {tokens} (
     id         INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
     last_token INTEGER NOT NULL
 )
+"""
+
+# -> nothing; per job, a "last" row (its last run) and a "success" row (its last success)
+CREATE_RUNS: Final = """
+CREATE TABLE IF NOT EXISTS {runs} (
+    job           TEXT    NOT NULL,
+    kind          TEXT    NOT NULL CHECK (kind IN ('last', 'success')),
+    instance      TEXT    NOT NULL,
+    fencing_token INTEGER,
+    started_at_ms INTEGER NOT NULL,
+    ended_at_ms   INTEGER NOT NULL,
+    outcome       TEXT    NOT NULL,
+    error         TEXT,
+    PRIMARY KEY (job, kind)
+) WITHOUT ROWID
 """
 
 # -> nothing; a counter that already exists is kept
@@ -116,6 +133,47 @@ WHERE key = :key AND owner = :owner AND expires_at_ms > :now_ms
 RELEASE: Final = """
 UPDATE {locks} SET owner = NULL
 WHERE key = :key AND owner = :owner AND expires_at_ms > :now_ms
+"""
+
+
+# :job :kind :instance :fencing_token :started_at_ms :ended_at_ms :outcome :error -> nothing
+RECORD_RUN: Final = """
+INSERT INTO {runs} (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error)
+VALUES (:job, :kind, :instance, :fencing_token, :started_at_ms, :ended_at_ms, :outcome, :error)
+ON CONFLICT (job, kind) DO UPDATE SET
+    instance = excluded.instance,
+    fencing_token = excluded.fencing_token,
+    started_at_ms = excluded.started_at_ms,
+    ended_at_ms = excluded.ended_at_ms,
+    outcome = excluded.outcome,
+    error = excluded.error
+"""
+
+# -> (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error) rows
+ALL_RUNS: Final = """
+SELECT job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error
+FROM {runs} ORDER BY job
+"""
+
+# :job -> the same rows, of one job
+JOB_RUNS: Final = """
+SELECT job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error
+FROM {runs} WHERE job = :job
+"""
+
+# :key -> (key, owner, fencing_token, expires_at_ms) or nothing
+READ_LOCK: Final = "SELECT key, owner, fencing_token, expires_at_ms FROM {locks} WHERE key = :key"
+
+# :prefix :limit -> (key, owner, fencing_token, expires_at_ms) rows, by key
+LIST_LOCKS: Final = """
+SELECT key, owner, fencing_token, expires_at_ms FROM {locks}
+WHERE substr(key, 1, length(:prefix)) = :prefix ORDER BY key LIMIT :limit
+"""
+
+# :key :now_ms -> changes() 1 if a live lock held key (now freed, row and token kept), else 0
+BREAK_LOCK: Final = """
+UPDATE {locks} SET owner = NULL
+WHERE key = :key AND owner IS NOT NULL AND expires_at_ms > :now_ms
 """
 
 
@@ -172,6 +230,7 @@ class SQLiteLockStore:
         "_clock",
         "_guard",
         "_holder_sql",
+        "_operator_sql",
         "_path",
         "_release_sql",
         "_renew_sql",
@@ -195,8 +254,9 @@ class SQLiteLockStore:
         Args:
             path: the SQLite file every process of the host opens; its directory must exist.
                 Relative paths are resolved now, against the current directory.
-            table: the locks table; the token counter lives in ``<table>_tokens``. Both are
-                created if missing, so the file may be one your application already uses.
+            table: the locks table; the token counter lives in ``<table>_tokens``, the job run
+                records in ``<table>_runs``. All are created if missing, so the file may be one
+                your application already uses.
             busy_timeout: how long a call waits for another connection's write transaction on
                 the file before it fails. Keep it well under a third of your ttl.
             clock: where expiry is read; pass the :class:`~leaselock.testing.ManualClock` of a
@@ -232,9 +292,17 @@ class SQLiteLockStore:
         self._table = table
         self._busy_timeout_ms = parse_duration(busy_timeout, name="busy_timeout")
         self._clock: _ReadsTime = clock if clock is not None else _WallClock()
-        names = {"locks": f'"{table}"', "tokens": f'"{table}_tokens"'}
+        names = {"locks": f'"{table}"', "tokens": f'"{table}_tokens"', "runs": f'"{table}_runs"'}
         self._schema_sql = tuple(
-            sql.format_map(names) for sql in (CREATE_LOCKS, CREATE_TOKENS, SEED_TOKENS)
+            sql.format_map(names) for sql in (CREATE_LOCKS, CREATE_TOKENS, SEED_TOKENS, CREATE_RUNS)
+        )
+        self._operator_sql = _OperatorStatements(
+            record_run=RECORD_RUN.format_map(names),
+            all_runs=ALL_RUNS.format_map(names),
+            job_runs=JOB_RUNS.format_map(names),
+            read_lock=READ_LOCK.format_map(names),
+            list_locks=LIST_LOCKS.format_map(names),
+            break_lock=BREAK_LOCK.format_map(names),
         )
         self._acquire_sql = ACQUIRE.format_map(names)
         self._taken_row_sql = TAKEN_ROW.format_map(names)
@@ -308,7 +376,66 @@ class SQLiteLockStore:
         """Free ``key`` if ``owner`` holds a live lock on it; the row and its token stay."""
         return await self._call("release", lambda db, now_ms: self._release(db, now_ms, key, owner))
 
+    # --- run records and inspection ------------------------------------------------------
+
+    async def record_run(self, run: RunRecord) -> None:
+        """Keep ``run`` as its job's last run, and as its last success if it went well."""
+        await self._call("record_run", lambda db, _now_ms: self._record(db, run))
+
+    async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
+        """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""
+        sql = self._operator_sql
+        if jobs is None:
+            rows = await self._call(
+                "job_records", lambda db, _now_ms: db.execute(sql.all_runs).fetchall()
+            )
+        else:
+            wanted = sorted(set(jobs))
+            rows = await self._call(
+                "job_records",
+                lambda db, _now_ms: [
+                    row for job in wanted for row in db.execute(sql.job_runs, {"job": job})
+                ],
+            )
+        return job_records_from_rows(rows)
+
+    async def read_lock(self, key: str) -> LockInfo | None:
+        """Return ``key``'s lock (live, or released with its last token), or ``None``."""
+        return await self._call(
+            "read_lock",
+            lambda db, now_ms: _lock_info(
+                db.execute(self._operator_sql.read_lock, {"key": key}).fetchone(), now_ms
+            ),
+        )
+
+    async def list_locks(self, prefix: str = "", limit: int = 1000) -> list[LockInfo]:
+        """Return up to ``limit`` locks whose key starts with ``prefix``, by key."""
+        rows = self._operator_sql.list_locks
+        return await self._call(
+            "list_locks",
+            lambda db, now_ms: [
+                _lock_of_row(row, now_ms)
+                for row in db.execute(rows, {"prefix": prefix, "limit": limit})
+            ],
+        )
+
+    async def break_lock(self, key: str) -> LockInfo | None:
+        """Free ``key`` whoever holds it; return what held it, or ``None`` if nothing did."""
+        return await self._call("break_lock", lambda db, now_ms: self._break(db, now_ms, key))
+
     # --- on the worker thread ------------------------------------------------------------
+
+    def _record(self, db: sqlite3.Connection, run: RunRecord) -> None:
+        kinds = ("last", "success") if run.outcome == "ok" else ("last",)
+        for kind in kinds:
+            db.execute(self._operator_sql.record_run, {"kind": kind, **run_row(run)})
+
+    def _break(self, db: sqlite3.Connection, now_ms: int, key: str) -> LockInfo | None:
+        held = _lock_info(db.execute(self._operator_sql.read_lock, {"key": key}).fetchone(), now_ms)
+        if held is None or not held.live:
+            return None
+        db.execute(self._operator_sql.break_lock, {"key": key, "now_ms": now_ms})
+        return held
 
     def _take(
         self, db: sqlite3.Connection, now_ms: int, key: str, owner: str, ttl_ms: int
@@ -446,6 +573,31 @@ class SQLiteLockStore:
     def __repr__(self) -> str:
         """Show the file and the table, as the start-up log shows them."""
         return f"SQLiteLockStore({str(self._path)!r}, table={self._table!r})"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _OperatorStatements:
+    record_run: str
+    all_runs: str
+    job_runs: str
+    read_lock: str
+    list_locks: str
+    break_lock: str
+
+
+_LockRow: TypeAlias = tuple[str, str | None, int, int]
+
+
+def _lock_info(row: _LockRow | None, now_ms: int) -> LockInfo | None:
+    return None if row is None else _lock_of_row(row, now_ms)
+
+
+def _lock_of_row(row: _LockRow, now_ms: int) -> LockInfo:
+    key, owner, token, expires_at_ms = row
+    if owner is None or expires_at_ms <= now_ms:
+        return LockInfo(key, None, token, None)
+    return LockInfo(key, owner, token, expires_at_ms - now_ms)
 
 
 def _checked_path(path: object) -> Path:

@@ -25,12 +25,19 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Final, TypeAlias, final
 
 from .._durations import Duration, parse_ttl
 from .._errors import LocksConfigurationError
 from .._keys import MAX_KEY_LENGTH
+from ..stores._capabilities import (
+    LockInfo,
+    RunOutcome,
+    RunRecord,
+    SupportsInspection,
+    SupportsRunRecords,
+)
 from ..stores._protocol import (
     MAX_FENCING_TOKEN,
     Acquired,
@@ -61,6 +68,16 @@ NOTIFICATION_TIMEOUT_S: Final = 5.0
 CONCURRENT: Final = "concurrent"
 BATCH_RENEW: Final = "batch_renew"
 RELEASE_NOTIFICATIONS: Final = "release_notifications"
+RUN_RECORDS: Final = "run_records"
+INSPECTION: Final = "inspection"
+_CAPABILITIES: Final = {
+    BATCH_RENEW: (SupportsBatchRenew, "renew_many()"),
+    RELEASE_NOTIFICATIONS: (SupportsReleaseNotifications, "watch_releases()"),
+    RUN_RECORDS: (SupportsRunRecords, "record_run() and job_records()"),
+    INSPECTION: (SupportsInspection, "read_lock(), list_locks() and break_lock()"),
+}
+# run records keep milliseconds: the suite's times have no finer part
+_RUN_STARTED: Final = datetime(2026, 12, 1, 12, 3, 10, 250_000, tzinfo=UTC)
 
 
 @final
@@ -72,8 +89,9 @@ class ContractCase:
         name: stable snake_case name, public API (``pytest -k <name>`` selects it).
         rule: the contract sentence the case checks.
         requires: capabilities it needs (``concurrent``, ``batch_renew``,
-            ``release_notifications``); without one, ``run`` raises :class:`unittest.SkipTest`
-            naming it. Time needs none: without ``advance_time`` the suite waits for real.
+            ``release_notifications``, ``run_records``, ``inspection``); without one, ``run``
+            raises :class:`unittest.SkipTest` naming it. Time needs none: without
+            ``advance_time`` the suite waits for real.
         run: makes a store, checks the rule, closes the store; raises ``AssertionError``
             ``"<name>: <rule> — <what happened>"`` when the store breaks it.
     """
@@ -194,6 +212,19 @@ async def free_key_taken_once(c: _Check) -> None:
     await c.take(key, holder)
     c.refused(await c.store.acquire(key, c.owner(), LONG_TTL_MS), "a second owner's acquire")
     c.refused(await c.store.acquire(key, holder, LONG_TTL_MS), "the holder's second acquire")
+
+
+@_case("a refused acquire names the live lock's owner, when it names one")
+async def refused_acquire_names_holder(c: _Check) -> None:
+    key, holder = c.key(), c.owner()
+    await c.take(key, holder)
+    refused = await c.store.acquire(key, c.owner(), LONG_TTL_MS)
+    c.refused(refused, "a second owner's acquire")
+    assert isinstance(refused, NotAcquired)  # noqa: S101 -- checked just above
+    c.expect(
+        refused.holder in {None, holder},
+        f"NotAcquired(holder={refused.holder!r}), but {holder!r} holds the key",
+    )
 
 
 @_case("release frees the key for its owner only, and the next token is greater")
@@ -521,6 +552,111 @@ async def release_notifications_name_the_key(c: _Check) -> None:
         c.expect(announced == key, f"announced {announced!r}")
 
 
+def _run(c: _Check, job: str, outcome: RunOutcome, *, at: int, token: int | None) -> RunRecord:
+    started = _RUN_STARTED + timedelta(minutes=at)
+    return RunRecord(
+        job=job,
+        instance=f"shop-\u732b-{at}",
+        fencing_token=token,
+        started_at=started,
+        ended_at=started + timedelta(seconds=1, milliseconds=at),
+        outcome=outcome,
+        error=f"ValueError: run {at} of {c.name} failed \u2014 'quoted'"
+        if outcome == "error"
+        else None,
+    )
+
+
+@_case(
+    "a run is kept as its job's last run, and as its last success only if it went well", RUN_RECORDS
+)
+async def run_records_keep_last_and_last_success(c: _Check) -> None:
+    assert isinstance(c.store, SupportsRunRecords)  # noqa: S101 -- required capability
+    job, other = c.key("job"), c.key("other job")
+    c.expect(await c.store.job_records([job]) == [], "a job that never ran has a record")
+    ok = _run(c, job, "ok", at=1, token=MAX_FENCING_TOKEN)
+    await c.store.record_run(ok)
+    failed = _run(c, job, "error", at=2, token=None)
+    await c.store.record_run(failed)
+    cancelled = _run(c, other, "cancelled", at=3, token=5)
+    await c.store.record_run(cancelled)
+    records = await c.store.job_records([job, other, c.key("never")])
+    c.expect(
+        [(r.job, r.last_run, r.last_success) for r in records]
+        == [(job, failed, ok), (other, cancelled, None)],
+        f"after ok and error runs of {job!r} and a cancelled run of {other!r}: {records}",
+    )
+    everything = {record.job: record for record in await c.store.job_records()}
+    c.expect(
+        everything.get(job) == records[0] and everything.get(other) == records[1],
+        "job_records() without jobs does not list both jobs as job_records(jobs) does",
+    )
+    again = _run(c, job, "ok", at=4, token=9)
+    await c.store.record_run(again)
+    (record,) = await c.store.job_records([job])
+    c.expect(
+        record.last_run == again and record.last_success == again,
+        f"a later successful run is not both the last run and the last success: {record}",
+    )
+
+
+@_case("concurrent runs of one job leave one whole run as its last", RUN_RECORDS, CONCURRENT)
+async def run_records_whole_under_concurrency(c: _Check) -> None:
+    assert isinstance(c.store, SupportsRunRecords)  # noqa: S101 -- required capability
+    job = c.key()
+    runs = [_run(c, job, "ok", at=n, token=n + 1) for n in range(c.callers)]
+    await asyncio.gather(*(c.store.record_run(run) for run in runs))
+    (record,) = await c.store.job_records([job])
+    c.expect(record.last_run in runs, f"the last run is no run that was recorded: {record}")
+    c.expect(record.last_success in runs, f"the last success is no recorded run: {record}")
+
+
+@_case("read_lock and list_locks show a live lock's owner and time left", INSPECTION)
+async def inspection_shows_live_locks(c: _Check) -> None:
+    assert isinstance(c.store, SupportsInspection)  # noqa: S101 -- required capability
+    first, second, holder = c.key("a"), c.key("b"), c.owner()
+    token = await c.take(first, holder)
+    await c.take(second, c.owner())
+    info = await c.store.read_lock(first)
+    c.expect(
+        isinstance(info, LockInfo)
+        and info.key == first
+        and info.owner == holder
+        and info.fencing_token in {None, token}
+        and info.expires_in_ms is not None
+        and 0 < info.expires_in_ms <= LONG_TTL_MS,
+        f"read_lock of a lock {holder!r} took for {LONG_TTL_MS} ms with token {token}: {info}",
+    )
+    listed = await c.store.list_locks(prefix=c.key())
+    c.expect(
+        [(i.key, i.live) for i in listed] == [(first, True), (second, True)],
+        f"list_locks of the case's prefix: {listed}",
+    )
+    limited = await c.store.list_locks(prefix=c.key(), limit=1)
+    c.expect([i.key for i in limited] == [first], f"list_locks(limit=1): {limited}")
+    c.answer(await c.store.release(first, holder), expected=True, doing="the holder's release")
+    after = await c.store.read_lock(first)
+    c.expect(after is None or not after.live, f"read_lock after the release: {after}")
+
+
+@_case("break_lock frees a live lock: the next acquire wins with a greater token", INSPECTION)
+async def break_lock_frees_the_key(c: _Check) -> None:
+    assert isinstance(c.store, SupportsInspection)  # noqa: S101 -- required capability
+    key, holder, successor = c.key(), c.owner(), c.owner()
+    first = await c.take(key, holder)
+    broken = await c.store.break_lock(key)
+    c.expect(
+        broken is not None and broken.owner == holder,
+        f"break_lock of a key {holder!r} held returned {broken}",
+    )
+    second = await c.take(key, successor)
+    c.expect(second > first, f"token after the break {second} is not greater than {first}")
+    c.answer(await c.store.renew(key, holder, LONG_TTL_MS), expected=False, doing="broken renew")
+    c.answer(await c.store.release(key, holder), expected=False, doing="broken release")
+    c.answer(await c.store.release(key, successor), expected=True, doing="successor's release")
+    c.expect(await c.store.break_lock(key) is None, "break_lock of a free key broke something")
+
+
 # --- building the cases --------------------------------------------------------------------
 
 
@@ -601,12 +737,9 @@ def _runner(
         if CONCURRENT in spec.requires and callers == 0:
             raise unittest.SkipTest(f"{spec.name}: races callers; pass concurrent=True")
         async with _opened(make_store) as store:
-            if BATCH_RENEW in spec.requires and not isinstance(store, SupportsBatchRenew):
-                raise unittest.SkipTest(f"{spec.name}: the store has no renew_many()")
-            if RELEASE_NOTIFICATIONS in spec.requires and not isinstance(
-                store, SupportsReleaseNotifications
-            ):
-                raise unittest.SkipTest(f"{spec.name}: the store has no watch_releases()")
+            for capability, (protocol, methods) in _CAPABILITIES.items():
+                if capability in spec.requires and not isinstance(store, protocol):
+                    raise unittest.SkipTest(f"{spec.name}: the store has no {methods}")
             check = _Check(
                 spec.name, spec.rule, store, callers=callers, advance=advance, ttl_ms=ttl_ms
             )

@@ -2,12 +2,21 @@
 
 import asyncio
 import unittest
+from collections.abc import Sequence
 
 import pytest
 
 from helpers import TokensAsText, yield_once
 from leaselock import LocksConfigurationError
-from leaselock.stores import Acquired, AcquireResult, InMemoryLockStore, NotAcquired
+from leaselock.stores import (
+    Acquired,
+    AcquireResult,
+    InMemoryLockStore,
+    JobRecord,
+    LockInfo,
+    NotAcquired,
+    RunRecord,
+)
 from leaselock.testing import ManualClock, lock_store_contract
 
 
@@ -86,6 +95,62 @@ class WholeSecondsStore:
         return await self._inner.release(key, owner)
 
 
+class ForgetfulRunsStore:
+    """Keeps only the last run: a failed run also wipes the job's last success."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self._inner = InMemoryLockStore(clock=clock)
+        self._runs: dict[str, RunRecord] = {}
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        return await self._inner.acquire(key, owner, ttl_ms)
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        return await self._inner.renew(key, owner, ttl_ms)
+
+    async def release(self, key: str, owner: str) -> bool:
+        return await self._inner.release(key, owner)
+
+    async def record_run(self, run: RunRecord) -> None:
+        self._runs[run.job] = run
+
+    async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
+        wanted = sorted(self._runs if jobs is None else set(jobs) & self._runs.keys())
+        return [
+            JobRecord(
+                job, self._runs[job], self._runs[job] if self._runs[job].outcome == "ok" else None
+            )
+            for job in wanted
+        ]
+
+
+class BreakForgetsTheOwnerStore:
+    """break_lock answers as if it broke the lock, but the holder still holds it."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self._inner = InMemoryLockStore(clock=clock)
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        result = await self._inner.acquire(key, owner, ttl_ms)
+        # names a holder that is not the live lock's owner
+        return NotAcquired(holder="someone-else") if isinstance(result, NotAcquired) else result
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        return await self._inner.renew(key, owner, ttl_ms)
+
+    async def release(self, key: str, owner: str) -> bool:
+        return await self._inner.release(key, owner)
+
+    async def read_lock(self, key: str) -> LockInfo | None:
+        return await self._inner.read_lock(key)
+
+    async def list_locks(self, prefix: str = "", limit: int = 1000) -> list[LockInfo]:
+        return await self._inner.list_locks(prefix, limit)
+
+    async def break_lock(self, key: str) -> LockInfo | None:
+        return await self._inner.read_lock(key)
+
+
 async def outcomes(make_store, clock: ManualClock) -> dict[str, str]:
     """Run every case; return name -> "passed" | "failed: <message>" | "skipped"."""
     results: dict[str, str] = {}
@@ -148,6 +213,20 @@ async def test_a_store_that_rounds_expiry_to_seconds_fails_the_millisecond_cases
         "failed: expiry_in_milliseconds: expiry is measured in milliseconds"
     )
     assert "keys_kept_apart" not in failed(results)
+
+
+async def test_a_store_that_forgets_the_last_success_fails_the_run_records_case():
+    results = await outcomes(ForgetfulRunsStore, ManualClock())
+    assert failed(results) == {"run_records_keep_last_and_last_success"}
+    assert "after ok and error runs" in results["run_records_keep_last_and_last_success"]
+    assert results["inspection_shows_live_locks"] == "skipped"
+
+
+async def test_a_break_that_frees_nothing_and_a_wrong_holder_fail_their_cases():
+    results = await outcomes(BreakForgetsTheOwnerStore, ManualClock())
+    assert failed(results) == {"break_lock_frees_the_key", "refused_acquire_names_holder"}
+    assert "holds the key" in results["refused_acquire_names_holder"]
+    assert results["run_records_keep_last_and_last_success"] == "skipped"
 
 
 async def test_a_store_returning_tokens_as_text_fails_with_the_type_named():
