@@ -45,7 +45,8 @@ class ReadThenWrite:
         )
         if rows and float(rows[0][0]) > time.time():  # type: ignore[arg-type]
             return NotAcquired()
-        await asyncio.sleep(random.uniform(0, 0.02))  # noqa: S311, TID251 -- the window the bug opens
+        # the window the bug opens, wide enough that a 6 s check always sees two holders
+        await asyncio.sleep(random.uniform(0.1, 0.3))  # noqa: S311, TID251
         token = (int(rows[0][1]) if rows else 0) + 1  # type: ignore[call-overload]
         await asyncio.to_thread(
             self._run,
@@ -72,7 +73,9 @@ class ReadThenWrite:
     async def release(self, key: str, owner: str) -> bool:
         rows = await asyncio.to_thread(
             self._run,
-            "DELETE FROM broken_locks WHERE key = ? AND owner = ? RETURNING key",
+            # the row stays, its token the floor of the next: only the one bug above
+            "UPDATE broken_locks SET owner = NULL, expires = 0 WHERE key = ? AND owner = ? "
+            "RETURNING key",
             key,
             owner,
         )

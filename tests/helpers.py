@@ -56,6 +56,22 @@ class TokensAsText:
             await self.inner.aclose()
 
 
+class LocksOnlyStore:
+    """Wraps a store and offers only the three contract methods: no optional capability."""
+
+    def __init__(self, inner: LockStore) -> None:
+        self.inner = inner
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        return await self.inner.acquire(key, owner, ttl_ms)
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        return await self.inner.renew(key, owner, ttl_ms)
+
+    async def release(self, key: str, owner: str) -> bool:
+        return await self.inner.release(key, owner)
+
+
 class Partition:
     """A TCP proxy in front of a real server; ``cut()`` holds every byte, both ways, until
     ``heal()``, as a network partition does (new connections hang too)."""

@@ -20,14 +20,19 @@ from ._errors import LocksConfigurationError as LocksConfigurationError
 from ._errors import LockStoreError as LockStoreError
 from ._event_types import Event as Event
 from ._event_types import EventType as EventType
+from ._event_types import JobOverdue as JobOverdue
+from ._event_types import JobRecovered as JobRecovered
 from ._event_types import LeadershipAcquired as LeadershipAcquired
 from ._event_types import LeadershipLost as LeadershipLost
 from ._event_types import LeaseAcquired as LeaseAcquired
+from ._event_types import LockHandedBack as LockHandedBack
 from ._event_types import LockLost as LockLost
+from ._event_types import RenewalFailing as RenewalFailing
 from ._event_types import TickSkipped as TickSkipped
 from ._events import Events as Events
 from ._events import EventStream as EventStream
 from ._fencing import FencingGuard as FencingGuard
+from ._jobs import JobStatus as JobStatus
 from ._jobs import leader_election as leader_election
 from ._jobs import on_one_instance as on_one_instance
 from ._jobs import without_overlapping as without_overlapping
@@ -45,11 +50,15 @@ __all__ = [
     "EventType",
     "Events",
     "FencingGuard",
+    "JobOverdue",
+    "JobRecovered",
+    "JobStatus",
     "LeadershipAcquired",
     "LeadershipLost",
     "LeaseAcquired",
     "Lock",
     "LockError",
+    "LockHandedBack",
     "LockLost",
     "LockLostError",
     "LockNotAcquiredError",
@@ -57,6 +66,7 @@ __all__ = [
     "LockStoreError",
     "Locks",
     "LocksConfigurationError",
+    "RenewalFailing",
     "SyncLock",
     "SyncLocks",
     "SystemClock",

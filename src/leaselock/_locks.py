@@ -19,10 +19,11 @@ from ._errors import LocksConfigurationError
 from ._events import Events, Publisher
 from ._forks import process_generation, refuse_if_forked
 from ._hold import LockHold
-from ._jobs import F, JobDecorator, JobRuntime, election_decorator, job_decorator
+from ._jobs import F, JobDecorator, JobRuntime, JobStatus, election_decorator, job_decorator
 from ._keys import default_instance, validate_instance, validate_key
 from ._redact import redact_secrets
 from ._threads import run_sync_in_worker, running_loop
+from .stores._capabilities import LockInfo
 from .stores._protocol import LockStore, SupportsLifecycle
 from .stores.memory import InMemoryLockStore
 
@@ -386,6 +387,7 @@ class Locks:
         *,
         owner_idle: Duration | None = None,
         cancel_on_loss: bool = False,
+        expect_every: Duration | None = None,
     ) -> JobDecorator:
         """Run the decorated job on ONE instance of the application.
 
@@ -406,6 +408,11 @@ class Locks:
                 instance takes over from one whose scheduler stopped while its process lives.
             cancel_on_loss: cancel an async run when its lock is lost; it then raises
                 :class:`LockLostError`.
+            expect_every: a dead-man's switch. Every run's end is recorded in the store
+                (:meth:`job_status`); when no run succeeded anywhere for ``expect_every`` plus
+                a tenth of it, every instance whose scheduler ticks the job emits
+                :class:`JobOverdue` and a WARNING (again each ``expect_every`` while it lasts),
+                and :class:`JobRecovered` once a run succeeds.
 
         Raises:
             LocksConfigurationError: a bad argument (now), or a key conflict (at start).
@@ -417,6 +424,7 @@ class Locks:
             self._runtime,
             owner_idle=owner_idle,
             cancel_on_loss=cancel_on_loss,
+            expect_every=expect_every,
         )
 
     def without_overlapping(
@@ -427,6 +435,7 @@ class Locks:
         min_hold: Duration | None = None,
         max_run: Duration | None = None,
         cancel_on_loss: bool = False,
+        expect_every: Duration | None = None,
     ) -> JobDecorator:
         """Never let the decorated job overlap itself, on any instance.
 
@@ -448,6 +457,7 @@ class Locks:
                 tick can start, and a WARNING names the job and how long it ran.
             cancel_on_loss: cancel an async run when its lock is lost, its cap included; it
                 then raises :class:`LockLostError`.
+            expect_every: a dead-man's switch, as for :meth:`on_one_instance`.
 
         Raises:
             LocksConfigurationError: a bad argument (now), or a key conflict (at start).
@@ -460,6 +470,7 @@ class Locks:
             min_hold=min_hold,
             max_run=max_run,
             cancel_on_loss=cancel_on_loss,
+            expect_every=expect_every,
         )
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:
@@ -489,6 +500,95 @@ class Locks:
         """
         self._runtime.register(target)
         return target
+
+    # --- for operators -----------------------------------------------------------------------
+
+    async def job_status(self, key: str) -> JobStatus:
+        """Return how the job ``key`` last ran (anywhere), and whether and where it runs now.
+
+        Reads the store's run records (every decorated job's runs are recorded, on every
+        instance) and the job's two locks: three round trips.
+
+        Raises:
+            LocksConfigurationError: not started, a bad key, or a store that keeps no run
+                records.
+            LockStoreError: the store failed or did not answer in time.
+
+        .. versionadded:: 0.2
+        """
+        checked = validate_key(key)
+        (status,) = await self._runtime.job_statuses([checked], self._running_engine())
+        return status
+
+    async def jobs(self) -> list[JobStatus]:
+        """Return the status of every job the store has run records of, and this Locks' jobs.
+
+        Sorted by job key. See :meth:`job_status`.
+
+        .. versionadded:: 0.2
+        """
+        return await self._runtime.job_statuses(None, self._running_engine())
+
+    async def inspect(self, prefix: str = "", *, limit: int = 1000) -> list[LockInfo]:
+        """Return the locks whose key starts with ``prefix``, by key, at most ``limit``.
+
+        Each says who holds it (``owner``, and its instance label ``instance``), its token
+        where the store keeps one per key, and the time left on the store's clock. Stores that
+        keep released keys (SQL) list them too, with ``live`` false.
+
+        Raises:
+            LocksConfigurationError: not started, a bad argument, or a store that cannot be
+                inspected.
+            LockStoreError: the store failed or did not answer in time.
+
+        .. versionadded:: 0.2
+        """
+        engine = self._running_engine()
+        if not isinstance(prefix, str):
+            raise LocksConfigurationError(f"prefix={prefix!r}; pass the start of a key, a str")
+        if type(limit) is not int or limit < 1:
+            raise LocksConfigurationError(f"limit={limit!r}; pass a whole number of 1 or more")
+        return await engine.operator.list_locks(prefix, limit)
+
+    async def read_lock(self, key: str) -> LockInfo | None:
+        """Return the lock on ``key`` as the store sees it now, or ``None`` if it has no trace.
+
+        Raises:
+            LocksConfigurationError: not started, a bad key, or a store that cannot be inspected.
+            LockStoreError: the store failed or did not answer in time.
+
+        .. versionadded:: 0.2
+        """
+        checked = validate_key(key)
+        return await self._running_engine().operator.read_lock(checked)
+
+    async def break_lock(self, key: str) -> LockInfo | None:
+        """Free ``key`` whoever holds it; return what held it (``None``: nothing live did).
+
+        For a lock whose holder is stuck or gone: the next acquire anywhere wins at once, with a
+        token greater than every earlier one, so a late write of the broken holder is refused
+        by fencing. The broken holder learns it at its next renewal (its signal aborts with
+        ``detected_by="renewal"``). Logged at WARNING.
+
+        Raises:
+            LocksConfigurationError: not started, a bad key, or a store that cannot break locks.
+            LockStoreError: the store failed or did not answer in time.
+
+        .. versionadded:: 0.2
+        """
+        checked = validate_key(key)
+        broken = await self._running_engine().operator.break_lock(checked)
+        if broken is None:
+            _log.warning('Asked to break the lock on "%s": no live lock held it', checked)
+        else:
+            _log.warning(
+                'Broke the lock on "%s" held by %s (fencing token %s)',
+                checked,
+                broken.instance or broken.owner,
+                broken.fencing_token,
+                extra={"key": checked, "token": broken.fencing_token, "reason": "broken"},
+            )
+        return broken
 
     def _checked(
         self, key: object, ttl: object, wait: object, signal: object

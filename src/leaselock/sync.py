@@ -19,9 +19,10 @@ from ._engine import CURRENT_LOCK, Lock, LockSignal, release_logged
 from ._errors import LockNotAcquiredError, LocksConfigurationError
 from ._events import Events
 from ._forks import process_generation, refuse_if_forked
-from ._jobs import CURRENT_RUNTIME, F, JobDecorator
+from ._jobs import CURRENT_RUNTIME, F, JobDecorator, JobStatus
 from ._locks import Locks, runtime_of
 from ._threads import Portal
+from .stores._capabilities import LockInfo
 from .stores._protocol import LockStore
 
 __all__ = ["SyncLock", "SyncLocks"]
@@ -306,13 +307,16 @@ class SyncLocks:
         ttl: Duration | None = None,
         *,
         owner_idle: Duration | None = None,
+        expect_every: Duration | None = None,
     ) -> JobDecorator:
         """Bind a job to run on ONE instance; see :meth:`leaselock.Locks.on_one_instance`.
 
         A sync job runs in the thread that calls it (a ``BackgroundScheduler`` worker, a Celery
         worker) while its lease is renewed on the loop thread.
         """
-        return self._locks.on_one_instance(key, ttl, owner_idle=owner_idle)
+        return self._locks.on_one_instance(
+            key, ttl, owner_idle=owner_idle, expect_every=expect_every
+        )
 
     def without_overlapping(
         self,
@@ -321,13 +325,16 @@ class SyncLocks:
         *,
         min_hold: Duration | None = None,
         max_run: Duration | None = None,
+        expect_every: Duration | None = None,
     ) -> JobDecorator:
         """Bind a job that never overlaps itself; see ``Locks.without_overlapping``.
 
         A thread cannot be cancelled: past ``max_run`` the run's signal aborts and its lock is
         given up; check ``current_lock().signal`` between steps.
         """
-        return self._locks.without_overlapping(key, ttl, min_hold=min_hold, max_run=max_run)
+        return self._locks.without_overlapping(
+            key, ttl, min_hold=min_hold, max_run=max_run, expect_every=expect_every
+        )
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:
         """Bind an election; see :meth:`leaselock.Locks.leader_election` (hooks run on the loop)."""
@@ -339,6 +346,31 @@ class SyncLocks:
         if portal is None:
             return self._locks.register(target)
         return portal.call(_registered(self._locks, target))
+
+    def job_status(self, key: str) -> JobStatus:
+        """Return how the job ``key`` last ran and where it runs; see ``Locks.job_status``."""
+        _refuse_on_an_event_loop("job_status")
+        return self._started_portal().call(self._locks.job_status(key))
+
+    def jobs(self) -> list[JobStatus]:
+        """Return the status of every known job; see :meth:`leaselock.Locks.jobs`."""
+        _refuse_on_an_event_loop("jobs")
+        return self._started_portal().call(self._locks.jobs())
+
+    def inspect(self, prefix: str = "", *, limit: int = 1000) -> list[LockInfo]:
+        """Return the locks whose key starts with ``prefix``; see ``Locks.inspect``."""
+        _refuse_on_an_event_loop("inspect")
+        return self._started_portal().call(self._locks.inspect(prefix, limit=limit))
+
+    def read_lock(self, key: str) -> LockInfo | None:
+        """Return the lock on ``key`` as the store sees it; see ``Locks.read_lock``."""
+        _refuse_on_an_event_loop("read_lock")
+        return self._started_portal().call(self._locks.read_lock(key))
+
+    def break_lock(self, key: str) -> LockInfo | None:
+        """Free ``key`` whoever holds it; see :meth:`leaselock.Locks.break_lock`."""
+        _refuse_on_an_event_loop("break_lock")
+        return self._started_portal().call(self._locks.break_lock(key))
 
     def _started_portal(self) -> Portal:
         refuse_if_forked(self._generation, "SyncLocks")

@@ -135,8 +135,10 @@ async def test_a_failing_callback_is_logged_and_the_others_still_get_the_event(
                 loud=True,
             ),
             logging.INFO,
-            "Skipped j: it runs on another instance (shop-3002); 20 ticks skipped since "
-            "2026-12-01T12:03:10+00:00",
+            (
+                "Skipped j: it runs on another instance (shop-3002); 20 ticks skipped since "
+                "2026-12-01T12:03:10+00:00"
+            ),
         ),
         (
             TickSkipped(

@@ -170,3 +170,23 @@ async def test_sync_calls_from_a_coroutine_are_refused_naming_the_async_api():
         assert await asyncio.to_thread(lock.release)
     finally:
         await asyncio.to_thread(sync_locks.close)
+
+
+def test_job_status_inspect_and_break_from_a_thread(sync_locks: SyncLocks):
+    @sync_locks.without_overlapping(key="feed:import")
+    def import_feed() -> str:
+        return "imported"
+
+    assert import_feed() == "imported"
+    status = sync_locks.job_status("feed:import")
+    assert status.last_run is not None
+    assert status.last_run.outcome == "ok"
+    assert [s.job for s in sync_locks.jobs()] == ["feed:import"]
+    held = sync_locks.acquire("orders:1")
+    assert held is not None
+    assert [i.key for i in sync_locks.inspect("orders:")] == ["orders:1"]
+    assert sync_locks.read_lock("orders:1") == sync_locks.inspect("orders:")[0]
+    broken = sync_locks.break_lock("orders:1")
+    assert broken is not None
+    assert broken.fencing_token == held.fencing_token
+    assert sync_locks.read_lock("orders:1") is None

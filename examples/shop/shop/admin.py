@@ -1,13 +1,19 @@
-"""The admin endpoint: export the invoices now, by hand, under the same lock as the nightly run."""
+"""The admin endpoints: export invoices, see every job's runs, pause this instance's scheduler.
+
+The export runs under the nightly run's lock; the runs come from the lock store's run records.
+"""
 
 from __future__ import annotations
 
 import hmac
-from typing import Annotated, Final
+from datetime import datetime
+from typing import Annotated, Final, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Request, status
+from pydantic import BaseModel
 
 from leaselock import LockNotAcquiredError
+from leaselock.stores import RunRecord
 
 from .jobs import INVOICE_EXPORT_KEY, ExportResult
 from .state import shop_of
@@ -56,3 +62,71 @@ async def export_invoices(request: Request) -> ExportResult:
                 "it has finished"
             ),
         ) from error
+
+
+class JobRun(BaseModel):
+    """One run of a job, as the lock store keeps it."""
+
+    instance: str
+    outcome: str
+    error: str | None
+    started_at: datetime
+    seconds: float
+    fencing_token: int | None
+
+
+class JobState(BaseModel):
+    """A job's last run, last success, and where it runs now."""
+
+    job: str
+    last_run: JobRun | None
+    last_success: JobRun | None
+    owner: str | None
+    running_on: str | None
+    overdue: bool
+
+
+def _run(record: RunRecord | None) -> JobRun | None:
+    if record is None:
+        return None
+    return JobRun(
+        instance=record.instance,
+        outcome=record.outcome,
+        error=record.error,
+        started_at=record.started_at,
+        seconds=record.duration.total_seconds(),
+        fencing_token=record.fencing_token,
+    )
+
+
+@router.get("/admin/jobs", dependencies=[Depends(require_admin_token)])
+async def jobs(request: Request) -> list[JobState]:
+    """Every job's last run and last success, from any instance, and where it runs now."""
+    return [
+        JobState(
+            job=status.job,
+            last_run=_run(status.last_run),
+            last_success=_run(status.last_success),
+            owner=status.owner,
+            running_on=status.running_on,
+            overdue=status.overdue,
+        )
+        for status in await shop_of(request.app).locks.jobs()
+    ]
+
+
+@router.post("/admin/scheduler/{action}", dependencies=[Depends(require_admin_token)])
+async def control_scheduler(request: Request, action: Literal["pause", "resume"]) -> dict[str, str]:
+    """Pause or resume this instance's scheduler while the process (and its leases) live on.
+
+    What a scheduler that stopped firing looks like: the demo pauses the owner's, and leaselock
+    hands the job over once no tick came for its ``owner_idle``.
+    """
+    scheduler = shop_of(request.app).scheduler
+    if scheduler is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail="The scheduler is not running")
+    if action == "pause":
+        scheduler.pause()
+    else:
+        scheduler.resume()
+    return {"scheduler": "paused" if action == "pause" else "running"}

@@ -20,7 +20,7 @@ from . import admin
 from .clients import AccountingClient, WarehouseClient
 from .database import create_engine
 from .feed import WarehouseFeed
-from .jobs import InvoiceExportJob, StockReconciliationJob
+from .jobs import STOCK_RECONCILIATION_KEY, InvoiceExportJob, StockReconciliationJob
 from .locking import make_lock_store
 from .schedule import Tick, start_scheduler
 from .settings import Settings
@@ -59,6 +59,7 @@ def create_app(
         store=make_lock_store(settings, engine, store_clock=store_clock),
         ttl=settings.lock_ttl,
         clock=clock,
+        instance=settings.instance_name,
     )
     invoice_export = InvoiceExportJob(engine, accounting, instance_name=settings.instance_name)
     stock_reconciliation = StockReconciliationJob(
@@ -69,7 +70,11 @@ def create_app(
     reconcile_tick: Tick
     if settings.leaselock_jobs:
         export_tick = locks.register(invoice_export).export_nightly
-        reconcile_tick = locks.register(stock_reconciliation).reconcile_stock
+        # every run is recorded in the lock store; no success anywhere for expect_every, and
+        # every instance warns (job-overdue) until one succeeds (job-recovered)
+        reconcile_tick = locks.on_one_instance(
+            key=STOCK_RECONCILIATION_KEY, expect_every=settings.stock_reconciliation_expect_every
+        )(locks.without_overlapping()(stock_reconciliation.reconcile_stock))
     else:
         # plain cron: every instance runs every tick, as before leaselock
         export_tick, reconcile_tick = invoice_export.export, stock_reconciliation.reconcile

@@ -1,9 +1,11 @@
 """The two scheduled jobs: the nightly invoice export and the stock reconciliation.
 
-Each job is a class whose decorated method is what the scheduler calls on every instance, and
-whose plain method does the work. The decorators are leaselock's shared form: they only mark
-the method, and each instance's ``Locks`` binds the object it registers, so three instances of
-the shop can run in one process (the tests) as well as in three.
+Each job is a class whose scheduled method is what the scheduler calls on every instance, and
+whose plain method does the work. The export's decorators are leaselock's shared form: they only
+mark the method, and each instance's ``Locks`` binds the object it registers, so three instances
+of the shop can run in one process (the tests) as well as in three. The reconciliation is bound
+in ``create_app`` with ``locks.on_one_instance(...)`` instead, because its dead-man's switch
+(``expect_every``) comes from the settings.
 """
 
 from __future__ import annotations
@@ -120,13 +122,15 @@ class StockReconciliationJob:
         self._warehouse = warehouse
         self._fenced_writes = fenced_writes
 
-    @leaselock.on_one_instance(key=STOCK_RECONCILIATION_KEY)
-    @leaselock.without_overlapping()
-    async def reconcile_stock(self) -> Reconciliation | None:
-        """Run the scheduled reconciliation on one instance, never overlapping itself.
+    async def reconcile_stock(self) -> Reconciliation:
+        """Run the scheduled reconciliation, under the run lock ``create_app`` binds it to.
+
+        ``create_app`` wraps it in ``on_one_instance`` and ``without_overlapping`` on
+        ``inventory:stock-reconciliation``: the wrapped call returns ``None`` where leaselock
+        skipped the tick.
 
         Returns:
-            What :meth:`reconcile` did, or ``None`` where leaselock skipped the tick.
+            What :meth:`reconcile` did.
         """
         # the run lock: a new fencing token every run, and the signal of this run
         lock = current_lock()

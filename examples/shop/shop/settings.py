@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+import leaselock
 from leaselock import Locks, LocksConfigurationError
 
 from .database import async_database_url
@@ -82,6 +83,13 @@ class Settings(DatabaseSettings):
         default="*/5 * * * *",
         description="when the stock is reconciled: crontab, or 6 fields with seconds first",
     )
+    stock_reconciliation_expect_every: str = Field(
+        default="20m",
+        description=(
+            "the reconciliation's dead-man's switch: when no run succeeded on any instance for "
+            "this long, every instance logs a WARNING (job-overdue) until one does"
+        ),
+    )
     schedule_timezone: str = Field(
         default="Europe/Warsaw", description="the time zone of both cron expressions"
     )
@@ -138,6 +146,16 @@ class Settings(DatabaseSettings):
         except LocksConfigurationError as error:
             raise ValueError(str(error)) from None
         return ttl
+
+    @field_validator("stock_reconciliation_expect_every")
+    @classmethod
+    def _usable_expect_every(cls, expect_every: str) -> str:
+        # checked by the decorator it is given to, which is built once per instance
+        try:
+            leaselock.on_one_instance(key="settings-check", expect_every=expect_every)
+        except LocksConfigurationError as error:
+            raise ValueError(str(error)) from None
+        return expect_every
 
     @field_validator("invoice_export_cron", "stock_reconciliation_cron")
     @classmethod

@@ -10,6 +10,7 @@ from ._context import CURRENT_LOCK, current_lock
 from ._engine import ATTEMPT_FLOOR_MS, CLOSE_WAIT_MS, RELEASE_BOUND_MS, LockEngine, new_owner
 from ._lease import Lease, LeaseState
 from ._lock import Lock, release_logged
+from ._operator_store import OPERATOR_BOUND_MS, OperatorStore
 from ._renewal import RenewalScheduler, renew_interval_ms, retry_interval_ms
 from ._signal import LockSignal
 from ._waiter import BACKOFF_CAP_MS, BACKOFF_FIRST_MS, NotWon, Waiter, Won, backoff_ms
@@ -21,6 +22,7 @@ __all__ = [
     "BACKOFF_FIRST_MS",
     "CLOSE_WAIT_MS",
     "CURRENT_LOCK",
+    "OPERATOR_BOUND_MS",
     "RELEASE_BOUND_MS",
     "WAKEUPS",
     "CheckedStore",
@@ -30,6 +32,7 @@ __all__ = [
     "LockEngine",
     "LockSignal",
     "NotWon",
+    "OperatorStore",
     "RenewalScheduler",
     "StoreCallTimeoutError",
     "Waiter",

@@ -23,6 +23,7 @@ from ._bounded import StoreCallTimeoutError, bounded
 from ._checked_store import CheckedStore
 from ._lease import Lease, LeaseState
 from ._lock import Lock
+from ._operator_store import OperatorStore
 from ._renewal import RenewalScheduler, renew_interval_ms
 from ._signal import LockSignal
 from ._waiter import NotWon, Waiter, Won
@@ -65,6 +66,7 @@ class LockEngine:
         "_instance",
         "_renewal",
         "_waiters",
+        "operator",
         "store",
     )
 
@@ -76,6 +78,7 @@ class LockEngine:
         ``instance`` labels every owner id this engine makes (``hostname:pid`` by default).
         """
         self.store = store
+        self.operator = OperatorStore(store.inner, clock)
         self._clock = clock
         self._events = events
         self._instance = instance
@@ -87,6 +90,11 @@ class LockEngine:
         self._closed = False
         self._acquiring = 0
         self._acquires_done = asyncio.Event()
+
+    @property
+    def instance(self) -> str:
+        """The instance label every owner id of this engine ends with."""
+        return self._instance
 
     @property
     def held(self) -> frozenset[Lease]:

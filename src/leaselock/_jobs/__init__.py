@@ -7,12 +7,14 @@ It imports the engine and the ground floor, never the facade: :class:`JobRuntime
 from ._decorators import F, JobDecorator, job_decorator, on_one_instance, without_overlapping
 from ._election import election_decorator, leader_election
 from ._runtime import CURRENT_RUNTIME, JobRuntime, current_runtime, resolve_runtime
+from ._status import JobStatus
 
 __all__ = [
     "CURRENT_RUNTIME",
     "F",
     "JobDecorator",
     "JobRuntime",
+    "JobStatus",
     "current_runtime",
     "election_decorator",
     "job_decorator",

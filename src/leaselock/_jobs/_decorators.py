@@ -59,6 +59,7 @@ def job_decorator(
     max_run: Duration | None = None,
     owner_idle: Duration | None = None,
     cancel_on_loss: bool = False,
+    expect_every: Duration | None = None,
 ) -> JobDecorator:
     """Return the decorator of ``kind`` (``runtime`` given: the bound form)."""
     refuse_function_as_key(key, f"@{'locks' if runtime is not None else 'leaselock'}.{kind}", "()")
@@ -71,6 +72,9 @@ def job_decorator(
         max_run_ms=None if max_run is None else parse_ttl(max_run, name="max_run"),
         owner_idle_ms=None if owner_idle is None else parse_ttl(owner_idle, name="owner_idle"),
         cancel_on_loss=cancel_on_loss,
+        expect_every_ms=(
+            None if expect_every is None else parse_ttl(expect_every, name="expect_every")
+        ),
     )
 
     def decorate(function: F) -> F:
@@ -128,6 +132,7 @@ def on_one_instance(
     *,
     owner_idle: Duration | None = None,
     cancel_on_loss: bool = False,
+    expect_every: Duration | None = None,
 ) -> JobDecorator:
     """Mark a job that runs on ONE instance; bound by ``locks.register`` or the current Locks.
 
@@ -144,15 +149,24 @@ def on_one_instance(
             from one that stopped firing.
         cancel_on_loss: cancel an async run when its lock is lost; it then raises
             :class:`~leaselock.LockLostError`.
+        expect_every: a dead-man's switch: when no run succeeded anywhere for this long (plus
+            a tenth of it), every running instance that sees the job's ticks reports a
+            ``job-overdue`` event and a WARNING, and ``job-recovered`` when one succeeds again.
 
     Raises:
         LocksConfigurationError: a bad argument.
 
     .. versionadded:: 0.1
-    .. versionchanged:: 0.2 ``owner_idle``, ``cancel_on_loss``.
+    .. versionchanged:: 0.2 ``owner_idle``, ``cancel_on_loss``, ``expect_every``.
     """
     return job_decorator(
-        "on_one_instance", key, ttl, None, owner_idle=owner_idle, cancel_on_loss=cancel_on_loss
+        "on_one_instance",
+        key,
+        ttl,
+        None,
+        owner_idle=owner_idle,
+        cancel_on_loss=cancel_on_loss,
+        expect_every=expect_every,
     )
 
 
@@ -163,6 +177,7 @@ def without_overlapping(
     min_hold: Duration | None = None,
     max_run: Duration | None = None,
     cancel_on_loss: bool = False,
+    expect_every: Duration | None = None,
 ) -> JobDecorator:
     """Mark a job that never overlaps itself; bound by ``locks.register`` or the current Locks.
 
@@ -180,9 +195,10 @@ def without_overlapping(
             and a WARNING names the job.
         cancel_on_loss: cancel an async run when its lock is lost (its cap included); it then
             raises :class:`~leaselock.LockLostError`.
+        expect_every: a dead-man's switch, as for :func:`on_one_instance`.
 
     .. versionadded:: 0.1
-    .. versionchanged:: 0.2 ``min_hold``, ``max_run``, ``cancel_on_loss``.
+    .. versionchanged:: 0.2 ``min_hold``, ``max_run``, ``cancel_on_loss``, ``expect_every``.
     """
     return job_decorator(
         "without_overlapping",
@@ -192,4 +208,5 @@ def without_overlapping(
         min_hold=min_hold,
         max_run=max_run,
         cancel_on_loss=cancel_on_loss,
+        expect_every=expect_every,
     )

@@ -1,9 +1,10 @@
 """JobRuns: the runs of decorated jobs on one Locks: leases kept, run locks taken, and handover.
 
 A tick of a job becomes a run in :meth:`JobRuns.begin` (or a skip, reported as an event) and
-ends in :meth:`JobRuns.end`. The sticky lease ``<key>:owner`` is taken at the first tick that
-finds it free and kept, renewed, while ticks keep coming: after ``owner_idle`` without one it is
-handed back. A run past its ``max_run`` gives its run lock up.
+ends in :meth:`JobRuns.end`, which keeps the run's outcome in the store. The sticky lease
+``<key>:owner`` is taken at the first tick that finds it free and kept, renewed, while ticks
+keep coming: after ``owner_idle`` without one it is handed back. A run past its ``max_run``
+gives its run lock up.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from .._engine import Lease, Lock, LockEngine, release_logged
 from .._errors import LockStoreError
 from .._event_types import LeaseAcquired, LockHandedBack, SkipReason
 from .._events import Publisher
+from ..stores._capabilities import RunOutcome
+from ._overdue import OverdueWatch
+from ._records import RunRecords, WallTime
 from ._skips import Skips
 from ._spec import JobSpec
 
@@ -76,12 +80,23 @@ class JobRuns:
         "_idle",
         "_leases",
         "_skips",
+        "overdue",
+        "records",
     )
 
     def __init__(
-        self, engine: LockEngine, clock: Clock, events: Publisher, default_ttl_ms: int
+        self,
+        engine: LockEngine,
+        clock: Clock,
+        events: Publisher,
+        *,
+        default_ttl_ms: int,
+        instance: str,
     ) -> None:
-        """Create the runs of a Locks whose engine, clock and events are given."""
+        """Create the runs of a Locks whose engine, clock, events and instance are given."""
+        wall = WallTime(clock)
+        self.records = RunRecords(engine.operator, wall, instance)
+        self.overdue = OverdueWatch(engine.operator, clock, wall, events)
         self._engine = engine
         self._clock = clock
         self._events = events
@@ -103,6 +118,8 @@ class JobRuns:
         if self._closing:
             self._skip(spec, "shutting-down")
             return None
+        # every instance that sees the job's ticks watches it, the owner or not
+        self.overdue.watch(spec)
         try:
             return await self._begin(spec)
         except LockStoreError as error:
@@ -221,20 +238,34 @@ class JobRuns:
 
         return let_go
 
-    async def end(self, run: JobRun) -> None:
-        """End ``run``: release its run lock (a failure is logged); the lease is kept.
+    async def end(self, run: JobRun, outcome: RunOutcome, error: str | None) -> None:
+        """End ``run``: release its run lock (a failure is logged), then record how it went.
 
-        With ``min_hold``, a run that ended sooner keeps its run lock at the store for the
-        rest of it (one last renewal, no waiting), so duplicates of its tick skip.
+        The lease is kept. A run whose lock was lost meanwhile is recorded ``"lost"`` whatever
+        it returned. With ``min_hold``, a run that ended sooner keeps its run lock at the store
+        for the rest of it (one last renewal, no waiting), so duplicates of its tick skip.
         """
+        ended_ms = self._clock.now_ms()
+        if run.lock.signal.reason is not None:
+            outcome = "lost"
         try:
             if run.cap is not None:
                 run.cap.cancel()
             if run.unlink is not None:
                 run.unlink()
             if run.run_lease is not None:
-                keep_ms = (run.spec.min_hold_ms or 0) - (self._clock.now_ms() - run.started_ms)
+                keep_ms = (run.spec.min_hold_ms or 0) - (ended_ms - run.started_ms)
                 await self._engine.hand_back(run.run_lease, keep_ms)
+            await self.records.record(
+                run.spec.key,
+                fencing_token=run.lock.fencing_token,
+                started_ms=run.started_ms,
+                ended_ms=ended_ms,
+                outcome=outcome,
+                error=error,
+            )
+            if outcome == "ok":
+                self.overdue.succeeded(run.spec.key)
         finally:
             self._active.discard(run)
             if not self._active:
@@ -246,6 +277,7 @@ class JobRuns:
         Runs still going after the grace lose their locks (``detected_by="shutdown"``).
         """
         self._closing = True
+        self.overdue.close()
         if not self._active:
             return
         grace_over = asyncio.get_running_loop().create_future()

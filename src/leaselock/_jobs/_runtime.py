@@ -14,7 +14,7 @@ import enum
 import functools
 import inspect
 import weakref
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar, final
 
@@ -24,12 +24,15 @@ from .._errors import LocksConfigurationError
 from .._events import Publisher
 from .._forks import process_generation, refuse_if_forked
 from .._threads import call_in_loop, running_loop
+from ..stores._capabilities import RunOutcome
 from ._bindings import Bindings, Started
 from ._campaign import Campaign
 from ._cancel import CancelOnLoss
+from ._records import describe_error
 from ._registry import Registry
 from ._runs import JobRun, JobRuns
 from ._spec import ElectionSpec, JobSpec, election_spec_of, job_spec_of
+from ._status import JobStatus, job_statuses
 
 __all__ = [
     "CURRENT_RUNTIME",
@@ -151,9 +154,16 @@ class JobRuntime:
                 "@leaselock.leader_election(key), then register it"
             )
         if self._phase is _Phase.STARTED:
-            self._registry.check(self._min_ttl_ms)
-            for campaign in self._new_campaigns():
-                self._spawn(campaign.start())
+            self._serve_late_registrations()
+
+    def _serve_late_registrations(self) -> None:
+        """Check, watch and campaign for what was registered after the start."""
+        self._registry.check(self._min_ttl_ms)
+        if self._runs is not None:
+            for job in self._registry.jobs:
+                self._runs.overdue.watch(job)
+        for campaign in self._new_campaigns():
+            self._spawn(campaign.start())
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -165,7 +175,15 @@ class JobRuntime:
         self._engine = engine
         self._loop = asyncio.get_running_loop()
         self._generation = process_generation()
-        self._runs = JobRuns(engine, self._clock, self._events, self._default_ttl_ms)
+        self._runs = JobRuns(
+            engine,
+            self._clock,
+            self._events,
+            default_ttl_ms=self._default_ttl_ms,
+            instance=engine.instance,
+        )
+        for spec in self._registry.jobs:
+            self._runs.overdue.watch(spec)
         self._phase = _Phase.STARTED
         _STARTED.add(self)
         CURRENT_RUNTIME.set(self)
@@ -216,6 +234,21 @@ class JobRuntime:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    # --- job status --------------------------------------------------------------------------
+
+    async def job_statuses(self, jobs: Sequence[str] | None, engine: LockEngine) -> list[JobStatus]:
+        """Return the status of ``jobs``; every job recorded or registered when ``None``.
+
+        Raises:
+            LocksConfigurationError: the store keeps no run records.
+            LockStoreError: the store failed or did not answer in time.
+        """
+        overdue = None if self._runs is None else self._runs.overdue
+        if jobs is None:
+            recorded = {record.job for record in await engine.operator.job_records(None)}
+            jobs = sorted(recorded | {spec.key for spec in self._registry.jobs})
+        return await job_statuses(engine.operator, overdue, jobs)
+
     # --- running ticks -----------------------------------------------------------------------
 
     async def run_async(
@@ -231,17 +264,22 @@ class JobRuntime:
             return None
         token = CURRENT_LOCK.set(run.lock)
         cancelled_for_loss = CancelOnLoss(run) if spec.cancel_on_loss else None
+        ending = _Ending()
         try:
             return await function(*args, **kwargs)
         except asyncio.CancelledError as cancelled:
+            ending.cancelled()
             if cancelled_for_loss is not None:
                 cancelled_for_loss.raise_the_loss_instead(cancelled)
+            raise
+        except BaseException as error:
+            ending.failed(error)
             raise
         finally:
             if cancelled_for_loss is not None:
                 cancelled_for_loss.stop()
             CURRENT_LOCK.reset(token)
-            await self._on_own_loop(self._end(run))
+            await self._on_own_loop(self._end(run, ending))
 
     def run_sync(
         self,
@@ -268,11 +306,15 @@ class JobRuntime:
         if run is None:
             return None
         token = CURRENT_LOCK.set(run.lock)
+        ending = _Ending()
         try:
             return function(*args, **kwargs)
+        except BaseException as error:
+            ending.failed(error)
+            raise
         finally:
             CURRENT_LOCK.reset(token)
-            call_in_loop(loop, self._end(run))
+            call_in_loop(loop, self._end(run, ending))
 
     async def _begin(self, spec: JobSpec) -> JobRun | None:
         self._usable_loop()
@@ -284,9 +326,9 @@ class JobRuntime:
         assert self._runs is not None  # noqa: S101 -- set by start()
         return await self._runs.begin(spec)
 
-    async def _end(self, run: JobRun) -> None:
+    async def _end(self, run: JobRun, ending: _Ending) -> None:
         assert self._runs is not None  # noqa: S101 -- a run exists only once started
-        await self._runs.end(run)
+        await self._runs.end(run, ending.outcome, ending.error)
 
     async def _begin_from_any_loop(self, spec: JobSpec) -> JobRun | None:
         loop = self._usable_loop()
@@ -310,7 +352,9 @@ class JobRuntime:
             return
         run = begun.result()
         if run is not None:
-            asyncio.run_coroutine_threadsafe(self._end(run), loop)
+            ending = _Ending()
+            ending.cancelled()
+            asyncio.run_coroutine_threadsafe(self._end(run, ending), loop)
 
     async def _on_own_loop(self, work: Coroutine[Any, Any, T]) -> T:
         loop = self._loop
@@ -327,6 +371,27 @@ class JobRuntime:
             f"This Locks is {self._phase.value}, not started; use `async with locks:` "
             "or `await locks.start()` first"
         )
+
+
+@final
+class _Ending:
+    """How a run ended, as its caller saw it: ok until it raised or was cancelled."""
+
+    __slots__ = ("error", "outcome")
+
+    def __init__(self) -> None:
+        self.outcome: RunOutcome = "ok"
+        self.error: str | None = None
+
+    def cancelled(self) -> None:
+        self.outcome = "cancelled"
+
+    def failed(self, error: BaseException) -> None:
+        if isinstance(error, Exception):
+            self.outcome, self.error = "error", describe_error(error)
+        else:
+            # KeyboardInterrupt, SystemExit: the run was stopped, it did not fail
+            self.outcome = "cancelled"
 
 
 BINDINGS: Bindings[JobRuntime] = Bindings()

@@ -35,6 +35,7 @@ class JobOptions:
     max_run_ms: int | None = None
     owner_idle_ms: int | None = None
     cancel_on_loss: bool = False
+    expect_every_ms: int | None = None
 
 
 @final
@@ -52,6 +53,7 @@ class JobSpec:
     max_run_ms: int | None = None
     owner_idle_ms: int | None = None
     cancel_on_loss: bool = False
+    expect_every_ms: int | None = None
 
     @property
     def key(self) -> str:
@@ -92,6 +94,12 @@ class JobSpec:
             self.no_overlap, self.no_overlap_ttl_ms = True, ttl_ms
             self.min_hold_ms, self.max_run_ms = chosen.min_hold_ms, chosen.max_run_ms
         self.cancel_on_loss = self.cancel_on_loss or chosen.cancel_on_loss
+        if chosen.expect_every_ms is not None:
+            if self.expect_every_ms not in {None, chosen.expect_every_ms}:
+                raise LocksConfigurationError(
+                    f"{self.describe()} has two expect_every values; give it once"
+                )
+            self.expect_every_ms = chosen.expect_every_ms
         if key is not None:
             if self.explicit_key is not None and self.explicit_key != key:
                 raise LocksConfigurationError(

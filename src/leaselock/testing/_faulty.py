@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Final, Literal, TypeAlias, TypeVar, final
+from typing import Final, Literal, TypeAlias, TypeVar, final, get_args
 
 from .._clock import Clock, SystemClock
 from .._durations import Duration, parse_duration
 from .._errors import LocksConfigurationError
+from ..stores._capabilities import (
+    JobRecord,
+    LockInfo,
+    RunRecord,
+    SupportsInspection,
+    SupportsRunRecords,
+)
 from ..stores._protocol import (
     Acquired,
     AcquireResult,
@@ -22,11 +29,21 @@ from ._clock import wait_on_clock
 
 __all__ = ["Fault", "FaultyStore", "InjectedFaultError", "Method", "StoreCall"]
 
-Method: TypeAlias = Literal["acquire", "renew", "release"]
+Method: TypeAlias = Literal[
+    "acquire",
+    "renew",
+    "release",
+    "record_run",
+    "job_records",
+    "read_lock",
+    "list_locks",
+    "break_lock",
+]
 FaultKind: TypeAlias = Literal[
     "delay", "fail", "hang", "lose_answer", "refuse_renewals", "tokens_back"
 ]
-_METHODS: Final = ("acquire", "renew", "release")
+_METHODS: Final = get_args(Method)
+_CONTRACT_METHODS: Final = ("acquire", "renew", "release")
 T = TypeVar("T")
 
 
@@ -126,9 +143,11 @@ class FaultyStore:
         store.lose_answer("acquire", times=1)      # written, but the caller sees an error
         store.delay("release", "500ms", on="request")
 
-    Optional capabilities of the inner store pass through: its lifecycle, and its release
-    notifications (a store without them simply never notifies). Batched renewals do not: each
-    renewal is a call of its own, so per-key faults apply to it.
+    Optional capabilities of the inner store pass through: its lifecycle, its release
+    notifications (a store without them simply never notifies), its run records and its
+    inspection (recorded and faulted like the rest, under their method names; over a store
+    without them they raise :class:`~leaselock.LocksConfigurationError`). Batched renewals do
+    not: each renewal is a call of its own, so per-key faults apply to it.
 
     .. versionadded:: 0.2
     """
@@ -141,7 +160,7 @@ class FaultyStore:
         Raises:
             LocksConfigurationError: ``inner`` is not a store, or ``clock`` is not a clock.
         """
-        for name in _METHODS:
+        for name in _CONTRACT_METHODS:
             if not callable(getattr(inner, name, None)):
                 raise LocksConfigurationError(
                     f"inner={inner!r} has no {name}() method; wrap a lock store, such as "
@@ -395,6 +414,58 @@ class FaultyStore:
             await wait_on_clock(self._clock, done)
         finally:
             timer.cancel()
+
+    # --- run records and inspection, recorded and faulted like the rest -------------------------
+
+    async def record_run(self, run: RunRecord) -> None:
+        """Call the inner store's ``record_run`` (key: the job; owner: the instance label)."""
+
+        async def reach(_: list[Fault]) -> None:
+            await self._run_records().record_run(run)
+
+        await self._call("record_run", run.job, run.instance, None, reach)
+
+    async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
+        """Call the inner store's ``job_records`` (key: the jobs, comma-separated)."""
+
+        async def reach(_: list[Fault]) -> list[JobRecord]:
+            return await self._run_records().job_records(jobs)
+
+        return await self._call("job_records", ",".join(jobs or ()), "", None, reach)
+
+    async def read_lock(self, key: str) -> LockInfo | None:
+        """Call the inner store's ``read_lock``."""
+
+        async def reach(_: list[Fault]) -> LockInfo | None:
+            return await self._inspection().read_lock(key)
+
+        return await self._call("read_lock", key, "", None, reach)
+
+    async def list_locks(self, prefix: str = "", limit: int = 1000) -> list[LockInfo]:
+        """Call the inner store's ``list_locks`` (key: the prefix)."""
+
+        async def reach(_: list[Fault]) -> list[LockInfo]:
+            return await self._inspection().list_locks(prefix, limit)
+
+        return await self._call("list_locks", prefix, "", None, reach)
+
+    async def break_lock(self, key: str) -> LockInfo | None:
+        """Call the inner store's ``break_lock``."""
+
+        async def reach(_: list[Fault]) -> LockInfo | None:
+            return await self._inspection().break_lock(key)
+
+        return await self._call("break_lock", key, "", None, reach)
+
+    def _run_records(self) -> SupportsRunRecords:
+        if not isinstance(self._inner, SupportsRunRecords):
+            raise LocksConfigurationError(f"{self._inner!r} keeps no run records")
+        return self._inner
+
+    def _inspection(self) -> SupportsInspection:
+        if not isinstance(self._inner, SupportsInspection):
+            raise LocksConfigurationError(f"{self._inner!r} cannot be inspected")
+        return self._inner
 
     # --- optional capabilities of the inner store ------------------------------------------------
 

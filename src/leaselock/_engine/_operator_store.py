@@ -1,0 +1,156 @@
+"""OperatorStore: the store calls beside locking (run records; reading and breaking locks).
+
+Each is bounded on the injected clock and reported as leaselock's own errors: a store without a
+capability is refused with a message naming what it lacks; a store that fails, hangs or answers
+out of shape raises :class:`LockStoreError`, never the driver's error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, TypeVar, final
+
+from .._clock import Clock
+from .._errors import LocksConfigurationError, LockStoreError
+from ..stores._capabilities import (
+    JobRecord,
+    LockInfo,
+    RunRecord,
+    SupportsInspection,
+    SupportsRunRecords,
+)
+from ..stores._protocol import LockStore
+from ._bounded import StoreCallTimeoutError, bounded
+
+__all__ = ["OPERATOR_BOUND_MS", "OperatorStore"]
+
+OPERATOR_BOUND_MS: Final = 5000
+"""How long an operator's or a run record's store call may take before it fails."""
+
+T = TypeVar("T")
+
+
+@final
+class OperatorStore:
+    """The run-record and inspection calls of one store."""
+
+    __slots__ = ("_clock", "_store")
+
+    def __init__(self, store: LockStore, clock: Clock) -> None:
+        """Call ``store``, bounding every call on ``clock``."""
+        self._store = store
+        self._clock = clock
+
+    @property
+    def keeps_run_records(self) -> bool:
+        """Whether the store has ``record_run`` and ``job_records``."""
+        return isinstance(self._store, SupportsRunRecords)
+
+    @property
+    def can_inspect(self) -> bool:
+        """Whether the store has ``read_lock``, ``list_locks`` and ``break_lock``."""
+        return isinstance(self._store, SupportsInspection)
+
+    async def record_run(self, run: RunRecord) -> None:
+        """Keep ``run`` in the store.
+
+        Raises:
+            LocksConfigurationError: the store keeps no run records.
+            LockStoreError: the store failed or did not answer in time.
+        """
+        store = self._run_records()
+        await self._call("record_run", lambda: store.record_run(run))
+
+    async def job_records(self, jobs: Sequence[str] | None) -> list[JobRecord]:
+        """Return the records of ``jobs`` (every job when ``None``).
+
+        Raises:
+            LocksConfigurationError: the store keeps no run records.
+            LockStoreError: the store failed, did not answer in time, or answered out of shape.
+        """
+        store = self._run_records()
+        records = await self._call("job_records", lambda: store.job_records(jobs))
+        if not isinstance(records, list) or not all(isinstance(r, JobRecord) for r in records):
+            raise self._out_of_shape("job_records", records, "a list of JobRecord")
+        return records
+
+    async def read_lock(self, key: str) -> LockInfo | None:
+        """Return ``key``'s lock as the store sees it, or ``None``.
+
+        Raises:
+            LocksConfigurationError: the store cannot be inspected.
+            LockStoreError: the store failed, did not answer in time, or answered out of shape.
+        """
+        store = self._inspection()
+        info = await self._call("read_lock", lambda: store.read_lock(key))
+        if info is not None and not isinstance(info, LockInfo):
+            raise self._out_of_shape("read_lock", info, "a LockInfo or None")
+        return info
+
+    async def list_locks(self, prefix: str, limit: int) -> list[LockInfo]:
+        """Return up to ``limit`` locks whose key starts with ``prefix``.
+
+        Raises:
+            LocksConfigurationError: the store cannot be inspected.
+            LockStoreError: the store failed, did not answer in time, or answered out of shape.
+        """
+        store = self._inspection()
+        found = await self._call("list_locks", lambda: store.list_locks(prefix, limit))
+        if not isinstance(found, list) or not all(isinstance(i, LockInfo) for i in found):
+            raise self._out_of_shape("list_locks", found, "a list of LockInfo")
+        return found
+
+    async def break_lock(self, key: str) -> LockInfo | None:
+        """Free ``key`` whoever holds it; return what held it.
+
+        Raises:
+            LocksConfigurationError: the store cannot be inspected.
+            LockStoreError: the store failed, did not answer in time, or answered out of shape.
+        """
+        store = self._inspection()
+        broken = await self._call("break_lock", lambda: store.break_lock(key))
+        if broken is not None and not isinstance(broken, LockInfo):
+            raise self._out_of_shape("break_lock", broken, "a LockInfo or None")
+        return broken
+
+    def _run_records(self) -> SupportsRunRecords:
+        if not isinstance(self._store, SupportsRunRecords):
+            raise LocksConfigurationError(
+                f"{self._store!r} keeps no job run records (it has no record_run() and "
+                "job_records()); every shipped store keeps them, or add them to this store "
+                "(docs/stores/writing-a-store.md)"
+            )
+        return self._store
+
+    def _inspection(self) -> SupportsInspection:
+        if not isinstance(self._store, SupportsInspection):
+            raise LocksConfigurationError(
+                f"{self._store!r} cannot show or break its locks (it has no read_lock(), "
+                "list_locks() and break_lock()); every shipped store can, or add them to this "
+                "store (docs/stores/writing-a-store.md)"
+            )
+        return self._store
+
+    async def _call(self, method: str, work: Callable[[], Awaitable[T]]) -> T:
+        try:
+            async with bounded(self._clock, self._clock.now_ms() + OPERATOR_BOUND_MS):
+                return await work()
+        except StoreCallTimeoutError:
+            raise LockStoreError(
+                f"{self._store!r} did not answer {method}() within {OPERATOR_BOUND_MS} ms; "
+                "check that its server is reachable"
+            ) from None
+        except (asyncio.CancelledError, LockStoreError, LocksConfigurationError):
+            raise
+        except Exception as error:
+            raise LockStoreError(
+                f"{self._store!r}.{method} failed: {type(error).__name__}: {error}. Check that "
+                "the store's server is reachable"
+            ) from error
+
+    def _out_of_shape(self, method: str, answer: object, expected: str) -> LockStoreError:
+        return LockStoreError(
+            f"{self._store!r}.{method} returned {answer!r} ({type(answer).__name__}); return "
+            f"{expected}"
+        )

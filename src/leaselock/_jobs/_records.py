@@ -1,0 +1,117 @@
+"""RunRecords: each run's end kept in the store, on a wall clock that moves with the injected one.
+
+Recording costs one store round trip per run and none per skipped tick. A store that fails to
+keep a record never fails the run: the failure is logged, and the job goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Final, final
+
+from .._clock import Clock
+from .._engine import OperatorStore
+from .._errors import LocksConfigurationError, LockStoreError
+from ..stores._capabilities import RunOutcome, RunRecord
+
+__all__ = ["MAX_ERROR_CHARS", "RunRecords", "WallTime", "describe_error"]
+
+MAX_ERROR_CHARS: Final = 500
+"""A recorded error's ``"Type: message"`` is cut to this many characters."""
+
+_log = logging.getLogger("leaselock.jobs")
+
+
+@final
+class WallTime:
+    """UTC wall time that moves exactly as the injected clock does.
+
+    Read once from the system at creation, then advanced by the clock: with a ManualClock a
+    test's runs and overdue checks agree to the millisecond; with the system clock it is the
+    wall clock, give or take its drift since the start.
+    """
+
+    __slots__ = ("_clock", "_started_ms", "_started_wall")
+
+    def __init__(self, clock: Clock) -> None:
+        """Anchor wall time to ``clock`` now."""
+        self._clock = clock
+        self._started_wall = datetime.now(UTC)
+        self._started_ms = clock.now_ms()
+
+    def at(self, clock_ms: int) -> datetime:
+        """Return the wall time of the clock reading ``clock_ms``."""
+        return self._started_wall + timedelta(milliseconds=clock_ms - self._started_ms)
+
+    def now(self) -> datetime:
+        """Return the wall time now."""
+        return self.at(self._clock.now_ms())
+
+
+def describe_error(error: BaseException) -> str:
+    """Return ``"TypeName: message"`` of ``error``, cut to :data:`MAX_ERROR_CHARS`."""
+    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "\u2026"
+
+
+@final
+class RunRecords:
+    """Keeps each run's end in the store of one Locks."""
+
+    __slots__ = ("_failing", "_instance", "_operator", "wall")
+
+    def __init__(self, operator: OperatorStore, wall: WallTime, instance: str) -> None:
+        """Record through ``operator``, timed by ``wall``, labelled with ``instance``."""
+        self._operator = operator
+        self.wall = wall
+        self._instance = instance
+        self._failing = False
+
+    @property
+    def kept(self) -> bool:
+        """Whether the store keeps run records at all."""
+        return self._operator.keeps_run_records
+
+    async def record(
+        self,
+        job: str,
+        *,
+        fencing_token: int,
+        started_ms: int,
+        ended_ms: int,
+        outcome: RunOutcome,
+        error: str | None,
+    ) -> RunRecord | None:
+        """Keep one run's end in the store; return the record, or ``None`` if it was not kept.
+
+        Never raises for a store failure: it is logged (a WARNING at the first failure of a
+        streak, then DEBUG until one succeeds), and the job goes on.
+        """
+        if not self.kept:
+            return None
+        run = RunRecord(
+            job=job,
+            instance=self._instance,
+            fencing_token=fencing_token,
+            started_at=self.wall.at(started_ms),
+            ended_at=self.wall.at(ended_ms),
+            outcome=outcome,
+            error=error,
+        )
+        try:
+            await self._operator.record_run(run)
+        except (LockStoreError, LocksConfigurationError) as failure:
+            _log.log(
+                logging.DEBUG if self._failing else logging.WARNING,
+                "Could not record the end of a run of %s (%s): %s; the job goes on, and "
+                "job_status() misses this run",
+                job,
+                outcome,
+                failure,
+                extra={"job": job, "reason": "record-failed"},
+            )
+            self._failing = True
+            return None
+        self._failing = False
+        return run
