@@ -4,9 +4,11 @@ It migrates and seeds a fresh database, starts the shop on ports 3001-3003 (or `
 with a stock reconciliation every two seconds and a lock ttl of six seconds, then tells what
 happens, with the log lines that show it: one instance runs the reconciliation and leads the
 warehouse feed; two admin exports sent at once to two instances export the orders once; the
-owner killed with SIGKILL is replaced after the ttl; the next one, stopped with SIGTERM, hands
-over at once; the accounting system booked each invoice exactly once. It ends with the locks
-table, stops every process it started, and removes what it made.
+owner killed with SIGKILL is replaced after the ttl; the next owner's scheduler stops while its
+process lives, and it lets go so the other takes over, the overdue alert raised and cleared; the
+owner after that, stopped with SIGTERM, hands over at once; the accounting system booked each
+invoice exactly once. It ends with the jobs' run records and the locks table, stops every
+process it started, and removes what it made.
 
 ``make demo`` uses a SQLite file in a temporary directory (orders and locks in one file).
 ``make demo DATABASE_URL=postgresql://... REDIS_URL=redis://...`` runs on real servers: a new
@@ -33,7 +35,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import asyncpg
 import httpx
@@ -48,6 +50,10 @@ SHOP_DIR: Final = Path(__file__).resolve().parent
 DEFAULT_PORTS: Final = "3001,3002,3003"
 LOCK_TTL_S: Final = 6
 RECONCILE_EVERY_S: Final = 2
+# the reconciliation's dead-man's switch: a run succeeds every 2 s while all is well
+EXPECT_RECONCILED_EVERY: Final = "4s"
+# runs an owner sees before it can tell how long without a tick means its scheduler stopped
+TICKS_TO_LEARN_THE_INTERVAL: Final = 3
 ALERT_EVERY_S: Final = 2.5
 # the nightly export must not fire by itself during the demo: 02:00 on 1 January
 EXPORT_CRON: Final = "0 2 1 1 *"
@@ -63,9 +69,11 @@ LEADS_FEED: Final = re.compile(rf'^Leading "{FEED}"')
 RECONCILED: Final = re.compile(r"^Stock reconciled")
 SKIPPED_ELSEWHERE: Final = re.compile(rf"^Skipped {RECONCILIATION}: it runs on another instance")
 LOW_STOCK: Final = re.compile(r"^Low stock:")
+HANDED_BACK_IDLE: Final = re.compile(rf'^Handed back "{RECONCILIATION}:owner".*owner_idle')
+OVERDUE: Final = re.compile(rf"^{RECONCILIATION} is overdue")
+RECOVERED: Final = re.compile(rf"^{RECONCILIATION} ran successfully again")
 LAST_WORDS: Final = re.compile(r"^(Stepped down|Disconnected|Application shutdown complete)")
 READY: Final = re.compile(r"^Application startup complete")
-TOKEN: Final = re.compile(r"fencing token (\d+)")
 # "2026-11-29 08:24:38,858 INFO    leaselock: Leading ..." -> the message
 LOG_LINE: Final = re.compile(r"^\S+ \S+ \w+\s+[\w.]+: (.*)$")
 
@@ -91,6 +99,8 @@ def demo_ports(value: str | None = None) -> tuple[int, int, int]:
         raise DemoError(f"DEMO_PORTS={text!r} is not three distinct ports from 1024 up; {fix}")
     for port in ports:
         with socket.socket() as probe:
+            # as uvicorn binds: connections of a demo that just ended (TIME_WAIT) do not count
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
@@ -418,6 +428,7 @@ async def tell(stores: Stores, ports: tuple[int, int, int]) -> None:
         await story.one_instance_runs_each_tick()
         await story.two_admin_exports_at_once()
         await story.kill_the_owner()
+        await story.pause_the_owners_scheduler()
         await story.stop_the_next_owner()
         await story.count_the_bookings()
         await story.show_the_locks()
@@ -445,6 +456,7 @@ class Story:
             "ADMIN_TOKEN": self.admin_token,
             "LOCK_TTL": f"{LOCK_TTL_S}s",
             "STOCK_RECONCILIATION_CRON": f"*/{RECONCILE_EVERY_S} * * * * *",
+            "STOCK_RECONCILIATION_EXPECT_EVERY": EXPECT_RECONCILED_EVERY,
             "INVOICE_EXPORT_CRON": EXPORT_CRON,
             "LOG_LEVEL": "DEBUG",
             "FAKE_ACCOUNTING_LEDGER": str(self.ledger),
@@ -457,6 +469,7 @@ class Story:
         self.first: Instance
         self.others: list[Instance]
         self.owner: Instance
+        self.owner_since: float
         self.leader: Instance
         self.last: Instance
 
@@ -540,18 +553,66 @@ class Story:
         survivors = [instance for instance in self.shops.instances if instance.running]
         owner, taken = await self.shops.wait_for(TAKES_RECONCILIATION, survivors, since=killed_at)
         leader, led = await self.shops.wait_for(LEADS_FEED, survivors, since=killed_at)
-        self.owner, self.leader = owner, leader
+        self.owner, self.owner_since, self.leader = owner, taken.at, leader
         for instance, line in sorted(((owner, taken), (leader, led)), key=lambda hit: hit[1].at):
             evidence(instance, line, since=killed_at)
         missed = sum(len(i.matching(SKIPPED_ELSEWHERE, since=killed_at)) for i in survivors)
         say(f'   Meanwhile {missed} ticks were skipped ("it runs on another instance"): missed '
             "ticks are not caught up.")  # fmt: skip
+        alerts = [(i, line) for i in survivors for line in i.matching(OVERDUE, since=killed_at)]
+        if alerts:
+            say(f"   No run succeeded for over {EXPECT_RECONCILED_EVERY} (its expect_every), so "
+                "each survivor warned; the first of them:")  # fmt: skip
+            instance, line = min(alerts, key=lambda hit: hit[1].at)
+            evidence(instance, line, since=killed_at)
+
+    async def pause_the_owners_scheduler(self) -> None:
+        """6. The owner's scheduler stops while its process lives: it lets go, the other takes over.
+
+        The overdue alert is raised meanwhile, and clears at the first run that succeeds.
+        """
+        owner = self.owner
+        [other] = [i for i in self.shops.instances if i.running and i is not owner]
+        say()
+        say(f"6. {owner.name}'s scheduler stops firing; its process, and its lease renewals, "
+            "live on")  # fmt: skip
+        # the owner derives its owner_idle (three intervals) from the ticks it has run
+        for count in range(TICKS_TO_LEARN_THE_INTERVAL):
+            await self.shops.wait_for(
+                RECONCILED, [owner], since=self.owner_since + count * RECONCILE_EVERY_S
+            )
+        async with httpx.AsyncClient(timeout=10) as http:
+            paused = await http.post(
+                f"http://127.0.0.1:{owner.port}/admin/scheduler/pause",
+                headers={"x-admin-token": self.admin_token},
+            )
+            paused.raise_for_status()
+            paused_at = time.monotonic()
+            say(f"   POST :{owner.port}/admin/scheduler/pause -> {paused.status_code} "
+                f"{json.dumps(paused.json())}")  # fmt: skip
+            both = [owner, other]
+            hits = [
+                await self.shops.wait_for(OVERDUE, both, since=paused_at),
+                await self.shops.wait_for(HANDED_BACK_IDLE, [owner], since=paused_at),
+                await self.shops.wait_for(TAKES_RECONCILIATION, [other], since=paused_at),
+                await self.shops.wait_for(RECOVERED, both, since=paused_at),
+            ]
+            for instance, line in sorted(hits, key=lambda hit: hit[1].at):
+                evidence(instance, line, since=paused_at)
+            resumed = await http.post(
+                f"http://127.0.0.1:{owner.port}/admin/scheduler/resume",
+                headers={"x-admin-token": self.admin_token},
+            )
+            resumed.raise_for_status()
+        say(f"   {other.name} took over at its next tick; {owner.name}'s scheduler is resumed, and "
+            "it now skips.")  # fmt: skip
+        self.owner = other
 
     async def stop_the_next_owner(self) -> None:
-        """6. SIGTERM the new owner: it hands back at once, the last instance takes over."""
+        """7. SIGTERM the new owner: it hands back at once, the last instance takes over."""
         owner = self.owner
         say()
-        say(f"6. {owner.name} is stopped with SIGTERM: a graceful shutdown hands over at once")
+        say(f"7. {owner.name} is stopped with SIGTERM: a graceful shutdown hands over at once")
         stopped_at = time.monotonic()
         code = await self.shops.stop(owner, signal.SIGTERM)
         [last] = [instance for instance in self.shops.instances if instance.running]
@@ -566,9 +627,9 @@ class Story:
             "over at its next tick.")  # fmt: skip
 
     async def count_the_bookings(self) -> None:
-        """7. The ledger of the accounting system: each placed order booked once."""
+        """8. The ledger of the accounting system: each placed order booked once."""
         say()
-        say("7. What the accounting system booked")
+        say("8. What the accounting system booked")
         text = await asyncio.to_thread(self.ledger.read_text)
         booked = [json.loads(line) for line in text.splitlines()]
         times = Counter(entry["order_id"] for entry in booked)
@@ -580,14 +641,23 @@ class Story:
         say("   Each placed order's invoice exactly once, across three processes and two failures.")
 
     async def show_the_locks(self) -> None:
-        """8. The locks table while the last instance runs, and after it stopped."""
+        """9. The run records and the locks table while the last instance runs, then after."""
         say()
-        say(f"8. The locks table, with {self.last.name} still running")
-        show_locks(await read_locks(self.stores), self.shops.instances)
+        say(f"9. The jobs' run records, as {self.last.name} reads them from the lock store")
+        async with httpx.AsyncClient(timeout=10) as http:
+            answer = await http.get(
+                f"http://127.0.0.1:{self.last.port}/admin/jobs",
+                headers={"x-admin-token": self.admin_token},
+            )
+            answer.raise_for_status()
+        show_jobs(answer.json())
+        say()
+        say(f"   The locks table, with {self.last.name} still running")
+        show_locks(await read_locks(self.stores))
         await self.shops.stop(self.last, signal.SIGTERM)
         say(f"   And after {self.last.name} stopped (SIGTERM), its leases handed back:")
         rows = await read_locks(self.stores)
-        show_locks(rows, self.shops.instances)
+        show_locks(rows)
         if any(row.owner is not None for row in rows):
             say("   (A lease whose job started less than a second before the shutdown is kept for")
             say("   the rest of that second: instances firing that same tick skip it.)")
@@ -601,14 +671,28 @@ def exit_status(code: int) -> str:
     return f"ended by {signal.Signals(-code).name} after a graceful shutdown"
 
 
-def show_locks(rows: list[LockRow], instances: list[Instance]) -> None:
-    """Print the locks table, naming the instance each token was handed to (from its logs)."""
-    holders = {
-        int(token): instance.name
-        for instance in instances
-        for line in instance.lines
-        for token in TOKEN.findall(line.message)
-    }
+def show_jobs(jobs: list[dict[str, Any]]) -> None:
+    """Print each job's last run and last success, as GET /admin/jobs answers them."""
+
+    def run(record: dict[str, Any] | None) -> str:
+        if record is None:
+            return "-"
+        outcome = record["outcome"] + (f" ({record['error']})" if record["error"] else "")
+        return (
+            f"{outcome} on {record['instance']}, {record['seconds'] * 1000:.0f} ms, "
+            f"token {record['fencing_token']}"
+        )
+
+    for job in jobs:
+        say(f"   {job['job']}")
+        say(f"      last run:     {run(job['last_run'])}")
+        say(f"      last success: {run(job['last_success'])}")
+        overdue = "yes" if job["overdue"] else "no"
+        say(f"      owner now:    {job['owner'] or '-'}; overdue: {overdue}")
+
+
+def show_locks(rows: list[LockRow]) -> None:
+    """Print the locks table; the holder is the instance label every owner id ends with."""
     say(f"   {'key':<38} {'owner':<10} {'token':>5}  {'expires in':<11} holder")
     for row in rows:
         owner = "-" if row.owner is None else row.owner[:8]
@@ -619,7 +703,7 @@ def show_locks(rows: list[LockRow], instances: list[Instance]) -> None:
             expires = "expired"
         else:
             expires = f"{row.expires_in_ms / 1000:.1f} s"
-        holder = holders.get(row.token, "") if row.token is not None and row.owner else ""
+        holder = "" if row.owner is None else row.owner.partition("@")[2]
         say(f"   {row.key:<38} {owner:<10} {token:>5}  {expires:<11} {holder}")
     if any(row.token is None for row in rows):
         say("   (Redis keeps each lock's owner and expiry; the tokens come from one counter and")
