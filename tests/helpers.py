@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Generic, Protocol, Self, TypeVar
 
 from leaselock import Clock, Locks
 from leaselock.stores import Acquired, AcquireResult, LockStore, SupportsLifecycle
+
+TESTS = Path(__file__).resolve().parent
 
 
 def unique_key(name: str) -> str:
@@ -172,3 +178,18 @@ class Instances(Generic[J]):
         """Fire one tick on every instance (or on those chosen), at once."""
         chosen = which or tuple(range(len(self.jobs)))
         return list(await asyncio.gather(*(self.jobs[n].reconcile_stock() for n in chosen)))
+
+
+def leaselock_command(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m leaselock ARGUMENTS`` in a new process, the tests' modules importable."""
+    environment = os.environ | {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    }
+    return subprocess.run(  # noqa: S603 -- our interpreter, our command
+        [sys.executable, "-m", "leaselock", *arguments],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

@@ -5,31 +5,14 @@ Each run is short (a few seconds); `leaselock check` defaults to 60.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import leaselock_command as leaselock
 from leaselock._cli import main
 
-TESTS = Path(__file__).resolve().parents[1]
 SECONDS = "6"
-
-
-def leaselock(*arguments: str) -> subprocess.CompletedProcess[str]:
-    environment = os.environ | {
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
-    }
-    return subprocess.run(  # noqa: S603 -- our interpreter, our command
-        [sys.executable, "-m", "leaselock", *arguments],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize(

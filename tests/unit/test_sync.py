@@ -184,8 +184,10 @@ def test_job_status_inspect_and_break_from_a_thread(sync_locks: SyncLocks):
     assert [s.job for s in sync_locks.jobs()] == ["feed:import"]
     held = sync_locks.acquire("orders:1")
     assert held is not None
-    assert [i.key for i in sync_locks.inspect("orders:")] == ["orders:1"]
-    assert sync_locks.read_lock("orders:1") == sync_locks.inspect("orders:")[0]
+    assert [(i.key, i.owner) for i in sync_locks.inspect("orders:")] == [("orders:1", held.owner)]
+    one = sync_locks.read_lock("orders:1")
+    assert one is not None
+    assert (one.owner, one.fencing_token) == (held.owner, held.fencing_token)
     broken = sync_locks.break_lock("orders:1")
     assert broken is not None
     assert broken.fencing_token == held.fencing_token

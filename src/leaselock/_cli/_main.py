@@ -10,6 +10,7 @@ from typing import Final
 
 from .._errors import LockError
 from ._check import add_check_command
+from ._operate import add_operator_commands
 
 __all__ = ["main"]
 
@@ -22,14 +23,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``leaselock`` command; return its exit status.
 
     0: done, or the check passed; 1: the check found a broken promise; 2: the command could not
-    run (a bad URL, an unreachable server), with one line saying why.
+    run (a bad URL, an unreachable server, a missing table), with one line saying why.
     """
     parser = argparse.ArgumentParser(
         prog="leaselock",
-        description="Distributed lease locks with fencing tokens: check and operate a lock store.",
+        description=(
+            "Distributed lease locks with fencing tokens: see who holds what, break a stuck "
+            "lock, read the jobs' run records, and check a lock store."
+        ),
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_check_command(commands)
+    add_operator_commands(commands)
     arguments = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(message)s")
     try:

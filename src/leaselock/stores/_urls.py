@@ -17,7 +17,13 @@ URL_FORMS = (
 )
 
 
-def store_from_url(url: str, *, factory: str | None = None, prefix: str | None = None) -> LockStore:
+def store_from_url(
+    url: str,
+    *,
+    factory: str | None = None,
+    prefix: str | None = None,
+    create_schema: bool = True,
+) -> LockStore:
     """Return a shipped store for ``url``, or what ``factory`` (``"module:callable"``) makes of it.
 
     What the ``leaselock`` command is pointed at (``--url``, or ``LEASELOCK_URL``).
@@ -28,12 +34,17 @@ def store_from_url(url: str, *, factory: str | None = None, prefix: str | None =
         factory: a callable taking the URL and returning a store, as ``"package.module:name"``:
             your own store, checked the same way.
         prefix: the key prefix of a Redis store (default: the store's own).
+        create_schema: whether a PostgreSQL store creates its tables if missing (the
+            ``leaselock`` command's reading commands pass ``False``: a missing table is an
+            error naming the fix, never a table made by a tool).
 
     Raises:
         LocksConfigurationError: the URL or the factory is unusable; the message says why.
 
     .. versionadded:: 0.2
     """
+    if not isinstance(create_schema, bool):
+        raise LocksConfigurationError(f"create_schema={create_schema!r}; pass True or False")
     if not isinstance(url, str) or not url:
         raise LocksConfigurationError(f"url={url!r}; pass a store URL: {URL_FORMS}")
     if factory is not None:
@@ -42,7 +53,7 @@ def store_from_url(url: str, *, factory: str | None = None, prefix: str | None =
     if scheme in ("postgresql", "postgres", "postgresql+asyncpg"):
         from .postgres import PostgresLockStore  # noqa: PLC0415 -- the driver is optional
 
-        return PostgresLockStore.from_url(url)
+        return PostgresLockStore.from_url(url, create_schema=create_schema)
     if scheme in ("redis", "rediss", "unix"):
         from .redis import RedisLockStore  # noqa: PLC0415 -- the driver is optional
 

@@ -657,6 +657,34 @@ async def break_lock_frees_the_key(c: _Check) -> None:
     c.expect(await c.store.break_lock(key) is None, "break_lock of a free key broke something")
 
 
+@_case(
+    "a break racing the holder's renewal and acquires leaves one holder at most",
+    INSPECTION,
+    CONCURRENT,
+)
+async def break_racing_renewals_and_acquires(c: _Check) -> None:
+    assert isinstance(c.store, SupportsInspection)  # noqa: S101 -- required capability
+    for round_number in range(ROUNDS):
+        key, holder = c.key(str(round_number)), c.owner()
+        first = await c.take(key, holder)
+        broken, _, winners = await asyncio.gather(
+            c.store.break_lock(key), c.store.renew(key, holder, LONG_TTL_MS), c.race(key)
+        )
+        c.expect(
+            broken is not None and broken.owner == holder,
+            f"break_lock of a key {holder!r} held returned {broken}",
+        )
+        c.expect(len(winners) <= 1, f"{len(winners)} callers won one broken key")
+        if not winners:
+            winners = [await c.take(key, c.owner())]
+        c.expect(winners[0] > first, f"token {winners[0]} is not greater than {first}")
+        c.answer(
+            await c.store.renew(key, holder, LONG_TTL_MS),
+            expected=False,
+            doing="the broken holder's renew once another holds the key",
+        )
+
+
 # --- building the cases --------------------------------------------------------------------
 
 

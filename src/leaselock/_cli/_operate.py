@@ -1,0 +1,277 @@
+"""``leaselock locks``, ``break`` and ``jobs``: what an operator reads from a store, and breaks.
+
+Each opens a ``Locks`` on the store for the one call (bounded like every store call), creates
+no file and no PostgreSQL table, and prints a table (or JSON with ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
+
+from .._errors import LocksConfigurationError
+from .._locks import Locks
+from ..stores._capabilities import LockInfo, RunRecord
+from ..stores._urls import store_from_url
+from ._arguments import add_url_argument
+
+__all__ = ["add_operator_commands"]
+
+T = TypeVar("T")
+
+SHORT_OWNER: Final = 8
+DEFAULT_LIMIT: Final = 1000
+
+
+def add_operator_commands(commands: Any) -> None:  # noqa: ANN401 -- argparse's subparsers action is untyped
+    """Add ``locks``, ``break`` and ``jobs`` to the command's subcommands."""
+    locks = commands.add_parser(
+        "locks",
+        help="list the locks under a key prefix: holder, token, time left",
+        description="List the locks whose key starts with PREFIX (all by default), by key.",
+    )
+    locks.add_argument("prefix", nargs="?", default="", metavar="PREFIX")
+    add_url_argument(locks)
+    _add_prefix_argument(locks)
+    locks.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="at most this many")
+    locks.add_argument("--json", action="store_true", help="one JSON array instead of a table")
+    locks.set_defaults(run=_run_locks)
+
+    breaking = commands.add_parser(
+        "break",
+        help="free a stuck lock whoever holds it; the next acquire gets a greater token",
+        description=(
+            "Free KEY whoever holds it: the next acquire anywhere wins at once with a greater "
+            "fencing token, and the broken holder learns it at its next renewal. Asks first."
+        ),
+    )
+    breaking.add_argument("key", metavar="KEY")
+    add_url_argument(breaking)
+    _add_prefix_argument(breaking)
+    breaking.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    breaking.set_defaults(run=_run_break)
+
+    jobs = commands.add_parser(
+        "jobs",
+        help="each job's last run and last success, from the store's run records",
+        description=(
+            "Each job's last run (outcome, when, how long, where) and last success, and where "
+            "it is owned and running now, from the run records every instance writes."
+        ),
+    )
+    add_url_argument(jobs)
+    _add_prefix_argument(jobs)
+    jobs.add_argument("--json", action="store_true", help="one JSON array instead of a table")
+    jobs.set_defaults(run=_run_jobs)
+
+
+def _add_prefix_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--redis-prefix",
+        default=None,
+        help='the key prefix of a Redis store (default "leaselock:")',
+    )
+
+
+# --- the commands ----------------------------------------------------------------------------
+
+
+def _run_locks(arguments: argparse.Namespace) -> int:
+    found = _on_store(
+        arguments, lambda locks: locks.inspect(arguments.prefix, limit=arguments.limit)
+    )
+    if arguments.json:
+        _out(json.dumps([_lock_json(info) for info in found], indent=2))
+        return 0
+    if not found:
+        _out(f"No locks under {arguments.prefix!r}." if arguments.prefix else "No locks.")
+        return 0
+    rows = [("KEY", "HOLDER", "OWNER", "TOKEN", "EXPIRES IN")]
+    rows += [
+        (
+            info.key,
+            (info.instance or "-") if info.live else "-",
+            (info.owner or "-")[:SHORT_OWNER],
+            "-" if info.fencing_token is None else str(info.fencing_token),
+            _expires(info),
+        )
+        for info in found
+    ]
+    _table(rows)
+    return 0
+
+
+def _run_break(arguments: argparse.Namespace) -> int:
+    if not arguments.yes:
+        held = _on_store(arguments, lambda locks: locks.read_lock(arguments.key))
+        if held is None or not held.live:
+            _out(f"No live lock holds {arguments.key!r}; nothing to break.")
+            return 0
+        if not sys.stdin.isatty():
+            raise LocksConfigurationError(
+                f"breaking {arguments.key!r} (held by {_holder(held)}) needs a confirmation, and "
+                "stdin is not a terminal: pass --yes"
+            )
+        answer = input(
+            f"Break the lock on {arguments.key!r} held by {_holder(held)} "
+            f"(token {held.fencing_token if held.fencing_token is not None else '-'}, "
+            f"{_expires(held)} left)? [y/N] "
+        )
+        if answer.strip().lower() not in {"y", "yes"}:
+            _out("Left as it was.")
+            return 0
+    broken = _on_store(arguments, lambda locks: locks.break_lock(arguments.key))
+    if broken is None:
+        _out(f"No live lock held {arguments.key!r}; nothing was broken.")
+    else:
+        token = "" if broken.fencing_token is None else f", fencing token {broken.fencing_token}"
+        _out(
+            f"Broke the lock on {arguments.key!r}: it was held by {_holder(broken)}{token}. The "
+            "next acquire takes it with a greater token; the holder finds out at its next renewal."
+        )
+    return 0
+
+
+def _run_jobs(arguments: argparse.Namespace) -> int:
+    statuses = _on_store(arguments, lambda locks: locks.jobs())
+    if arguments.json:
+        _out(
+            json.dumps(
+                [
+                    {
+                        "job": status.job,
+                        "last_run": _run_json(status.last_run),
+                        "last_success": _run_json(status.last_success),
+                        "owner": status.owner,
+                        "running_on": status.running_on,
+                    }
+                    for status in statuses
+                ],
+                indent=2,
+            )
+        )
+        return 0
+    if not statuses:
+        _out("No job has run records in this store yet.")
+        return 0
+    now = datetime.now(UTC)
+    rows = [("JOB", "LAST RUN", "OUTCOME", "TOOK", "ON", "LAST SUCCESS", "OWNER", "RUNNING ON")]
+    for status in statuses:
+        last, success = status.last_run, status.last_success
+        rows.append(
+            (
+                status.job,
+                "-" if last is None else _ago(now, last.ended_at),
+                "-" if last is None else _outcome(last),
+                "-" if last is None else f"{last.duration.total_seconds():.1f} s",
+                "-" if last is None else last.instance,
+                "never" if success is None else _ago(now, success.ended_at),
+                status.owner or "-",
+                status.running_on or "-",
+            )
+        )
+    _table(rows)
+    return 0
+
+
+# --- the store --------------------------------------------------------------------------------
+
+
+def _on_store(arguments: argparse.Namespace, call: Callable[[Locks], Awaitable[T]]) -> T:
+    """Open a Locks on the URL's store, make one call, close it."""
+    _refuse_a_missing_sqlite_file(arguments.url)
+    store = store_from_url(arguments.url, prefix=arguments.redis_prefix, create_schema=False)
+
+    async def run() -> T:
+        async with Locks(
+            store=store,
+            allow_in_memory_storage=True,
+            instance=f"leaselock-cli@{socket.gethostname()}:{os.getpid()}",
+        ) as locks:
+            return await call(locks)
+
+    return asyncio.run(run())
+
+
+def _refuse_a_missing_sqlite_file(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite":
+        return
+    path = Path(url.removeprefix("sqlite:///"))
+    if not path.is_file():
+        raise LocksConfigurationError(
+            f"no SQLite file at {str(path)!r}; pass the file your application's "
+            "SQLiteLockStore opens (sqlite:///relative/path or sqlite:////absolute/path)"
+        )
+
+
+# --- printing ---------------------------------------------------------------------------------
+
+
+def _out(text: str) -> None:
+    print(text)  # noqa: T201 -- a command's output
+
+
+def _table(rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        _out("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def _holder(info: LockInfo) -> str:
+    return info.instance or info.owner or "nobody"
+
+
+def _expires(info: LockInfo) -> str:
+    if not info.live:
+        return "released"
+    if info.expires_in_ms is None:
+        return "-"
+    return f"{info.expires_in_ms / 1000:.1f} s"
+
+
+def _ago(now: datetime, moment: datetime) -> str:
+    seconds = max((now - moment).total_seconds(), 0.0)
+    if seconds < 120:  # noqa: PLR2004 -- seconds read best under two minutes
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:  # noqa: PLR2004 -- minutes under two hours
+        return f"{seconds / 60:.0f} min ago"
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _outcome(run: RunRecord) -> str:
+    return run.outcome if run.error is None else f"{run.outcome}: {run.error}"
+
+
+def _lock_json(info: LockInfo) -> dict[str, object]:
+    return {
+        "key": info.key,
+        "live": info.live,
+        "owner": info.owner,
+        "instance": info.instance,
+        "fencing_token": info.fencing_token,
+        "expires_in_ms": info.expires_in_ms,
+    }
+
+
+def _run_json(run: RunRecord | None) -> dict[str, object] | None:
+    if run is None:
+        return None
+    return {
+        "instance": run.instance,
+        "outcome": run.outcome,
+        "error": run.error,
+        "started_at": run.started_at.isoformat(),
+        "ended_at": run.ended_at.isoformat(),
+        "duration_s": run.duration.total_seconds(),
+        "fencing_token": run.fencing_token,
+    }
