@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,8 +17,9 @@ import pytest
 
 import leaselock
 from helpers import leaselock_command, unique_key
-from leaselock import Locks
+from leaselock import Lock, Locks
 from leaselock.stores import LockStore, store_from_url
+from leaselock.testing import ManualClock
 
 
 class Target:
@@ -144,3 +147,54 @@ async def test_a_store_that_cannot_be_read_is_one_line_and_exit_2(
     assert message in error
     assert len(error.strip().splitlines()) == 1
     assert "Traceback" not in error
+
+
+async def test_watch_tells_acquisitions_releases_and_expiries_until_ctrl_c(
+    target: Target, holder: Locks
+):
+    key = unique_key("watched")
+    watcher = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "leaselock",
+        "watch",
+        key,
+        "--every",
+        "100ms",
+        *target.arguments(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert watcher.stdout is not None
+    output = watcher.stdout
+
+    async def next_line() -> list[str]:
+        return (await asyncio.wait_for(output.readline(), 20)).decode().split()
+
+    try:
+        assert (await next_line())[:4] == ["Watching", "the", "locks", "under"]
+        first = await holder.acquire(f"{key}:a")
+        assert first is not None
+        acquired = await next_line()
+        await first.release()
+        released = await next_line()
+        # a holder whose clock never moves renews nothing: a paused process
+        async with Locks(
+            store=target.store(), clock=ManualClock(), instance="paused", ttl="1s"
+        ) as paused:
+            assert await paused.acquire(f"{key}:b") is not None
+            taken = await next_line()
+            expired = await next_line()
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(watcher.wait(), 20)
+    assert code == 0
+    assert acquired[1:] == ["acquired", f"{key}:a", "by", "shop-3002", *token_words(target, first)]
+    assert released[1:] == ["released", f"{key}:a", "by", "shop-3002", *token_words(target, first)]
+    assert taken[1:5] == ["acquired", f"{key}:b", "by", "paused"]
+    assert expired[1:5] == ["expired", f"{key}:b", "by", "paused"]
+
+
+def token_words(target: Target, lock: Lock) -> list[str]:
+    """How the watch shows a lock's token: only where the store keeps one per key (not Redis)."""
+    return [] if target.redis_prefix is not None else ["(token", f"{lock.fencing_token})"]

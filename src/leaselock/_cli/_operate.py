@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -24,7 +25,7 @@ from ..stores._capabilities import LockInfo, RunRecord
 from ..stores._urls import store_from_url
 from ._arguments import add_url_argument
 
-__all__ = ["add_operator_commands"]
+__all__ = ["add_operator_commands", "add_redis_prefix_argument", "cli_locks", "out"]
 
 T = TypeVar("T")
 
@@ -41,7 +42,7 @@ def add_operator_commands(commands: Any) -> None:  # noqa: ANN401 -- argparse's 
     )
     locks.add_argument("prefix", nargs="?", default="", metavar="PREFIX")
     add_url_argument(locks)
-    _add_prefix_argument(locks)
+    add_redis_prefix_argument(locks)
     locks.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="at most this many")
     locks.add_argument("--json", action="store_true", help="one JSON array instead of a table")
     locks.set_defaults(run=_run_locks)
@@ -56,7 +57,7 @@ def add_operator_commands(commands: Any) -> None:  # noqa: ANN401 -- argparse's 
     )
     breaking.add_argument("key", metavar="KEY")
     add_url_argument(breaking)
-    _add_prefix_argument(breaking)
+    add_redis_prefix_argument(breaking)
     breaking.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     breaking.set_defaults(run=_run_break)
 
@@ -69,12 +70,13 @@ def add_operator_commands(commands: Any) -> None:  # noqa: ANN401 -- argparse's 
         ),
     )
     add_url_argument(jobs)
-    _add_prefix_argument(jobs)
+    add_redis_prefix_argument(jobs)
     jobs.add_argument("--json", action="store_true", help="one JSON array instead of a table")
     jobs.set_defaults(run=_run_jobs)
 
 
-def _add_prefix_argument(parser: argparse.ArgumentParser) -> None:
+def add_redis_prefix_argument(parser: argparse.ArgumentParser) -> None:
+    """``--redis-prefix``, for a Redis store under another prefix than the default."""
     parser.add_argument(
         "--redis-prefix",
         default=None,
@@ -90,10 +92,10 @@ def _run_locks(arguments: argparse.Namespace) -> int:
         arguments, lambda locks: locks.inspect(arguments.prefix, limit=arguments.limit)
     )
     if arguments.json:
-        _out(json.dumps([_lock_json(info) for info in found], indent=2))
+        out(json.dumps([_lock_json(info) for info in found], indent=2))
         return 0
     if not found:
-        _out(f"No locks under {arguments.prefix!r}." if arguments.prefix else "No locks.")
+        out(f"No locks under {arguments.prefix!r}." if arguments.prefix else "No locks.")
         return 0
     rows = [("KEY", "HOLDER", "OWNER", "TOKEN", "EXPIRES IN")]
     rows += [
@@ -114,7 +116,7 @@ def _run_break(arguments: argparse.Namespace) -> int:
     if not arguments.yes:
         held = _on_store(arguments, lambda locks: locks.read_lock(arguments.key))
         if held is None or not held.live:
-            _out(f"No live lock holds {arguments.key!r}; nothing to break.")
+            out(f"No live lock holds {arguments.key!r}; nothing to break.")
             return 0
         if not sys.stdin.isatty():
             raise LocksConfigurationError(
@@ -127,14 +129,14 @@ def _run_break(arguments: argparse.Namespace) -> int:
             f"{_expires(held)} left)? [y/N] "
         )
         if answer.strip().lower() not in {"y", "yes"}:
-            _out("Left as it was.")
+            out("Left as it was.")
             return 0
     broken = _on_store(arguments, lambda locks: locks.break_lock(arguments.key))
     if broken is None:
-        _out(f"No live lock held {arguments.key!r}; nothing was broken.")
+        out(f"No live lock held {arguments.key!r}; nothing was broken.")
     else:
         token = "" if broken.fencing_token is None else f", fencing token {broken.fencing_token}"
-        _out(
+        out(
             f"Broke the lock on {arguments.key!r}: it was held by {_holder(broken)}{token}. The "
             "next acquire takes it with a greater token; the holder finds out at its next renewal."
         )
@@ -144,7 +146,7 @@ def _run_break(arguments: argparse.Namespace) -> int:
 def _run_jobs(arguments: argparse.Namespace) -> int:
     statuses = _on_store(arguments, lambda locks: locks.jobs())
     if arguments.json:
-        _out(
+        out(
             json.dumps(
                 [
                     {
@@ -161,7 +163,7 @@ def _run_jobs(arguments: argparse.Namespace) -> int:
         )
         return 0
     if not statuses:
-        _out("No job has run records in this store yet.")
+        out("No job has run records in this store yet.")
         return 0
     now = datetime.now(UTC)
     rows = [("JOB", "LAST RUN", "OUTCOME", "TOOK", "ON", "LAST SUCCESS", "OWNER", "RUNNING ON")]
@@ -188,18 +190,30 @@ def _run_jobs(arguments: argparse.Namespace) -> int:
 
 def _on_store(arguments: argparse.Namespace, call: Callable[[Locks], Awaitable[T]]) -> T:
     """Open a Locks on the URL's store, make one call, close it."""
-    _refuse_a_missing_sqlite_file(arguments.url)
-    store = store_from_url(arguments.url, prefix=arguments.redis_prefix, create_schema=False)
 
     async def run() -> T:
-        async with Locks(
-            store=store,
-            allow_in_memory_storage=True,
-            instance=f"leaselock-cli@{socket.gethostname()}:{os.getpid()}",
-        ) as locks:
+        async with cli_locks(arguments) as locks:
             return await call(locks)
 
     return asyncio.run(run())
+
+
+@contextlib.asynccontextmanager
+async def cli_locks(arguments: argparse.Namespace) -> AsyncIterator[Locks]:
+    """A started Locks on the store of ``--url`` (and ``--redis-prefix``), for a command.
+
+    Raises:
+        LocksConfigurationError: no SQLite file at the URL, or a URL leaselock cannot use.
+        LockStoreError: the store cannot be reached or lacks its tables.
+    """
+    _refuse_a_missing_sqlite_file(arguments.url)
+    store = store_from_url(arguments.url, prefix=arguments.redis_prefix, create_schema=False)
+    async with Locks(
+        store=store,
+        allow_in_memory_storage=True,
+        instance=f"leaselock-cli@{socket.gethostname()}:{os.getpid()}",
+    ) as locks:
+        yield locks
 
 
 def _refuse_a_missing_sqlite_file(url: str) -> None:
@@ -217,14 +231,15 @@ def _refuse_a_missing_sqlite_file(url: str) -> None:
 # --- printing ---------------------------------------------------------------------------------
 
 
-def _out(text: str) -> None:
-    print(text)  # noqa: T201 -- a command's output
+def out(text: str, *, flush: bool = False) -> None:
+    """Print one line of the command's output."""
+    print(text, flush=flush)  # noqa: T201 -- a command's output
 
 
 def _table(rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     for row in rows:
-        _out("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        out("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
 def _holder(info: LockInfo) -> str:

@@ -1,0 +1,154 @@
+"""``leaselock watch``: a live feed of who takes, releases and loses the locks under a prefix.
+
+It reads the store's view of the locks every ``--every`` (250 ms), and at once when the store
+announces a release (PostgreSQL and Redis do), and prints what changed between two readings: an
+acquisition, a release, an expiry, or a handover to another owner, each with its token. A lock
+taken and freed between two readings is not seen. Ctrl-C (or SIGTERM) ends it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from .._durations import parse_wait
+from .._errors import LocksConfigurationError
+from .._locks import Locks
+from ..stores._capabilities import LockInfo
+from ..stores._protocol import SupportsReleaseNotifications
+from ._arguments import add_url_argument
+from ._operate import add_redis_prefix_argument, cli_locks, out
+
+__all__ = ["add_watch_command", "changes"]
+
+DEFAULT_EVERY: Final = "250ms"
+MIN_EVERY_MS: Final = 20
+# a lock gone with less than this left at the last reading expired; with more, it was released
+EXPIRY_SLACK_MS: Final = 50
+
+
+def add_watch_command(commands: Any) -> None:  # noqa: ANN401 -- argparse's subparsers action is untyped
+    """Add ``watch`` to the command's subcommands."""
+    watch = commands.add_parser(
+        "watch",
+        help="a live feed of acquisitions, releases, expiries and handovers, until Ctrl-C",
+        description=(
+            "Print each change of the locks under PREFIX (all by default) as it happens: who "
+            "took a lock and with which token, who released it, which expired, which went to "
+            "another owner. Ends on Ctrl-C."
+        ),
+    )
+    watch.add_argument("prefix", nargs="?", default="", metavar="PREFIX")
+    add_url_argument(watch)
+    add_redis_prefix_argument(watch)
+    watch.add_argument(
+        "--every", default=DEFAULT_EVERY, help=f"how often to read (default {DEFAULT_EVERY})"
+    )
+    watch.set_defaults(run=_run_watch)
+
+
+def _run_watch(arguments: argparse.Namespace) -> int:
+    every_ms = parse_wait(arguments.every, name="--every")
+    if every_ms < MIN_EVERY_MS:
+        raise LocksConfigurationError(
+            f"--every {arguments.every}; pass {MIN_EVERY_MS} ms or more: every reading is a "
+            "store round trip"
+        )
+    asyncio.run(_watch(arguments, every_ms))
+    return 0
+
+
+async def _watch(arguments: argparse.Namespace, every_ms: int) -> None:
+    stop = asyncio.Event()
+    woken = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signal_number in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signal_number, stop.set)
+    prefix: str = arguments.prefix
+
+    def on_release(key: str) -> None:
+        if key.startswith(prefix):
+            woken.set()
+
+    async with cli_locks(arguments) as locks, _releases_heard(locks, on_release):
+        seen = await _live(locks, prefix)
+        under = f"the locks under {prefix!r}" if prefix else "every lock"
+        out(f"Watching {under} (Ctrl-C to stop)...", flush=True)
+        for line in describe_all(seen):
+            out(line, flush=True)
+        while not stop.is_set():
+            await _sleep_until(stop, woken, every_ms)
+            woken.clear()
+            now = await _live(locks, prefix)
+            for line in changes(seen, now, every_ms):
+                out(line, flush=True)
+            seen = now
+    out("Stopped watching.", flush=True)
+
+
+async def _live(locks: Locks, prefix: str) -> dict[str, LockInfo]:
+    return {info.key: info for info in await locks.inspect(prefix) if info.live}
+
+
+@contextlib.asynccontextmanager
+async def _releases_heard(locks: Locks, on_release: Callable[[str], None]) -> AsyncIterator[None]:
+    store = locks.store
+    if isinstance(store, SupportsReleaseNotifications):
+        async with store.watch_releases(on_release):
+            yield
+    else:
+        yield
+
+
+async def _sleep_until(stop: asyncio.Event, woken: asyncio.Event, every_ms: int) -> None:
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(woken.wait())]
+    try:
+        await asyncio.wait(waits, timeout=every_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+
+
+def describe_all(live: dict[str, LockInfo]) -> list[str]:
+    """The lines that show the locks live when the watch starts."""
+    return [_line("held", info.key, f"by {_holder(info)}{_token(info)}") for info in live.values()]
+
+
+def changes(before: dict[str, LockInfo], after: dict[str, LockInfo], every_ms: int) -> list[str]:
+    """The lines that tell what changed between two readings of the live locks, by key.
+
+    A lock gone whose time left at the last reading was within one reading (plus a margin)
+    expired; one gone sooner was released. One held by another owner was handed over: after an
+    expiry, or a break, or a release and an acquisition between two readings.
+    """
+    lines = []
+    for key in sorted(before.keys() | after.keys()):
+        old, new = before.get(key), after.get(key)
+        if old is None and new is not None:
+            lines.append(_line("acquired", key, f"by {_holder(new)}{_token(new)}"))
+        elif old is not None and new is None:
+            left_ms = old.expires_in_ms
+            expired = left_ms is not None and left_ms <= every_ms + EXPIRY_SLACK_MS
+            what = "expired" if expired else "released"
+            lines.append(_line(what, key, f"by {_holder(old)}{_token(old)}"))
+        elif old is not None and new is not None and old.owner != new.owner:
+            lines.append(_line("handover", key, f"{_holder(old)} -> {_holder(new)}{_token(new)}"))
+    return lines
+
+
+def _line(what: str, key: str, detail: str) -> str:
+    at = datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
+    return f"{at}  {what:<9} {key}  {detail}"
+
+
+def _holder(info: LockInfo) -> str:
+    return info.instance or info.owner or "-"
+
+
+def _token(info: LockInfo) -> str:
+    return "" if info.fencing_token is None else f" (token {info.fencing_token})"
