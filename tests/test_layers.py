@@ -35,6 +35,7 @@ GROUND = frozenset(
         "_redact",
         "_threads",
         "_forks",
+        "_telemetry",
     )
 )
 # the store contract: the three methods, and the optional capabilities' shapes and records

@@ -75,10 +75,11 @@ def test_public_classes_and_functions_have_docstrings():
                 assert inspect.getdoc(value), f"{module_name}.{name}"
 
 
-def test_importing_leaselock_loads_no_database_driver():
+def test_importing_leaselock_loads_no_database_driver_and_no_telemetry():
     program = (
         "import sys, leaselock, leaselock.stores, leaselock.testing;"
-        "loaded = {'asyncpg', 'redis', 'sqlalchemy', 'psycopg'} & set(sys.modules);"
+        "loaded = {'asyncpg', 'redis', 'sqlalchemy', 'psycopg', 'opentelemetry'}"
+        " & set(sys.modules);"
         "sys.exit(', '.join(sorted(loaded)) or None)"
     )
     finished = subprocess.run(  # noqa: S603 -- our own interpreter, our own one-liner

@@ -6,11 +6,15 @@ import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 from ._engine import CURRENT_LOCK, Lock, release_logged
 from ._errors import LockLostError, LockNotAcquiredError
 from ._jobs import CURRENT_RUNTIME, JobRuntime
+from ._telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from ._telemetry import EnteredSpan
 
 __all__ = ["LockHold"]
 
@@ -29,6 +33,8 @@ class LockHold:
         "_remove_callback",
         "_runtime",
         "_runtime_token",
+        "_span",
+        "_telemetry",
         "_wait_ms",
     )
 
@@ -40,8 +46,12 @@ class LockHold:
         key: str,
         wait_ms: int,
         cancel_on_loss: bool,
+        telemetry: Telemetry | None = None,
     ) -> None:
-        """Prepare to take ``key`` with ``acquire``; jobs called inside run on ``runtime``."""
+        """Prepare to take ``key`` with ``acquire``; jobs called inside run on ``runtime``.
+
+        With ``telemetry``, the block is a span (the current one inside it).
+        """
         self._runtime = runtime
         self._acquire = acquire
         self._key = key
@@ -52,6 +62,8 @@ class LockHold:
         self._runtime_token: contextvars.Token[JobRuntime | None] | None = None
         self._remove_callback: Callable[[], None] | None = None
         self._loss_cancelled_task: asyncio.Task[Any] | None = None
+        self._telemetry = telemetry
+        self._span: EnteredSpan | None = None
 
     async def __aenter__(self) -> Lock:
         """Take the lock, or raise :class:`LockNotAcquiredError`; set :func:`current_lock`."""
@@ -59,6 +71,10 @@ class LockHold:
         if lock is None:
             raise LockNotAcquiredError(self._key, self._wait_ms)
         self._lock = lock
+        if self._telemetry is not None:
+            self._span = self._telemetry.enter_span(
+                f"leaselock.hold {lock.key}", lock.key, lock.fencing_token
+            )
         self._context_token = CURRENT_LOCK.set(lock)
         self._runtime_token = CURRENT_RUNTIME.set(self._runtime)
         if self._cancel_on_loss:
@@ -88,7 +104,11 @@ class LockHold:
             CURRENT_LOCK.reset(self._context_token)
         if self._runtime_token is not None:
             CURRENT_RUNTIME.reset(self._runtime_token)
+        lost = lock.signal.reason is not None
         await release_logged(lock)
+        if self._telemetry is not None and self._span is not None:
+            error = None if exc is None else f"{type(exc).__name__}: {exc}"
+            self._telemetry.exit_span(self._span, error, lost=lost)
         task = self._loss_cancelled_task
         if task is None:
             return

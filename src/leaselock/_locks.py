@@ -22,6 +22,7 @@ from ._hold import LockHold
 from ._jobs import F, JobDecorator, JobRuntime, JobStatus, election_decorator, job_decorator
 from ._keys import default_instance, validate_instance, validate_key
 from ._redact import redact_secrets
+from ._telemetry import telemetry_for
 from ._threads import run_sync_in_worker, running_loop
 from .stores._capabilities import LockInfo
 from .stores._protocol import LockStore, SupportsLifecycle
@@ -68,6 +69,9 @@ class Locks:
         shutdown_grace: how long shutdown waits for job runs in progress to finish.
         instance: this instance's label, kept with every lease it takes so that messages and
             tools name a place a person recognises (default ``hostname:pid``, read at start).
+        opentelemetry: record OpenTelemetry metrics and spans through the process's providers
+            (see ``leaselock[otel]``): ``None`` (default) where ``opentelemetry-api`` is
+            installed, ``True`` to require it, ``False`` never.
 
     Raises:
         LocksConfigurationError: an argument is wrong; the message says how to fix it.
@@ -90,6 +94,7 @@ class Locks:
         "_shutdown_grace_ms",
         "_store",
         "_store_defaulted",
+        "_telemetry",
         "_ttl_ms",
         "events",
     )
@@ -103,6 +108,7 @@ class Locks:
         *,
         shutdown_grace: Duration = "30s",
         instance: str | None = None,
+        opentelemetry: bool | None = None,
     ) -> None:
         """Configure; nothing touches the store before :meth:`start`."""
         if not isinstance(allow_in_memory_storage, bool):
@@ -120,6 +126,7 @@ class Locks:
         self._ttl_ms = check_ttl_floor(parse_ttl(ttl), self._min_ttl_ms)
         self._shutdown_grace_ms = parse_wait(shutdown_grace, name="shutdown_grace")
         self._instance = None if instance is None else validate_instance(instance)
+        self._telemetry = telemetry_for(opentelemetry, self.instance)
         self._store_defaulted = store is None
         self._store: LockStore = (
             InMemoryLockStore(clock=self._clock) if store is None else check_store_shape(store)
@@ -178,7 +185,11 @@ class Locks:
             await self._store.open()
         try:
             engine = LockEngine(
-                CheckedStore(self._store), self._clock, self._publisher, instance=self.instance
+                CheckedStore(self._store),
+                self._clock,
+                self._publisher,
+                instance=self.instance,
+                telemetry=self._telemetry,
             )
             self._engine = engine
             await engine.start()
@@ -307,7 +318,7 @@ class Locks:
             LockNotAcquiredError: (on entry) the key stayed held for the whole wait.
             LocksConfigurationError: an argument is wrong.
         """
-        key, ttl_ms, wait_ms, _ = self._checked(key, ttl, wait, signal)
+        key, ttl_ms, wait_ms, engine = self._checked(key, ttl, wait, signal)
         _check_flag("cancel_on_loss", cancel_on_loss)
         return LockHold(
             self._runtime,
@@ -315,6 +326,7 @@ class Locks:
             key=key,
             wait_ms=wait_ms,
             cancel_on_loss=cancel_on_loss,
+            telemetry=engine.telemetry,
         )
 
     @overload

@@ -149,6 +149,7 @@ class SyncLocks:
         *,
         shutdown_grace: Duration = "30s",
         instance: str | None = None,
+        opentelemetry: bool | None = None,
     ) -> None:
         """Configure as :class:`~leaselock.Locks` does; :meth:`start` starts the loop thread."""
         self._locks = Locks(
@@ -158,6 +159,7 @@ class SyncLocks:
             allow_in_memory_storage=allow_in_memory_storage,
             shutdown_grace=shutdown_grace,
             instance=instance,
+            opentelemetry=opentelemetry,
         )
         self._portal: Portal | None = None
         self._generation = process_generation()

@@ -18,6 +18,7 @@ from .._clock import Clock
 from .._errors import DetectedBy, LockStoreError
 from .._event_types import LockHandedBack, LockLost, RenewalFailing
 from .._events import Publisher
+from .._telemetry import Telemetry
 from ..stores._protocol import Acquired, SupportsReleaseNotifications
 from ._bounded import StoreCallTimeoutError, bounded
 from ._checked_store import CheckedStore
@@ -68,21 +69,32 @@ class LockEngine:
         "_waiters",
         "operator",
         "store",
+        "telemetry",
     )
 
     def __init__(
-        self, store: CheckedStore, clock: Clock, events: Publisher, *, instance: str
+        self,
+        store: CheckedStore,
+        clock: Clock,
+        events: Publisher,
+        *,
+        instance: str,
+        telemetry: Telemetry | None = None,
     ) -> None:
         """Create an engine over ``store`` with time from ``clock``, reporting to ``events``.
 
-        ``instance`` labels every owner id this engine makes (``hostname:pid`` by default).
+        ``instance`` labels every owner id this engine makes (``hostname:pid`` by default);
+        ``telemetry``, where given, records its metrics.
         """
         self.store = store
+        self.telemetry = telemetry
         self.operator = OperatorStore(store.inner, clock)
         self._clock = clock
         self._events = events
         self._instance = instance
-        self._renewal = RenewalScheduler(store, clock, self.lose, self._renewal_failing)
+        self._renewal = RenewalScheduler(
+            store, clock, self.lose, self._renewal_failing, telemetry=telemetry
+        )
         self._held: set[Lease] = set()
         self._background: set[asyncio.Task[None]] = set()
         self._waiters: set[Waiter] = set()
@@ -126,6 +138,17 @@ class LockEngine:
         """
         if signal is not None:
             signal.raise_if_aborted()
+        if self.telemetry is None:
+            return await self._acquire(key, ttl_ms, wait_ms, signal)
+        called_at_ms = self._clock.now_ms()
+        lease = await self._acquire(key, ttl_ms, wait_ms, signal)
+        waited_s = (self._clock.now_ms() - called_at_ms) / 1000
+        self.telemetry.acquire_answered(waited_s, acquired=lease is not None)
+        return lease
+
+    async def _acquire(
+        self, key: str, ttl_ms: int, wait_ms: int, signal: LockSignal | None
+    ) -> Lease | None:
         give_up_at_ms = self._clock.now_ms() + wait_ms
         first = await self.attempt(key, ttl_ms, give_up_at_ms)
         if isinstance(first, Won):
@@ -229,6 +252,8 @@ class LockEngine:
             clock=self._clock,
         )
         self._held.add(lease)
+        if self.telemetry is not None:
+            self.telemetry.held_changed(1)
         self._renewal.track(lease)
         return lease
 
@@ -251,7 +276,7 @@ class LockEngine:
         if lease.state is not LeaseState.HELD:
             return False
         lease.state = LeaseState.RELEASED
-        self._held.discard(lease)
+        self._stop_holding(lease)
         try:
             released = await self._release_bounded(lease.key, lease.owner)
         except asyncio.CancelledError:
@@ -289,7 +314,7 @@ class LockEngine:
         if lease.state is not LeaseState.HELD:
             return
         lease.state = LeaseState.LOST
-        self._held.discard(lease)
+        self._stop_holding(lease)
         lease.abort(detected_by)
         if detected_by == "shutdown":
             # giving locks up at a graceful shutdown is the plan, not a loss to alert on
@@ -302,6 +327,8 @@ class LockEngine:
                 )
             )
         else:
+            if self.telemetry is not None:
+                self.telemetry.lost(detected_by)
             self._events.emit(
                 LockLost(
                     key=lease.key,
@@ -313,6 +340,12 @@ class LockEngine:
         if detected_by != "renewal":
             # the store may still hold it for us (an unheard renewal, a shutdown): hand it back
             self.release_in_background(lease.key, lease.owner)
+
+    def _stop_holding(self, lease: Lease) -> None:
+        if lease in self._held:
+            self._held.discard(lease)
+            if self.telemetry is not None:
+                self.telemetry.held_changed(-1)
 
     def _renewal_failing(self, lease: Lease, error: LockStoreError, ms_left: int) -> None:
         self._events.emit(
@@ -352,7 +385,7 @@ class LockEngine:
                 )
             return
         lease.state = LeaseState.RELEASED
-        self._held.discard(lease)
+        self._stop_holding(lease)
         try:
             async with bounded(self._clock, self._clock.now_ms() + RELEASE_BOUND_MS):
                 await self.store.renew(lease.key, lease.owner, keep_ms)

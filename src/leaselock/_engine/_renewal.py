@@ -15,6 +15,7 @@ from typing import final
 
 from .._clock import Clock, TimerHandle
 from .._errors import DetectedBy, LockStoreError
+from .._telemetry import Telemetry
 from ..stores._protocol import Renewal
 from ._bounded import StoreCallTimeoutError, bounded
 from ._checked_store import CheckedStore
@@ -44,6 +45,7 @@ class RenewalScheduler:
         clock: the holder's clock (deadlines and renewal times).
         on_lost: called once per lost lease, with how the loss was seen.
         on_failing: called for each failed renewal (the error, the milliseconds left).
+        telemetry: where given, records each renewal's round trip.
     """
 
     __slots__ = (
@@ -54,6 +56,7 @@ class RenewalScheduler:
         "_on_lost",
         "_seq",
         "_store",
+        "_telemetry",
         "_timer",
     )
 
@@ -63,9 +66,12 @@ class RenewalScheduler:
         clock: Clock,
         on_lost: Callable[[Lease, DetectedBy], None],
         on_failing: Callable[[Lease, LockStoreError, int], None],
+        *,
+        telemetry: Telemetry | None = None,
     ) -> None:
         """Create a scheduler with nothing to renew."""
         self._store = store
+        self._telemetry = telemetry
         self._clock = clock
         self._on_lost = on_lost
         self._on_failing = on_failing
@@ -142,7 +148,10 @@ class RenewalScheduler:
                 f"{self._store.inner!r} did not answer the renewal before the holder's deadline"
             )
             results = [unanswered] * len(leases)
-        self._warn_if_slow(leases, self._clock.now_ms() - sent_at_ms)
+        took_ms = self._clock.now_ms() - sent_at_ms
+        if self._telemetry is not None:
+            self._telemetry.renewed(took_ms / 1000)
+        self._warn_if_slow(leases, took_ms)
         confirmed_at_ms = self._clock.now_ms()
         for lease, result in zip(leases, results, strict=True):
             lease.renewing = False

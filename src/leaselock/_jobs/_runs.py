@@ -16,7 +16,7 @@ import statistics
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import final
+from typing import TYPE_CHECKING, final
 
 from .._clock import Clock, TimerHandle
 from .._engine import Lease, Lock, LockEngine, release_logged
@@ -28,6 +28,9 @@ from ._overdue import OverdueWatch
 from ._records import RunRecords, WallTime
 from ._skips import Skips
 from ._spec import JobSpec
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["JobRun", "JobRuns"]
 
@@ -53,6 +56,7 @@ class JobRun:
     unlink: Callable[[], None] | None
     started_ms: int
     cap: TimerHandle | None = None
+    span: Span | None = None
 
 
 @final
@@ -107,7 +111,7 @@ class JobRuns:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closing = False
-        self._skips = Skips(clock, events)
+        self._skips = Skips(clock, events, engine.telemetry)
 
     async def begin(self, spec: JobSpec) -> JobRun | None:
         """Turn a tick into a run, or skip it (``None``) and say why.
@@ -154,6 +158,11 @@ class JobRuns:
             assert isinstance(owned, _OwnedLease)  # noqa: S101 -- a job has one of the two
             lock, unlink = owned.lock, None
         run = JobRun(spec, lock, run_lease, unlink, self._clock.now_ms())
+        telemetry = self._engine.telemetry
+        if telemetry is not None:
+            run.span = telemetry.start_span(
+                f"leaselock.job {spec.key}", lock.key, lock.fencing_token
+            )
         if run_lease is not None and spec.max_run_ms is not None:
             run.cap = self._clock.call_at(run.started_ms + spec.max_run_ms, self._capper(run))
         self._skips.ran(spec)
@@ -266,6 +275,11 @@ class JobRuns:
             )
             if outcome == "ok":
                 self.overdue.succeeded(run.spec.key)
+            telemetry = self._engine.telemetry
+            if telemetry is not None:
+                telemetry.job_ran(run.spec.key, outcome, (ended_ms - run.started_ms) / 1000)
+                if run.span is not None:
+                    telemetry.end_span(run.span, error, lost=outcome == "lost")
         finally:
             self._active.discard(run)
             if not self._active:

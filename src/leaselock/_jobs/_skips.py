@@ -14,6 +14,7 @@ from typing import Final, final
 from .._clock import Clock
 from .._event_types import SkipReason, TickSkipped
 from .._events import Publisher
+from .._telemetry import Telemetry
 from ._spec import JobSpec
 
 __all__ = ["SUMMARY_EVERY_MS", "Skips"]
@@ -38,12 +39,13 @@ class _Streak:
 class Skips:
     """The skip streaks of one Locks' jobs, and the events they make."""
 
-    __slots__ = ("_clock", "_events", "_streaks")
+    __slots__ = ("_clock", "_events", "_streaks", "_telemetry")
 
-    def __init__(self, clock: Clock, events: Publisher) -> None:
-        """Report skips through ``events``, timing summaries on ``clock``."""
+    def __init__(self, clock: Clock, events: Publisher, telemetry: Telemetry | None) -> None:
+        """Report skips through ``events`` (and ``telemetry``), timing summaries on ``clock``."""
         self._clock = clock
         self._events = events
+        self._telemetry = telemetry
         self._streaks: dict[str, _Streak] = {}
 
     def ran(self, spec: JobSpec) -> None:
@@ -60,6 +62,8 @@ class Skips:
         owner: str | None,
     ) -> None:
         """Report a skipped tick of ``spec``; ``holder`` is the owner id that kept it out."""
+        if self._telemetry is not None:
+            self._telemetry.job_skipped(spec.key, reason)
         now_ms = self._clock.now_ms()
         streak = self._streaks.get(spec.key)
         if streak is None or streak.reason != reason:
