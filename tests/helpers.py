@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Generic, Protocol, Self, TypeVar
 
@@ -193,3 +195,57 @@ def leaselock_command(*arguments: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
+
+
+# --- a story of three instances, as the event logs of leaselock timeline -----------------
+
+TIMELINE_T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def timeline_event(
+    kind: str, seconds: float, key: str, instance: str, token: int, **more: object
+) -> dict[str, object]:
+    """One line of an event log, ``seconds`` after :data:`TIMELINE_T0`."""
+    return {
+        "type": kind,
+        "at": (TIMELINE_T0 + timedelta(seconds=seconds)).isoformat(),
+        "key": key,
+        "fencing_token": token,
+        "owner": f"{'0' * 31}{token}@{instance}",
+        "instance": instance,
+        **more,
+    }
+
+
+def timeline_story() -> dict[str, list[dict[str, object]]]:
+    """Three instances' event logs: a killed owner, a graceful shutdown, a lost run lock."""
+    return {
+        "shop-3001": [
+            timeline_event("lock-acquired", 0, "feed", "shop-3001", 1, ttl_ms=6000),
+            timeline_event("lock-acquired", 0.5, "job:owner", "shop-3001", 2, ttl_ms=6000),
+            timeline_event("lock-acquired", 1, "job", "shop-3001", 3, ttl_ms=6000),
+            timeline_event("lock-released", 1.2, "job", "shop-3001", 3),
+            # SIGKILL at 3 s: nothing more from this instance
+            timeline_event("lock-acquired", 3, "job", "shop-3001", 4, ttl_ms=6000),
+        ],
+        "shop-3002": [
+            timeline_event("lock-acquired", 9, "job:owner", "shop-3002", 5, ttl_ms=6000),
+            timeline_event("lock-acquired", 9.5, "job", "shop-3002", 7, ttl_ms=6000),
+            timeline_event("lock-lost", 12, "job", "shop-3002", 7, detected_by="max_run"),
+            timeline_event("lock-handed-back", 14, "job:owner", "shop-3002", 5, reason="shutdown"),
+        ],
+        "shop-3003": [
+            timeline_event("lock-acquired", 8, "feed", "shop-3003", 6, ttl_ms=6000),
+            timeline_event("lock-released", 20, "feed", "shop-3003", 6),
+        ],
+    }
+
+
+def write_timeline_story(directory: Path) -> list[Path]:
+    """Write :func:`timeline_story` as one event log per instance; return their paths."""
+    paths = []
+    for instance, events in timeline_story().items():
+        path = directory / f"{instance}.jsonl"
+        path.write_text("".join(json.dumps(e) + "\n" for e in events))
+        paths.append(path)
+    return paths

@@ -36,6 +36,7 @@ GROUND = frozenset(
         "_threads",
         "_forks",
         "_telemetry",
+        "_event_log",
     )
 )
 # the store contract: the three methods, and the optional capabilities' shapes and records

@@ -47,6 +47,8 @@ from shop.seed import PLACED_ORDER_IDS, seed
 from shop.settings import Settings
 
 SHOP_DIR: Final = Path(__file__).resolve().parent
+# kept after the demo, which removes everything else it made
+TIMELINE: Final = Path(tempfile.gettempdir()) / "leaselock-demo-timeline.html"
 DEFAULT_PORTS: Final = "3001,3002,3003"
 LOCK_TTL_S: Final = 6
 RECONCILE_EVERY_S: Final = 2
@@ -148,9 +150,10 @@ class Instance:
 class Shops:
     """The shop's processes, their output, and a way to wait for a line among them."""
 
-    def __init__(self, environment: dict[str, str]) -> None:
-        """Prepare to start instances with ``environment``."""
+    def __init__(self, environment: dict[str, str], event_logs: Path) -> None:
+        """Prepare to start instances with ``environment``; each logs events in ``event_logs``."""
         self.environment = environment
+        self.event_logs = event_logs
         self.instances: list[Instance] = []
         self._new_line = asyncio.Condition()
 
@@ -164,7 +167,7 @@ class Shops:
             "--port",
             str(port),
             cwd=SHOP_DIR,
-            env=self.environment | {"INSTANCE_NAME": f"shop-{port}"},
+            env=self.environment | self._own_variables(port),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             # its own process group: a Ctrl-C in the terminal reaches the demo, which stops it
@@ -175,6 +178,12 @@ class Shops:
         self.instances.append(instance)
         await self.wait_for(READY, [instance], since=0.0, within_s=START_TIMEOUT_S)
         return instance
+
+    def _own_variables(self, port: int) -> dict[str, str]:
+        return {
+            "INSTANCE_NAME": f"shop-{port}",
+            "EVENT_LOG": str(self.event_logs / f"shop-{port}.jsonl"),
+        }
 
     async def _read(self, instance: Instance) -> None:
         stream = instance.process.stdout
@@ -434,6 +443,7 @@ async def tell(stores: Stores, ports: tuple[int, int, int]) -> None:
         await story.show_the_locks()
     finally:
         await story.shops.stop_all()
+    await draw_the_timeline(stores.scratch)
     say()
     say(f"Every process the demo started has stopped. Done in {time.monotonic() - started:.0f} s.")
 
@@ -465,7 +475,7 @@ class Story:
         }
         if stores.redis_url is not None:
             environment |= {"REDIS_URL": stores.redis_url, "REDIS_LOCK_PREFIX": stores.redis_prefix}
-        self.shops = Shops(environment)
+        self.shops = Shops(environment, stores.scratch)
         self.first: Instance
         self.others: list[Instance]
         self.owner: Instance
@@ -661,6 +671,31 @@ class Story:
         if any(row.owner is not None for row in rows):
             say("   (A lease whose job started less than a second before the shutdown is kept for")
             say("   the rest of that second: instances firing that same tick skip it.)")
+
+
+async def draw_the_timeline(event_logs: Path) -> None:
+    """10. ``leaselock timeline`` of the instances' event logs, kept after the demo."""
+    say()
+    say("10. Who held which lock when: leaselock timeline")
+    logs = sorted(await asyncio.to_thread(lambda: list(event_logs.glob("*.jsonl"))))
+    drawn = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "leaselock",
+        "timeline",
+        *map(str, logs),
+        "--output",
+        str(TIMELINE),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await drawn.communicate()
+    if drawn.returncode != 0:
+        raise DemoError(f"leaselock timeline failed: {output.decode().strip()}")
+    say(f"   {output.decode().strip()}")
+    say(f"   Open it in a browser: file://{TIMELINE}")
+    say("   Each instance a colour, a token on every bar; the SIGKILLed owner's leases fade out")
+    say("   over their ttl (no end recorded), the SIGTERMed one's end with a hand-back mark.")
 
 
 def exit_status(code: int) -> str:

@@ -25,8 +25,10 @@ from ._event_types import JobRecovered as JobRecovered
 from ._event_types import LeadershipAcquired as LeadershipAcquired
 from ._event_types import LeadershipLost as LeadershipLost
 from ._event_types import LeaseAcquired as LeaseAcquired
+from ._event_types import LockAcquired as LockAcquired
 from ._event_types import LockHandedBack as LockHandedBack
 from ._event_types import LockLost as LockLost
+from ._event_types import LockReleased as LockReleased
 from ._event_types import RenewalFailing as RenewalFailing
 from ._event_types import TickSkipped as TickSkipped
 from ._events import Events as Events
@@ -57,11 +59,13 @@ __all__ = [
     "LeadershipLost",
     "LeaseAcquired",
     "Lock",
+    "LockAcquired",
     "LockError",
     "LockHandedBack",
     "LockLost",
     "LockLostError",
     "LockNotAcquiredError",
+    "LockReleased",
     "LockSignal",
     "LockStoreError",
     "Locks",

@@ -23,14 +23,18 @@ __all__ = [
     "LeadershipAcquired",
     "LeadershipLost",
     "LeaseAcquired",
+    "LockAcquired",
     "LockHandedBack",
     "LockLost",
+    "LockReleased",
     "RenewalFailing",
     "SkipReason",
     "TickSkipped",
 ]
 
 EventType: TypeAlias = Literal[
+    "lock-acquired",
+    "lock-released",
     "lease-acquired",
     "tick-skipped",
     "lock-lost",
@@ -79,6 +83,43 @@ class _EventFields:
             if value is not None:
                 fields["reason" if name == "detected_by" else name] = value
         return fields
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockAcquired(_EventFields):
+    """This instance took a lease: any lock, a job's, an election's (DEBUG).
+
+    With :class:`LockReleased`, :class:`LockLost` and :class:`LockHandedBack`, what a timeline
+    of who held what is drawn from (``Locks(event_log=...)``).
+    """
+
+    type: Literal["lock-acquired"] = "lock-acquired"
+    ttl_ms: int
+    level: ClassVar[int] = logging.DEBUG
+
+    def message(self) -> str:
+        """Return the log line."""
+        return f'Acquired "{self.key}" (fencing token {self.fencing_token}, ttl {self.ttl_ms} ms)'
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockReleased(_EventFields):
+    """This instance gave a lease back on purpose: released, or a run lock's end (DEBUG).
+
+    ``kept_ms`` is how long the store keeps it still (a job's ``min_hold``, or the same-second
+    rule at shutdown); 0 when it is free at once.
+    """
+
+    type: Literal["lock-released"] = "lock-released"
+    kept_ms: int = 0
+    level: ClassVar[int] = logging.DEBUG
+
+    def message(self) -> str:
+        """Return the log line."""
+        kept = f", kept {self.kept_ms} ms more at the store" if self.kept_ms else ""
+        return f'Released "{self.key}" (fencing token {self.fencing_token}){kept}'
 
 
 @final
@@ -287,7 +328,9 @@ class JobRecovered(_EventFields):
 
 
 Event: TypeAlias = (
-    LeaseAcquired
+    LockAcquired
+    | LockReleased
+    | LeaseAcquired
     | TickSkipped
     | LockLost
     | LockHandedBack

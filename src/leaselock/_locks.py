@@ -16,6 +16,7 @@ from ._clock import Clock, SystemClock
 from ._durations import MIN_REAL_TTL_MS, Duration, check_ttl_floor, parse_ttl, parse_wait
 from ._engine import CheckedStore, Lock, LockEngine, LockSignal, check_store_shape
 from ._errors import LocksConfigurationError
+from ._event_log import EventLog
 from ._events import Events, Publisher
 from ._forks import process_generation, refuse_if_forked
 from ._hold import LockHold
@@ -69,6 +70,9 @@ class Locks:
         shutdown_grace: how long shutdown waits for job runs in progress to finish.
         instance: this instance's label, kept with every lease it takes so that messages and
             tools name a place a person recognises (default ``hostname:pid``, read at start).
+        event_log: append every event, as a line of JSON, to this file from start to close:
+            what ``leaselock timeline`` draws who held what from. Each instance may write
+            its own file, or all one.
         opentelemetry: record OpenTelemetry metrics and spans through the process's providers
             (see ``leaselock[otel]``): ``None`` (default) where ``opentelemetry-api`` is
             installed, ``True`` to require it, ``False`` never.
@@ -84,6 +88,7 @@ class Locks:
         "_clock",
         "_closing",
         "_engine",
+        "_event_log",
         "_generation",
         "_instance",
         "_loop",
@@ -108,6 +113,7 @@ class Locks:
         *,
         shutdown_grace: Duration = "30s",
         instance: str | None = None,
+        event_log: str | os.PathLike[str] | None = None,
         opentelemetry: bool | None = None,
     ) -> None:
         """Configure; nothing touches the store before :meth:`start`."""
@@ -127,6 +133,7 @@ class Locks:
         self._shutdown_grace_ms = parse_wait(shutdown_grace, name="shutdown_grace")
         self._instance = None if instance is None else validate_instance(instance)
         self._telemetry = telemetry_for(opentelemetry, self.instance)
+        self._event_log = None if event_log is None else EventLog(event_log)
         self._store_defaulted = store is None
         self._store: LockStore = (
             InMemoryLockStore(clock=self._clock) if store is None else check_store_shape(store)
@@ -181,6 +188,9 @@ class Locks:
         self._refuse_in_memory_default_in_production()
         self._runtime.check()
         self._generation = process_generation()
+        if self._event_log is not None:
+            self._event_log.open()
+            self.events.subscribe(self._event_log.write)
         if isinstance(self._store, SupportsLifecycle):
             await self._store.open()
         try:
@@ -246,6 +256,8 @@ class Locks:
             except Exception:  # noqa: BLE001 -- the application's own shutdown must go on
                 _log.exception("Closing %s failed", redact_secrets(repr(self._store)))
         self._publisher.close()
+        if self._event_log is not None:
+            self._event_log.close()
 
     async def __aenter__(self) -> Locks:
         """Start, and return this ``Locks``."""

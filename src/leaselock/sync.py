@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from types import TracebackType
@@ -149,6 +150,7 @@ class SyncLocks:
         *,
         shutdown_grace: Duration = "30s",
         instance: str | None = None,
+        event_log: str | os.PathLike[str] | None = None,
         opentelemetry: bool | None = None,
     ) -> None:
         """Configure as :class:`~leaselock.Locks` does; :meth:`start` starts the loop thread."""
@@ -159,6 +161,7 @@ class SyncLocks:
             allow_in_memory_storage=allow_in_memory_storage,
             shutdown_grace=shutdown_grace,
             instance=instance,
+            event_log=event_log,
             opentelemetry=opentelemetry,
         )
         self._portal: Portal | None = None

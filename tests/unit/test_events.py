@@ -6,7 +6,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from leaselock import Event, LeadershipLost, LeaseAcquired, LockLost, Locks, TickSkipped
+from leaselock import (
+    Event,
+    LeadershipLost,
+    LeaseAcquired,
+    LockAcquired,
+    LockLost,
+    LockReleased,
+    Locks,
+    TickSkipped,
+)
 from leaselock._events import Events, Publisher
 
 
@@ -45,16 +54,17 @@ async def test_async_for_streams_events_and_ends_when_the_locks_closes(store, cl
     locks = Locks(store=store, clock=clock)
     await locks.start()
     received: list[str] = []
+    every_event = aiter(locks.events)
 
     async def read() -> None:
-        received.extend([f"{event.type} {event.key}" async for event in locks.events])
+        received.extend([f"{event.type} {event.key}" async for event in every_event])
 
     reader = asyncio.create_task(read())
     await lose(locks, store, clock, "a")
     await lose(locks, store, clock, "b")
     await locks.aclose()
     await asyncio.wait_for(reader, timeout=5)
-    assert received == ["lock-lost a", "lock-lost b"]
+    assert received == ["lock-acquired a", "lock-lost a", "lock-acquired b", "lock-lost b"]
 
 
 async def test_a_stream_of_some_types_skips_the_others_and_closes_on_exit(locks, store, clock):
@@ -86,13 +96,23 @@ async def test_a_failing_callback_is_logged_and_the_others_still_get_the_event(
     locks.events.subscribe(seen.append)
     with caplog.at_level(logging.ERROR, logger="leaselock"):
         await lose(locks, store, clock, "k")
-    assert len(seen) == 1
+    assert [event.type for event in seen] == ["lock-acquired", "lock-lost"]
     assert "An event callback raised on lock-lost" in caplog.text
 
 
 @pytest.mark.parametrize(
     ("event", "level", "line"),
     [
+        (
+            LockAcquired(key="orders:1", fencing_token=3, owner="o", ttl_ms=30_000),
+            logging.DEBUG,
+            'Acquired "orders:1" (fencing token 3, ttl 30000 ms)',
+        ),
+        (
+            LockReleased(key="orders:1", fencing_token=3, owner="o", kept_ms=400),
+            logging.DEBUG,
+            'Released "orders:1" (fencing token 3), kept 400 ms more at the store',
+        ),
         (
             LeaseAcquired(
                 key="inventory:stock-reconciliation:owner",
@@ -187,7 +207,7 @@ async def test_a_graceful_shutdown_hands_locks_back_as_its_own_event_never_as_lo
     assert lock is not None
     with caplog.at_level(logging.INFO, logger="leaselock"):
         await locks.aclose()
-    assert [event.type for event in seen] == ["lock-handed-back"]
+    assert [event.type for event in seen] == ["lock-acquired", "lock-handed-back"]
     reason = lock.signal.reason
     assert reason is not None
     assert reason.detected_by == "shutdown", "the signal still says why the lock ended"

@@ -60,6 +60,7 @@ def create_app(
         ttl=settings.lock_ttl,
         clock=clock,
         instance=settings.instance_name,
+        event_log=settings.event_log,
     )
     invoice_export = InvoiceExportJob(engine, accounting, instance_name=settings.instance_name)
     stock_reconciliation = StockReconciliationJob(

@@ -106,6 +106,12 @@ class Settings(DatabaseSettings):
             "instance then wins"
         ),
     )
+    event_log: Path | None = Field(
+        default=None,
+        description=(
+            "append leaselock's events to this JSON Lines file (leaselock timeline draws them)"
+        ),
+    )
     instance_name: str = Field(
         default_factory=socket.gethostname,
         description="this instance's name in logs and in the fake accounting ledger",

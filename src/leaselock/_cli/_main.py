@@ -11,6 +11,7 @@ from typing import Final
 from .._errors import LockError
 from ._check import add_check_command
 from ._operate import add_operator_commands
+from ._timeline import add_timeline_command
 from ._watch import add_watch_command
 
 __all__ = ["main"]
@@ -37,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_check_command(commands)
     add_operator_commands(commands)
     add_watch_command(commands)
+    add_timeline_command(commands)
     arguments = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(message)s")
     try:

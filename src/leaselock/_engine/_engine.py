@@ -16,7 +16,13 @@ from typing import Any, final
 
 from .._clock import Clock
 from .._errors import DetectedBy, LockStoreError
-from .._event_types import LockHandedBack, LockLost, RenewalFailing
+from .._event_types import (
+    LockAcquired,
+    LockHandedBack,
+    LockLost,
+    LockReleased,
+    RenewalFailing,
+)
 from .._events import Publisher
 from .._telemetry import Telemetry
 from ..stores._protocol import Acquired, SupportsReleaseNotifications
@@ -254,6 +260,9 @@ class LockEngine:
         self._held.add(lease)
         if self.telemetry is not None:
             self.telemetry.held_changed(1)
+        self._events.emit(
+            LockAcquired(key=key, fencing_token=won.fencing_token, owner=won.owner, ttl_ms=ttl_ms)
+        )
         self._renewal.track(lease)
         return lease
 
@@ -277,6 +286,9 @@ class LockEngine:
             return False
         lease.state = LeaseState.RELEASED
         self._stop_holding(lease)
+        self._events.emit(
+            LockReleased(key=lease.key, fencing_token=lease.fencing_token, owner=lease.owner)
+        )
         try:
             released = await self._release_bounded(lease.key, lease.owner)
         except asyncio.CancelledError:
@@ -386,6 +398,14 @@ class LockEngine:
             return
         lease.state = LeaseState.RELEASED
         self._stop_holding(lease)
+        self._events.emit(
+            LockReleased(
+                key=lease.key,
+                fencing_token=lease.fencing_token,
+                owner=lease.owner,
+                kept_ms=keep_ms,
+            )
+        )
         try:
             async with bounded(self._clock, self._clock.now_ms() + RELEASE_BOUND_MS):
                 await self.store.renew(lease.key, lease.owner, keep_ms)
