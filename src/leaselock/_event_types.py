@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import ClassVar, Literal, TypeAlias, final
 
 from ._errors import DetectedBy
+from ._keys import instance_label
 
 __all__ = [
     "Event",
@@ -65,10 +66,7 @@ class _EventFields:
     @property
     def instance(self) -> str | None:
         """The label of the instance that held the lock (from its owner id), or ``None``."""
-        if self.owner is None:
-            return None
-        _, separator, label = self.owner.partition("@")
-        return label if separator else None
+        return instance_label(self.owner)
 
     def log_fields(self) -> dict[str, object]:
         """The event as the structured fields of its log record (``extra``)."""

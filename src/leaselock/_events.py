@@ -124,7 +124,10 @@ class Events:
         return self.stream()
 
     def _emit(self, event: Event) -> None:
-        _log.log(event.level, event.message(), extra=event.log_fields())
+        # checked first: a lock's acquire and release are events, and their DEBUG lines are
+        # usually off; formatting them anyway would cost every acquire
+        if _log.isEnabledFor(event.level):
+            _log.log(event.level, event.message(), extra=event.log_fields())
         for callback, types in list(self._callbacks):
             if types and event.type not in types:
                 continue

@@ -102,3 +102,19 @@ def validate_instance(label: object) -> str:
             "and punctuation"
         )
     return label
+
+
+def instance_label(owner: str | None) -> str | None:
+    """Return the instance label a leaselock owner id ends with (``<32 hex>@<label>``).
+
+    ``None`` for no owner, or an owner id made elsewhere (no ``@``).
+    """
+    if owner is None:
+        return None
+    _, separator, label = owner.partition("@")
+    return label if separator else None
+
+
+def holder_name(owner: str | None) -> str | None:
+    """Name an owner for people: its instance label, else the whole owner id."""
+    return instance_label(owner) or owner

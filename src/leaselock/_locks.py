@@ -608,7 +608,7 @@ class Locks:
             _log.warning(
                 'Broke the lock on "%s" held by %s (fencing token %s)',
                 checked,
-                broken.instance or broken.owner,
+                broken.holder,
                 broken.fencing_token,
                 extra={"key": checked, "token": broken.fencing_token, "reason": "broken"},
             )

@@ -101,7 +101,7 @@ def _run_locks(arguments: argparse.Namespace) -> int:
     rows += [
         (
             info.key,
-            (info.instance or "-") if info.live else "-",
+            info.holder or "-",
             (info.owner or "-")[:SHORT_OWNER],
             "-" if info.fencing_token is None else str(info.fencing_token),
             _expires(info),
@@ -120,11 +120,11 @@ def _run_break(arguments: argparse.Namespace) -> int:
             return 0
         if not sys.stdin.isatty():
             raise LocksConfigurationError(
-                f"breaking {arguments.key!r} (held by {_holder(held)}) needs a confirmation, and "
+                f"breaking {arguments.key!r} (held by {held.holder}) needs a confirmation, and "
                 "stdin is not a terminal: pass --yes"
             )
         answer = input(
-            f"Break the lock on {arguments.key!r} held by {_holder(held)} "
+            f"Break the lock on {arguments.key!r} held by {held.holder} "
             f"(token {held.fencing_token if held.fencing_token is not None else '-'}, "
             f"{_expires(held)} left)? [y/N] "
         )
@@ -137,7 +137,7 @@ def _run_break(arguments: argparse.Namespace) -> int:
     else:
         token = "" if broken.fencing_token is None else f", fencing token {broken.fencing_token}"
         out(
-            f"Broke the lock on {arguments.key!r}: it was held by {_holder(broken)}{token}. The "
+            f"Broke the lock on {arguments.key!r}: it was held by {broken.holder}{token}. The "
             "next acquire takes it with a greater token; the holder finds out at its next renewal."
         )
     return 0
@@ -240,10 +240,6 @@ def _table(rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     for row in rows:
         out("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-
-
-def _holder(info: LockInfo) -> str:
-    return info.instance or info.owner or "nobody"
 
 
 def _expires(info: LockInfo) -> str:

@@ -116,7 +116,7 @@ async def _sleep_until(stop: asyncio.Event, woken: asyncio.Event, every_ms: int)
 
 def describe_all(live: dict[str, LockInfo]) -> list[str]:
     """The lines that show the locks live when the watch starts."""
-    return [_line("held", info.key, f"by {_holder(info)}{_token(info)}") for info in live.values()]
+    return [_line("held", info.key, f"by {info.holder}{_token(info)}") for info in live.values()]
 
 
 def changes(before: dict[str, LockInfo], after: dict[str, LockInfo], every_ms: int) -> list[str]:
@@ -130,24 +130,20 @@ def changes(before: dict[str, LockInfo], after: dict[str, LockInfo], every_ms: i
     for key in sorted(before.keys() | after.keys()):
         old, new = before.get(key), after.get(key)
         if old is None and new is not None:
-            lines.append(_line("acquired", key, f"by {_holder(new)}{_token(new)}"))
+            lines.append(_line("acquired", key, f"by {new.holder}{_token(new)}"))
         elif old is not None and new is None:
             left_ms = old.expires_in_ms
             expired = left_ms is not None and left_ms <= every_ms + EXPIRY_SLACK_MS
             what = "expired" if expired else "released"
-            lines.append(_line(what, key, f"by {_holder(old)}{_token(old)}"))
+            lines.append(_line(what, key, f"by {old.holder}{_token(old)}"))
         elif old is not None and new is not None and old.owner != new.owner:
-            lines.append(_line("handover", key, f"{_holder(old)} -> {_holder(new)}{_token(new)}"))
+            lines.append(_line("handover", key, f"{old.holder} -> {new.holder}{_token(new)}"))
     return lines
 
 
 def _line(what: str, key: str, detail: str) -> str:
     at = datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
     return f"{at}  {what:<9} {key}  {detail}"
-
-
-def _holder(info: LockInfo) -> str:
-    return info.instance or info.owner or "-"
 
 
 def _token(info: LockInfo) -> str:

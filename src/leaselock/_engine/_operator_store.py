@@ -83,10 +83,9 @@ class OperatorStore:
             LockStoreError: the store failed, did not answer in time, or answered out of shape.
         """
         store = self._inspection()
-        info = await self._call("read_lock", lambda: store.read_lock(key))
-        if info is not None and not isinstance(info, LockInfo):
-            raise self._out_of_shape("read_lock", info, "a LockInfo or None")
-        return info
+        return self._one_lock(
+            "read_lock", await self._call("read_lock", lambda: store.read_lock(key))
+        )
 
     async def list_locks(self, prefix: str, limit: int) -> list[LockInfo]:
         """Return up to ``limit`` locks whose key starts with ``prefix``.
@@ -110,9 +109,7 @@ class OperatorStore:
         """
         store = self._inspection()
         broken = await self._call("break_lock", lambda: store.break_lock(key))
-        if broken is not None and not isinstance(broken, LockInfo):
-            raise self._out_of_shape("break_lock", broken, "a LockInfo or None")
-        return broken
+        return self._one_lock("break_lock", broken)
 
     def _run_records(self) -> SupportsRunRecords:
         if not isinstance(self._store, SupportsRunRecords):
@@ -148,6 +145,11 @@ class OperatorStore:
                 f"{self._store!r}.{method} failed: {type(error).__name__}: {error}. Check that "
                 "the store's server is reachable"
             ) from error
+
+    def _one_lock(self, method: str, answer: object) -> LockInfo | None:
+        if answer is not None and not isinstance(answer, LockInfo):
+            raise self._out_of_shape(method, answer, "a LockInfo or None")
+        return answer
 
     def _out_of_shape(self, method: str, answer: object, expected: str) -> LockStoreError:
         return LockStoreError(

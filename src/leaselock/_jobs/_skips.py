@@ -14,6 +14,7 @@ from typing import Final, final
 from .._clock import Clock
 from .._event_types import SkipReason, TickSkipped
 from .._events import Publisher
+from .._keys import holder_name
 from .._telemetry import Telemetry
 from ._spec import JobSpec
 
@@ -83,7 +84,7 @@ class Skips:
                 job=spec.key,
                 reason=reason,
                 min_hold_ms=spec.min_hold_ms if reason == "in-progress" else None,
-                holder=_label(holder),
+                holder=holder_name(holder),
                 streak=streak.count,
                 streak_since=streak.since,
                 loud=loud,
@@ -95,14 +96,6 @@ class Skips:
                 'runs with without_overlapping(max_run="...") to give its lock up',
                 spec.key,
                 streak.count,
-                f" (on {_label(holder)})" if holder else "",
+                f" (on {holder_name(holder)})" if holder else "",
                 extra={"job": spec.key, "reason": reason},
             )
-
-
-def _label(owner: str | None) -> str | None:
-    """The instance label at the end of a leaselock owner id, or the id itself."""
-    if owner is None:
-        return None
-    _, separator, label = owner.partition("@")
-    return label if separator else owner

@@ -89,15 +89,8 @@ async def _status(
         job=job,
         last_run=None if record is None else record.last_run,
         last_success=None if record is None else record.last_success,
-        running_on=_holder(running),
-        owner=_holder(owner),
+        running_on=None if running is None else running.holder,
+        owner=None if owner is None else owner.holder,
         expect_every=None if every_ms is None else timedelta(milliseconds=every_ms),
         overdue=overdue is not None and overdue.is_overdue(job),
     )
-
-
-def _holder(info: LockInfo | None) -> str | None:
-    """The label of a live lock's instance (its whole owner id if it has no label)."""
-    if info is None or not info.live:
-        return None
-    return info.instance or info.owner

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal, Protocol, TypeAlias, cast, final, get_args, runtime_checkable
 
+from .._keys import holder_name, instance_label
+
 __all__ = [
     "RUN_ROW_COLUMNS",
     "JobRecord",
@@ -98,10 +100,12 @@ class LockInfo:
     @property
     def instance(self) -> str | None:
         """The label of the instance holding it, from its owner id."""
-        if self.owner is None:
-            return None
-        _, separator, label = self.owner.partition("@")
-        return label if separator else None
+        return instance_label(self.owner)
+
+    @property
+    def holder(self) -> str | None:
+        """Who holds it, for people: the instance label, else the owner id; ``None`` if free."""
+        return holder_name(self.owner)
 
 
 @runtime_checkable
