@@ -1,9 +1,9 @@
-"""leaselock: the job run records table of PostgresLockStore (leaselock 0.2).
+"""leaselock: the job run records and job control tables of PostgresLockStore (leaselock 0.2).
 
 Copy this file into your Alembic ``versions/`` folder after ``alembic_leaselock_locks.py`` (its
 ``down_revision`` names that one; change it if you renamed the revision), and keep ``TABLE``
 equal to the ``table=`` you pass to ``PostgresLockStore``: the records live in
-``<table>_runs``.
+``<table>_runs``, pauses, open runs and failure streaks in ``<table>_jobs``.
 
 It creates what ``PostgresLockStore.create_schema()`` and ``postgres_schema.sql`` create, and
 skips what exists already. Needs Alembic 1.13.3 or later (``if_not_exists``).
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision = "leaselock_0002"
 down_revision: str | None = "leaselock_0001"
@@ -30,7 +31,7 @@ TABLE = "leaselock_locks"
 
 
 def upgrade() -> None:
-    """Create ``<TABLE>_runs``: per job its last run and its last success, unless it exists."""
+    """Create ``<TABLE>_runs`` (each job's last run and last success) and ``<TABLE>_jobs``."""
     op.create_table(
         f"{TABLE}_runs",
         sa.Column("job", sa.Text(collation="C"), primary_key=True),
@@ -43,12 +44,29 @@ def upgrade() -> None:
         sa.Column("ended_at_ms", sa.BigInteger(), nullable=False),
         sa.Column("outcome", sa.Text(), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
+        # why the run started: a scheduled tick, run_now(), or a re-run after its instance died
+        sa.Column("trigger", sa.Text(), nullable=False, server_default="schedule"),
+        # how a lost run's loss was noticed ("abandoned": the next run found it never ended)
+        sa.Column("detected_by", sa.Text(), nullable=True),
         sa.CheckConstraint("kind IN ('last', 'success')", name=f"{TABLE}_runs_kind_check"),
+        schema=SCHEMA,
+        if_not_exists=True,
+    )
+    op.create_table(
+        f"{TABLE}_jobs",
+        # a job key, or a pause target (a key, or a prefix ending in "*")
+        sa.Column("name", sa.Text(collation="C"), primary_key=True),
+        sa.Column("pause", postgresql.JSONB(), nullable=True),
+        sa.Column("open_run", postgresql.JSONB(), nullable=True),
+        sa.Column("failures", sa.Integer(), nullable=False, server_default="0"),
+        # milliseconds since the Unix epoch, on the instance's clock that found the tick missed
+        sa.Column("missed_at_ms", sa.BigInteger(), nullable=True),
         schema=SCHEMA,
         if_not_exists=True,
     )
 
 
 def downgrade() -> None:
-    """Drop the run records: ``job_status()`` forgets every job's past runs."""
+    """Drop the run records and job control: pauses end, past runs are forgotten."""
+    op.drop_table(f"{TABLE}_jobs", schema=SCHEMA, if_exists=True)
     op.drop_table(f"{TABLE}_runs", schema=SCHEMA, if_exists=True)

@@ -19,6 +19,8 @@ from ._keys import instance_label
 __all__ = [
     "Event",
     "EventType",
+    "JobFailing",
+    "JobMissed",
     "JobOverdue",
     "JobRecovered",
     "LeadershipAcquired",
@@ -29,6 +31,10 @@ __all__ = [
     "LockLost",
     "LockReleased",
     "RenewalFailing",
+    "RunAbandoned",
+    "RunEnded",
+    "RunStarted",
+    "RunTrigger",
     "SkipReason",
     "TickSkipped",
 ]
@@ -45,10 +51,18 @@ EventType: TypeAlias = Literal[
     "leadership-lost",
     "job-overdue",
     "job-recovered",
+    "run-started",
+    "run-ended",
+    "job-missed",
+    "run-abandoned",
+    "job-failing",
 ]
 SkipReason: TypeAlias = Literal[
-    "another-instance", "in-progress", "store-unavailable", "shutting-down"
+    "another-instance", "in-progress", "paused", "store-unavailable", "shutting-down"
 ]
+RunTrigger: TypeAlias = Literal["schedule", "manual", "recover"]
+"""Why a run started: its scheduler's tick, ``Locks.run_now()`` (an operator), or a tick that
+re-ran a run whose instance died (``recover=True``)."""
 
 
 def _utc_now() -> datetime:
@@ -154,6 +168,7 @@ class TickSkipped(_EventFields):
     reason: SkipReason
     min_hold_ms: int | None = None
     holder: str | None = None
+    note: str | None = None
     streak: int = 1
     streak_since: datetime | None = None
     loud: bool = True
@@ -170,11 +185,14 @@ class TickSkipped(_EventFields):
         why = {
             "another-instance": "it runs on another instance",
             "in-progress": "a run is still in progress",
+            "paused": "it is paused",
             "store-unavailable": "the lock store is unavailable",
             "shutting-down": "this instance is shutting down",
         }[self.reason]
         if self.holder is not None and self.reason in ("another-instance", "in-progress"):
             why += f" ({self.holder})"
+        if self.reason == "paused":
+            why += f" by {self.holder or 'an operator'}" + (f": {self.note}" if self.note else "")
         if self.min_hold_ms:
             why += f", or one started less than min_hold ({self.min_hold_ms} ms) ago"
         if self.streak > 1 and self.streak_since is not None:
@@ -325,6 +343,121 @@ class JobRecovered(_EventFields):
         return f"{self.job} ran successfully again"
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStarted(_EventFields):
+    """A run of ``job`` started on this instance, under the lock ``key`` (DEBUG)."""
+
+    type: Literal["run-started"] = "run-started"
+    job: str
+    trigger: RunTrigger = "schedule"
+    level: ClassVar[int] = logging.DEBUG
+
+    def message(self) -> str:
+        """Return the log line."""
+        how = "" if self.trigger == "schedule" else f" ({self.trigger})"
+        return f"Started {self.job}{how} (fencing token {self.fencing_token})"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunEnded(_EventFields):
+    """A run of ``job`` on this instance ended (DEBUG; INFO unless it went well).
+
+    ``outcome`` is ``"ok"``, ``"error"`` (``error`` says what it raised), ``"cancelled"`` or
+    ``"lost"``; ``duration_ms`` how long it ran.
+    """
+
+    type: Literal["run-ended"] = "run-ended"
+    job: str
+    outcome: str
+    error: str | None = None
+    duration_ms: int
+    trigger: RunTrigger = "schedule"
+
+    @property
+    def level(self) -> int:
+        """DEBUG when it went well, else INFO (the error itself reaches the scheduler)."""
+        return logging.DEBUG if self.outcome == "ok" else logging.INFO
+
+    def message(self) -> str:
+        """Return the log line."""
+        what = self.outcome + (f": {self.error}" if self.error else "")
+        return f"Ended {self.job} after {self.duration_ms} ms ({what})"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobMissed(_EventFields):
+    """A tick of ``job`` skipped here because another instance owned it was never run there.
+
+    ``missed_at`` is that tick; ``holder`` the instance that owned the job then (dead or
+    stalled). Found by the next instance to run the job, which records it.
+    """
+
+    type: Literal["job-missed"] = "job-missed"
+    job: str
+    missed_at: datetime
+    holder: str | None = None
+    level: ClassVar[int] = logging.WARNING
+
+    def message(self) -> str:
+        """Return the log line."""
+        owner = f" ({self.holder})" if self.holder else ""
+        return (
+            f"{self.job} missed its tick of {self.missed_at.isoformat(timespec='seconds')}: the "
+            f"instance that owned it{owner} never started it"
+        )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunAbandoned(_EventFields):
+    """A run of ``job`` never ended: its instance died or lost its lock while it ran.
+
+    The next run found it open, its lock gone, and recorded it ``"lost"``
+    (``detected_by="abandoned"``). ``fencing_token`` and ``owner`` are the dead run's;
+    ``started_at`` when it started; ``recovered`` whether this run re-runs it
+    (``recover=True``).
+    """
+
+    type: Literal["run-abandoned"] = "run-abandoned"
+    job: str
+    started_at: datetime
+    recovered: bool = False
+    level: ClassVar[int] = logging.WARNING
+
+    def message(self) -> str:
+        """Return the log line."""
+        started = self.started_at.isoformat(timespec="seconds")
+        again = "; running it again now" if self.recovered else ""
+        return (
+            f"A run of {self.job} started {started} on {self.instance or 'another instance'} "
+            f"(fencing token {self.fencing_token}) never ended: recorded as lost{again}"
+        )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobFailing(_EventFields):
+    """``job`` failed ``failures`` times in a row (its ``alert_after_failures``), once a streak.
+
+    ``error`` is the last failure; ``paused`` says whether ``pause_after_failures`` paused it.
+    """
+
+    type: Literal["job-failing"] = "job-failing"
+    job: str
+    failures: int
+    error: str | None = None
+    paused: bool = False
+    level: ClassVar[int] = logging.ERROR
+
+    def message(self) -> str:
+        """Return the log line."""
+        paused = "; paused until an operator resumes it" if self.paused else ""
+        return f"{self.job} failed {self.failures} times in a row (last: {self.error}){paused}"
+
+
 Event: TypeAlias = (
     LockAcquired
     | LockReleased
@@ -337,5 +470,10 @@ Event: TypeAlias = (
     | LeadershipLost
     | JobOverdue
     | JobRecovered
+    | RunStarted
+    | RunEnded
+    | JobMissed
+    | RunAbandoned
+    | JobFailing
 )
 EventCallback: TypeAlias = Callable[[Event], object]

@@ -11,7 +11,7 @@ import importlib.util
 import itertools
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import ClassVar
 
@@ -20,11 +20,15 @@ import pytest
 from leaselock.stores import (
     AcquireResult,
     InMemoryLockStore,
+    JobPause,
     JobRecord,
+    JobState,
     LockInfo,
     LockStore,
     Renewal,
     RunRecord,
+    RunStart,
+    RunStartAnswer,
     SQLiteLockStore,
 )
 from leaselock.testing import ManualClock
@@ -104,6 +108,27 @@ class RoundRobinStore:
 
     async def break_lock(self, key: str) -> LockInfo | None:
         return await next(self._next).break_lock(key)
+
+    async def start_run(self, start: RunStart) -> RunStartAnswer:
+        return await next(self._next).start_run(start)
+
+    async def end_run(self, run: RunRecord) -> None:
+        await next(self._next).end_run(run)
+
+    async def note_missed(self, job: str, missed_at: datetime) -> None:
+        await next(self._next).note_missed(job, missed_at)
+
+    async def pause_jobs(self, pause: JobPause) -> None:
+        await next(self._next).pause_jobs(pause)
+
+    async def resume_jobs(self, target: str) -> JobPause | None:
+        return await next(self._next).resume_jobs(target)
+
+    async def job_pauses(self) -> list[JobPause]:
+        return await next(self._next).job_pauses()
+
+    async def job_states(self, jobs: Sequence[str] | None = None) -> list[JobState]:
+        return await next(self._next).job_states(jobs)
 
 
 class TestSQLiteContractOverFourConnections(TestSQLiteContract):

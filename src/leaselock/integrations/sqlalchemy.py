@@ -35,7 +35,7 @@ def lock_tables(
     sequence: str = DEFAULT_SEQUENCE,
     schema: str | None = None,
 ) -> Table:
-    """Add PostgresLockStore's lock table, run records table and sequence to ``metadata``.
+    """Add PostgresLockStore's lock, run records and jobs tables and sequence to ``metadata``.
 
     What it describes is exactly what ``PostgresLockStore.create_schema()`` makes (a test
     compares them), so Alembic's autogenerate sees no difference on a database the store set up,
@@ -44,8 +44,8 @@ def lock_tables(
     migrations create them.
 
     For ``SQLiteLockStore`` there is nothing to add: it makes its own tables (``<table>``,
-    ``<table>_tokens`` and ``<table>_runs``) when it opens the file; keep them out of
-    autogenerate with an ``include_name`` that skips them.
+    ``<table>_tokens``, ``<table>_runs`` and ``<table>_jobs``) when it opens the file; keep
+    them out of autogenerate with an ``include_name`` that skips them.
 
     Returns:
         The lock table (the run records table ``<table>_runs`` and the sequence are in
@@ -58,6 +58,7 @@ def lock_tables(
     """
     _require_sqlalchemy()
     import sqlalchemy as sa  # noqa: PLC0415 -- SQLAlchemy stays an optional extra
+    from sqlalchemy.dialects import postgresql  # noqa: PLC0415 -- the same optional extra
 
     sa.Sequence(
         sequence,
@@ -81,7 +82,21 @@ def lock_tables(
         sa.Column("ended_at_ms", sa.BigInteger(), nullable=False),
         sa.Column("outcome", sa.Text(), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
+        # why the run started: a scheduled tick, run_now(), or a re-run after its instance died
+        sa.Column("trigger", sa.Text(), nullable=False, server_default="schedule"),
+        sa.Column("detected_by", sa.Text(), nullable=True),
         sa.CheckConstraint("kind IN ('last', 'success')", name=f"{table}_runs_kind_check"),
+        schema=schema,
+    )
+    sa.Table(
+        f"{table}_jobs",
+        metadata,
+        # a job key, or a pause target (a key, or a prefix ending in "*")
+        sa.Column("name", sa.Text(collation="C"), primary_key=True),
+        sa.Column("pause", postgresql.JSONB(), nullable=True),
+        sa.Column("open_run", postgresql.JSONB(), nullable=True),
+        sa.Column("failures", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("missed_at_ms", sa.BigInteger(), nullable=True),
         schema=schema,
     )
     return sa.Table(

@@ -14,6 +14,12 @@ from ._capabilities import RunOutcome as RunOutcome
 from ._capabilities import RunRecord as RunRecord
 from ._capabilities import SupportsInspection as SupportsInspection
 from ._capabilities import SupportsRunRecords as SupportsRunRecords
+from ._job_control import JobPause as JobPause
+from ._job_control import JobState as JobState
+from ._job_control import OpenRun as OpenRun
+from ._job_control import RunStart as RunStart
+from ._job_control import RunStartAnswer as RunStartAnswer
+from ._job_control import SupportsJobControl as SupportsJobControl
 from ._protocol import MAX_FENCING_TOKEN as MAX_FENCING_TOKEN
 from ._protocol import Acquired as Acquired
 from ._protocol import AcquireResult as AcquireResult
@@ -36,18 +42,24 @@ __all__ = [
     "AcquireResult",
     "Acquired",
     "InMemoryLockStore",
+    "JobPause",
     "JobRecord",
+    "JobState",
     "LockInfo",
     "LockStore",
     "NotAcquired",
+    "OpenRun",
     "PostgresLockStore",
     "RedisLockStore",
     "Renewal",
     "RunOutcome",
     "RunRecord",
+    "RunStart",
+    "RunStartAnswer",
     "SQLiteLockStore",
     "SupportsBatchRenew",
     "SupportsInspection",
+    "SupportsJobControl",
     "SupportsLifecycle",
     "SupportsReleaseNotifications",
     "SupportsRunRecords",

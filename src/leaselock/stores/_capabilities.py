@@ -6,11 +6,13 @@ Found by shape like the others: a store without them keeps working; ``job_status
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal, Protocol, TypeAlias, cast, final, get_args, runtime_checkable
 
+from .._event_types import RunTrigger
 from .._keys import holder_name, instance_label
 
 __all__ = [
@@ -24,6 +26,9 @@ __all__ = [
     "epoch_ms",
     "from_epoch_ms",
     "job_records_from_rows",
+    "job_records_of",
+    "run_from_json",
+    "run_from_row",
     "run_row",
     "with_run",
 ]
@@ -48,6 +53,9 @@ class RunRecord:
         ended_at: when it ended (the same clock).
         outcome: how it ended, see :data:`RunOutcome`.
         error: ``"TypeName: message"`` when the outcome is ``"error"``, else ``None``.
+        trigger: why it started: ``"schedule"``, ``"manual"`` (``run_now``) or ``"recover"``.
+        detected_by: for a ``"lost"`` run, how the loss was noticed (``"abandoned"``: the
+            next run found it never ended), else ``None``.
     """
 
     job: str
@@ -57,6 +65,8 @@ class RunRecord:
     ended_at: datetime
     outcome: RunOutcome
     error: str | None = None
+    trigger: RunTrigger = "schedule"
+    detected_by: str | None = None
 
     @property
     def duration(self) -> timedelta:
@@ -171,34 +181,74 @@ def run_row(run: RunRecord) -> dict[str, object]:
         "ended_at_ms": epoch_ms(run.ended_at),
         "outcome": run.outcome,
         "error": run.error,
+        "trigger": run.trigger,
+        "detected_by": run.detected_by,
     }
 
 
-RUN_ROW_COLUMNS: Final = 8
+RUN_ROW_COLUMNS: Final = 10
 
 RunRow: TypeAlias = Sequence[object]
-"""``(job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error)``, where
-``kind`` is ``"last"`` or ``"success"``."""
+"""``(job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error, trigger,
+detected_by)``, where ``kind`` is ``"last"`` or ``"success"``."""
 
 
 def job_records_from_rows(rows: Iterable[RunRow]) -> list[JobRecord]:
     """Return the job records the rows of a SQL store's runs table make, by job key."""
     last: dict[str, RunRecord] = {}
     success: dict[str, RunRecord] = {}
-    for job, kind, instance, token, started_at_ms, ended_at_ms, outcome, error in rows:
-        run = RunRecord(
-            job=str(job),
-            instance=str(instance),
-            fencing_token=None if token is None else int(cast("int", token)),
-            started_at=from_epoch_ms(int(cast("int", started_at_ms))),
-            ended_at=from_epoch_ms(int(cast("int", ended_at_ms))),
-            outcome=_outcome(outcome),
-            error=None if error is None else str(error),
-        )
+    for row in rows:
+        kind = row[1]
+        run = run_from_row([row[0], *row[2:]])
         (success if kind == "success" else last)[run.job] = run
+    return job_records_of(last, success)
+
+
+def job_records_of(
+    last: Mapping[str, RunRecord], success: Mapping[str, RunRecord]
+) -> list[JobRecord]:
+    """Return the job records of each job's last run and last success, by job key."""
     return [
         JobRecord(job, last.get(job), success.get(job)) for job in sorted(last.keys() | success)
     ]
+
+
+def run_from_row(row: Sequence[object]) -> RunRecord:
+    """Return the run a store keeps as a row.
+
+    The row is ``(job, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error,
+    trigger, detected_by)``.
+    """
+    job, instance, token, started_at_ms, ended_at_ms, outcome, error, trigger, detected_by = row
+    return RunRecord(
+        job=str(job),
+        instance=str(instance),
+        fencing_token=None if token is None else int(cast("int", token)),
+        started_at=from_epoch_ms(int(cast("int", started_at_ms))),
+        ended_at=from_epoch_ms(int(cast("int", ended_at_ms))),
+        outcome=_outcome(outcome),
+        error=None if error is None else str(error),
+        trigger=trigger if trigger in ("manual", "recover") else "schedule",
+        detected_by=None if detected_by is None else str(detected_by),
+    )
+
+
+def run_from_json(text: str) -> RunRecord:
+    """Return the run a store keeps as the JSON object of :func:`run_row`."""
+    kept = json.loads(text)
+    return run_from_row(
+        [
+            kept["job"],
+            kept["instance"],
+            kept["fencing_token"],
+            kept["started_at_ms"],
+            kept["ended_at_ms"],
+            kept["outcome"],
+            kept["error"],
+            kept.get("trigger"),
+            kept.get("detected_by"),
+        ]
+    )
 
 
 def _outcome(value: object) -> RunOutcome:

@@ -11,6 +11,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from .._errors import LocksConfigurationError
+from ._postgres_jobs_sql import (
+    ADD_RUN_COLUMNS_SQL,
+    CREATE_JOBS_SQL,
+    JobStatements,
+    job_statements,
+)
 
 __all__ = [
     "ACQUIRE_SQL",
@@ -107,37 +113,44 @@ UPDATE {table}
  WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
 RETURNING true"""
 
-# $1 table, $2 sequence, $3 runs table (quoted names, as text) -> one row: whether all exist.
+# $1 table, $2 sequence, $3 runs table, $4 jobs table (quoted names, as text) -> one row:
+# whether all exist.
 # Needs no DDL privilege, so a role without CREATE can open a store on a schema made by a
 # migration.
 SCHEMA_EXISTS_SQL: Final = """\
 SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
-   AND to_regclass($3) IS NOT NULL"""
+   AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL"""
 
 # $1 job, $2 instance, $3 fencing_token (NULL: none), $4 started_at_ms, $5 ended_at_ms,
-# $6 outcome, $7 error -> the kinds written. One statement: the job's "last" row, and its
-# "success" row when the outcome is "ok".
+# $6 outcome, $7 error, $8 trigger, $9 detected_by -> the kinds written. One statement: the
+# job's "last" row, and its "success" row when the outcome is "ok".
 RECORD_RUN_SQL: Final = """\
 INSERT INTO {runs} AS kept
-       (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error)
+       (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error, trigger,
+        detected_by)
 SELECT CAST($1 AS text), kind, CAST($2 AS text), CAST($3 AS bigint), CAST($4 AS bigint),
-       CAST($5 AS bigint), CAST($6 AS text), CAST($7 AS text)
+       CAST($5 AS bigint), CAST($6 AS text), CAST($7 AS text), CAST($8 AS text),
+       CAST($9 AS text)
   FROM unnest(CASE WHEN CAST($6 AS text) = 'ok' THEN ARRAY['last', 'success']
                    ELSE ARRAY['last'] END) AS kind
     ON CONFLICT (job, kind) DO UPDATE
    SET instance = excluded.instance, fencing_token = excluded.fencing_token,
        started_at_ms = excluded.started_at_ms, ended_at_ms = excluded.ended_at_ms,
-       outcome = excluded.outcome, error = excluded.error
+       outcome = excluded.outcome, error = excluded.error, trigger = excluded.trigger,
+       detected_by = excluded.detected_by
 RETURNING kind"""
 
-# no input -> (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error)
+# no input -> (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error,
+# trigger, detected_by)
 ALL_RUNS_SQL: Final = """\
-SELECT job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error
+SELECT job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error, trigger,
+       detected_by
   FROM {runs} ORDER BY job"""
 
 # $1 jobs text[] -> the same rows, of those jobs
 JOB_RUNS_SQL: Final = """\
-SELECT job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error
+SELECT job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error, trigger,
+       detected_by
   FROM {runs} WHERE job = ANY(CAST($1 AS text[])) ORDER BY job"""
 
 # the columns an operator reads: (key, owner if live, fencing_token, ms left if live)
@@ -201,6 +214,8 @@ CREATE TABLE IF NOT EXISTS {runs} (
     ended_at_ms bigint NOT NULL,
     outcome text NOT NULL,
     error text,
+    trigger text NOT NULL DEFAULT 'schedule',
+    detected_by text,
     PRIMARY KEY (job, kind)
 )"""
 
@@ -228,17 +243,20 @@ class Statements:
     read_lock: str
     list_locks: str
     break_lock: str
+    jobs: JobStatements
     schema: tuple[str, ...]
     table: str
     sequence: str
     runs: str
+    jobs_table: str
 
 
-def statements(table: str, sequence: str, runs: str, channel: str | None) -> Statements:
+def statements(table: str, sequence: str, runs: str, jobs: str, channel: str | None) -> Statements:
     names = {
         "table": table,
         "sequence": sequence,
         "runs": runs,
+        "jobs": jobs,
         "sequence_name": _literal(sequence),
         "channel": _literal(channel or ""),
         "notify": "" if channel is None else f", pg_notify({_literal(channel)}, key)",
@@ -250,6 +268,7 @@ def statements(table: str, sequence: str, runs: str, channel: str | None) -> Sta
         renew_many=RENEW_MANY_SQL.format_map(names),
         release=release.format_map(names),
         record_run=RECORD_RUN_SQL.format_map(names),
+        jobs=job_statements(names, RECORD_RUN_SQL.format_map(names)),
         all_runs=ALL_RUNS_SQL.format_map(names),
         job_runs=JOB_RUNS_SQL.format_map(names),
         read_lock=READ_LOCK_SQL.format_map(names),
@@ -260,10 +279,13 @@ def statements(table: str, sequence: str, runs: str, channel: str | None) -> Sta
             CREATE_SEQUENCE_SQL.format_map(names),
             CREATE_TABLE_SQL.format_map(names),
             CREATE_RUNS_SQL.format_map(names),
+            ADD_RUN_COLUMNS_SQL.format_map(names),
+            CREATE_JOBS_SQL.format_map(names),
         ),
         table=table,
         sequence=sequence,
         runs=runs,
+        jobs_table=jobs,
     )
 
 

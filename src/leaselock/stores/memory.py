@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import final
 
 from .._clock import Clock, SystemClock
 from ._capabilities import JobRecord, LockInfo, RunRecord, with_run
+from ._job_control import JobPause, JobState, RunStart, RunStartAnswer, pause_matches
 from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
 
 __all__ = ["InMemoryLockStore"]
@@ -38,7 +40,7 @@ class InMemoryLockStore:
     .. versionadded:: 0.1
     """
 
-    __slots__ = ("_clock", "_guard", "_jobs", "_last_token", "_rows")
+    __slots__ = ("_clock", "_guard", "_jobs", "_last_token", "_pauses", "_rows", "_states")
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         """Create an empty store whose expiries are measured on ``clock``.
@@ -51,18 +53,23 @@ class InMemoryLockStore:
         self._rows: dict[str, _Row] = {}
         self._last_token = 0
         self._jobs: dict[str, JobRecord] = {}
+        self._states: dict[str, JobState] = {}
+        self._pauses: dict[str, JobPause] = {}
         self._guard = threading.Lock()
 
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         """Take ``key`` if no live lock holds it; the token is greater than any it had."""
         with self._guard:
-            now_ms = self._clock.now_ms()
-            row = self._rows.get(key)
-            if row is not None and row.expires_at_ms > now_ms:
-                return NotAcquired(holder=row.owner)
-            self._last_token += 1
-            self._rows[key] = _Row(owner, now_ms + ttl_ms, self._last_token)
-            return Acquired(self._last_token)
+            return self._acquire(key, owner, ttl_ms)
+
+    def _acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        now_ms = self._clock.now_ms()
+        row = self._rows.get(key)
+        if row is not None and row.expires_at_ms > now_ms:
+            return NotAcquired(holder=row.owner)
+        self._last_token += 1
+        self._rows[key] = _Row(owner, now_ms + ttl_ms, self._last_token)
+        return Acquired(self._last_token)
 
     async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
         """Move the expiry to ``ttl_ms`` from now if ``owner`` holds a live lock on ``key``."""
@@ -91,6 +98,77 @@ class InMemoryLockStore:
         """Keep ``run`` as its job's last run, and as its last success if it went well."""
         with self._guard:
             self._jobs[run.job] = with_run(self._jobs.get(run.job), run)
+
+    async def start_run(self, start: RunStart) -> RunStartAnswer:
+        """Start a run unless paused, taking its lock if asked; see ``SupportsJobControl``."""
+        with self._guard:
+            before = self._states.get(start.job) or JobState(start.job, None, 0, None)
+            record = self._jobs.get(start.job)
+            last_run = None if record is None else record.last_run
+            if not start.ignore_pause:
+                paused = self._live_pause(start.job, start.open_run.started_at)
+                if paused is not None:
+                    return RunStartAnswer(None, paused, before.open_run, last_run, before.failures)
+            taken = None
+            token = start.open_run.fencing_token
+            if start.take_key is not None:
+                taken = self._acquire(start.take_key, start.owner, start.ttl_ms)
+                if isinstance(taken, NotAcquired):
+                    return RunStartAnswer(taken, None, before.open_run, last_run, before.failures)
+                token = taken.fencing_token
+            opened = replace(start.open_run, fencing_token=token)
+            self._states[start.job] = replace(before, open_run=opened)
+            return RunStartAnswer(taken, None, before.open_run, last_run, before.failures)
+
+    async def end_run(self, run: RunRecord) -> None:
+        """Record ``run``, close it if it is the open run, and count the failure streak."""
+        with self._guard:
+            self._jobs[run.job] = with_run(self._jobs.get(run.job), run)
+            state = self._states.get(run.job) or JobState(run.job, None, 0, None)
+            opened = state.open_run
+            if (
+                opened is not None
+                and opened.fencing_token == run.fencing_token
+                and opened.started_at == run.started_at
+            ):
+                opened = None
+            failures = {"ok": 0, "error": state.failures + 1}.get(run.outcome, state.failures)
+            self._states[run.job] = replace(state, open_run=opened, failures=failures)
+
+    async def note_missed(self, job: str, missed_at: datetime) -> None:
+        """Record that the tick of ``missed_at`` of ``job`` was never started."""
+        with self._guard:
+            state = self._states.get(job) or JobState(job, None, 0, None)
+            self._states[job] = replace(state, missed_at=missed_at)
+
+    async def pause_jobs(self, pause: JobPause) -> None:
+        """Keep ``pause``, replacing any pause of its target."""
+        with self._guard:
+            self._pauses[pause.target] = pause
+
+    async def resume_jobs(self, target: str) -> JobPause | None:
+        """Remove the pause of ``target``; return it, or ``None``."""
+        with self._guard:
+            return self._pauses.pop(target, None)
+
+    async def job_pauses(self) -> list[JobPause]:
+        """Return every pause kept, by target."""
+        with self._guard:
+            return [self._pauses[target] for target in sorted(self._pauses)]
+
+    async def job_states(self, jobs: Sequence[str] | None = None) -> list[JobState]:
+        """Return the states of ``jobs`` (every job when ``None``) that have one, by job."""
+        with self._guard:
+            wanted = self._states.keys() if jobs is None else set(jobs) & self._states.keys()
+            found = (self._states[job] for job in sorted(wanted))
+            return [s for s in found if s.open_run or s.failures or s.missed_at is not None]
+
+    def _live_pause(self, job: str, now: datetime) -> JobPause | None:
+        for target in sorted(self._pauses):
+            pause = self._pauses[target]
+            if pause_matches(target, job) and pause.live(now):
+                return pause
+        return None
 
     async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
         """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -32,8 +33,21 @@ from ._capabilities import (
     JobRecord,
     LockInfo,
     RunRecord,
+    epoch_ms,
+    from_epoch_ms,
     job_records_from_rows,
+    run_from_row,
     run_row,
+)
+from ._job_control import (
+    JobPause,
+    JobState,
+    RunStart,
+    RunStartAnswer,
+    open_run_from_json,
+    open_run_json,
+    pause_from_json,
+    pause_json,
 )
 from ._postgres_errors import check_sslmode, open_failure, sqlstate
 from ._postgres_executors import (
@@ -244,8 +258,11 @@ class PostgresLockStore:
         quoted_sequence = quoted_name(sequence, "sequence")
         checked = checked_channel(channel, table)
         quoted_runs = quoted_name(f"{table}_runs", "table (with _runs appended)")
+        quoted_jobs = quoted_name(f"{table}_jobs", "table (with _jobs appended)")
         self._notify_channel = checked if notify_releases else None
-        self._sql = statements(quoted_table, quoted_sequence, quoted_runs, self._notify_channel)
+        self._sql = statements(
+            quoted_table, quoted_sequence, quoted_runs, quoted_jobs, self._notify_channel
+        )
         self._make_executor = opener
         self._create_schema_at_open = create_schema
         self._where = where
@@ -304,19 +321,75 @@ class PostgresLockStore:
 
     async def record_run(self, run: RunRecord) -> None:
         """Keep ``run`` as its job's last run, and its last success if it went well; one trip."""
-        row = run_row(run)
-        await self._fetch(
-            self._sql.record_run,
+        await self._fetch(self._sql.record_run, _run_arguments(run))
+
+    async def start_run(self, start: RunStart) -> RunStartAnswer:
+        """Start a run unless paused, taking its lock if asked: ONE statement, one round trip."""
+        opened = start.open_run
+        row = await self._fetchrow(
+            self._sql.jobs.start_run,
             (
-                row["job"],
-                row["instance"],
-                row["fencing_token"],
-                row["started_at_ms"],
-                row["ended_at_ms"],
-                row["outcome"],
-                row["error"],
+                start.job,
+                start.take_key,
+                start.owner,
+                start.ttl_ms,
+                open_run_json(opened, None),
+                opened.fencing_token,
+                start.ignore_pause,
+                epoch_ms(opened.started_at),
             ),
         )
+        if row is None:
+            raise LockStoreError(f"{self!r}.start_run got no row; check the jobs table")
+        token, holder, target, pause, open_run, failures = (row[i] for i in range(6))
+        last = [row[i] for i in range(6, 15)]
+        answer = RunStartAnswer(
+            None,
+            None if target is None else pause_from_json(str(target), str(pause)),
+            open_run_from_json(open_run),
+            None if last[0] is None else run_from_row(last),
+            int(failures),
+        )
+        if answer.pause is not None or start.take_key is None:
+            return answer
+        taken = NotAcquired(holder) if token is None else Acquired(self._token(token))
+        return replace(answer, taken=taken)
+
+    async def end_run(self, run: RunRecord) -> None:
+        """Record ``run``, close it if it is the open run, and count it: one statement."""
+        await self._fetch(self._sql.jobs.end_run, _run_arguments(run))
+
+    async def note_missed(self, job: str, missed_at: datetime) -> None:
+        """Record that the tick of ``missed_at`` of ``job`` was never started."""
+        await self._fetch(self._sql.jobs.note_missed, (job, epoch_ms(missed_at)))
+
+    async def pause_jobs(self, pause: JobPause) -> None:
+        """Keep ``pause``, replacing any pause of its target."""
+        await self._fetch(self._sql.jobs.pause, (pause.target, pause_json(pause)))
+
+    async def resume_jobs(self, target: str) -> JobPause | None:
+        """Remove the pause of ``target``; return it, or ``None``."""
+        row = await self._fetchrow(self._sql.jobs.resume, (target,))
+        return None if row is None or row[0] is None else pause_from_json(target, row[0])
+
+    async def job_pauses(self) -> list[JobPause]:
+        """Return every pause kept, by target."""
+        rows = await self._fetch(self._sql.jobs.pauses, ())
+        return [pause_from_json(row[0], row[1]) for row in rows]
+
+    async def job_states(self, jobs: Sequence[str] | None = None) -> list[JobState]:
+        """Return the states of ``jobs`` (every job when ``None``), by job."""
+        wanted = None if jobs is None else sorted(set(jobs))
+        rows = await self._fetch(self._sql.jobs.states, (wanted,))
+        return [
+            JobState(
+                row[0],
+                open_run_from_json(row[1]),
+                int(row[2]),
+                None if row[3] is None else from_epoch_ms(int(row[3])),
+            )
+            for row in rows
+        ]
 
     async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
         """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""
@@ -452,7 +525,7 @@ class PostgresLockStore:
             raise self._explained(error) from error
 
     async def _ensure_schema(self, executor: Executor, *, create: bool) -> None:
-        names = (self._sql.table, self._sql.sequence, self._sql.runs)
+        names = (self._sql.table, self._sql.sequence, self._sql.runs, self._sql.jobs_table)
         exists = await executor.fetchrow(SCHEMA_EXISTS_SQL, names)
         if exists is not None and exists[0]:
             return
@@ -462,7 +535,8 @@ class PostgresLockStore:
         # fail at start, not with a warning at every tick
         raise LockStoreError(
             f"{self!r} cannot start: the table {self._sql.table}, the sequence "
-            f"{self._sql.sequence} or the run records table {self._sql.runs} does not exist, "
+            f"{self._sql.sequence}, the run records table {self._sql.runs} or the jobs table "
+            f"{self._sql.jobs_table} does not exist, "
             "and create_schema=False. Create them (run leaselock/stores/postgres_schema.sql, "
             "apply the Alembic migrations, or call await store.create_schema()), or pass "
             "create_schema=True"
@@ -508,6 +582,21 @@ class _Opener:
 
     make: Callable[[], Awaitable[Executor]]
     after_close: Callable[[], None]
+
+
+def _run_arguments(run: RunRecord) -> tuple[object, ...]:
+    row = run_row(run)
+    return (
+        row["job"],
+        row["instance"],
+        row["fencing_token"],
+        row["started_at_ms"],
+        row["ended_at_ms"],
+        row["outcome"],
+        row["error"],
+        row["trigger"],
+        row["detected_by"],
+    )
 
 
 def _retrieve_error(task: asyncio.Task[Executor]) -> None:

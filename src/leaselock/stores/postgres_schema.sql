@@ -1,4 +1,4 @@
--- leaselock: the schema of PostgresLockStore (locks, tokens, job run records), default names.
+-- leaselock: the schema of PostgresLockStore (locks, tokens, job runs, job control), default names.
 --
 -- PostgresLockStore creates it by itself (create_schema=True, the default, or
 -- `await store.create_schema()`); run this file instead where the application's role may not
@@ -30,5 +30,22 @@ CREATE TABLE IF NOT EXISTS "leaselock_locks_runs" (
     ended_at_ms bigint NOT NULL,
     outcome text NOT NULL,
     error text,
+    trigger text NOT NULL DEFAULT 'schedule',
+    detected_by text,
     PRIMARY KEY (job, kind)
+);
+
+-- The two columns above, on a runs table an earlier leaselock made without them.
+ALTER TABLE "leaselock_locks_runs"
+    ADD COLUMN IF NOT EXISTS trigger text NOT NULL DEFAULT 'schedule',
+    ADD COLUMN IF NOT EXISTS detected_by text;
+
+-- Job control: one row per job (its open run, failure streak, last missed tick) and one per
+-- pause target (a job key, or a prefix ending in "*").
+CREATE TABLE IF NOT EXISTS "leaselock_locks_jobs" (
+    name text COLLATE "C" PRIMARY KEY,
+    pause jsonb,
+    open_run jsonb,
+    failures integer NOT NULL DEFAULT 0,
+    missed_at_ms bigint
 );

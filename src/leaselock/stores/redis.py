@@ -17,17 +17,37 @@ and 7.0 and Valkey 9.1.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast, final
 
 from .._errors import LocksConfigurationError, LockStoreError
-from ._capabilities import JobRecord, LockInfo, RunRecord, job_records_from_rows, run_row
+from ._capabilities import (
+    JobRecord,
+    LockInfo,
+    RunRecord,
+    epoch_ms,
+    job_records_of,
+    run_from_json,
+    run_row,
+)
+from ._job_control import JobPause, JobState, RunStart, RunStartAnswer, pause_json
 from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
+from ._redis_jobs import (
+    END_RUN,
+    JOB_SCRIPTS,
+    MISSED_FIELD,
+    START_RUN,
+    closing_open_run,
+    job_states_from_fields,
+    open_run_prefix,
+    pauses_from_fields,
+    start_answer,
+)
+from ._redis_scripts import Script, script
 
 try:
     import redis.asyncio
@@ -50,6 +70,8 @@ LOCKS_SEGMENT: Final = "lock:"
 COUNTER_NAME: Final = "fencing-token"
 CHANNEL_NAME: Final = "released"
 RUNS_NAME: Final = "runs"
+JOBS_NAME: Final = "jobs"
+PAUSES_NAME: Final = "pauses"
 LAST_FIELD: Final = "last:"
 SUCCESS_FIELD: Final = "success:"
 # SCAN's COUNT hint: keys looked at per round trip when listing locks
@@ -64,19 +86,7 @@ _SECONDS_OPTIONS: Final = ("socket_timeout", "socket_connect_timeout", "timeout"
 _FLAG_OPTIONS: Final = ("decode_responses", "retry_on_timeout", "socket_keepalive", "ssl")
 
 
-@final
-@dataclass(frozen=True, slots=True)
-class _Script:
-    name: str
-    source: str
-    sha: str
-
-
-def _script(name: str, source: str) -> _Script:
-    return _Script(name, source, hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest())
-
-
-ACQUIRE: Final = _script(
+ACQUIRE: Final = script(
     "acquire",
     """
 -- KEYS[1] = lock key, KEYS[2] = fencing-token counter
@@ -91,7 +101,7 @@ return redis.call('GET', KEYS[1])
 """,
 )
 
-RENEW: Final = _script(
+RENEW: Final = script(
     "renew",
     """
 -- KEYS[1] = lock key
@@ -105,7 +115,7 @@ return 0
 """,
 )
 
-RELEASE: Final = _script(
+RELEASE: Final = script(
     "release",
     """
 -- KEYS[1] = lock key
@@ -120,7 +130,7 @@ return 0
 """,
 )
 
-RENEW_MANY: Final = _script(
+RENEW_MANY: Final = script(
     "renew_many",
     """
 -- KEYS[i] = lock key of renewal i (i = 1..n)
@@ -138,7 +148,7 @@ return renewed
 """,
 )
 
-BREAK_LOCK: Final = _script(
+BREAK_LOCK: Final = script(
     "break_lock",
     """
 -- KEYS[1] = lock key
@@ -155,7 +165,7 @@ return {owner, left}
 """,
 )
 
-RECORD_RUN: Final = _script(
+RECORD_RUN: Final = script(
     "record_run",
     """
 -- KEYS[1] = runs hash
@@ -169,7 +179,7 @@ return 1
 """,
 )
 
-_SCRIPTS: Final = (ACQUIRE, RENEW, RELEASE, RENEW_MANY, BREAK_LOCK, RECORD_RUN)
+_SCRIPTS: Final = (ACQUIRE, RENEW, RELEASE, RENEW_MANY, BREAK_LOCK, RECORD_RUN, *JOB_SCRIPTS)
 
 
 @final
@@ -199,9 +209,11 @@ class RedisLockStore:
         "_channel",
         "_client",
         "_counter_key",
+        "_jobs_key",
         "_lock_prefix",
         "_opens",
         "_options",
+        "_pauses_key",
         "_prefix",
         "_runs_key",
         "_server",
@@ -293,6 +305,8 @@ class RedisLockStore:
         self._counter_key = prefix + COUNTER_NAME
         self._channel = prefix + CHANNEL_NAME
         self._runs_key = prefix + RUNS_NAME
+        self._jobs_key = prefix + JOBS_NAME
+        self._pauses_key = prefix + PAUSES_NAME
         self._client = client
         self._url = url
         self._options = dict(options)
@@ -345,8 +359,8 @@ class RedisLockStore:
 
     async def _prepare(self, client: redis.asyncio.Redis) -> None:
         pipe = client.pipeline(transaction=False)
-        for script in _SCRIPTS:
-            pipe.script_load(script.source)
+        for lua in _SCRIPTS:
+            pipe.script_load(lua.source)
         for parameter in ("save", "appendonly", "maxmemory-policy"):
             pipe.config_get(parameter)
         try:
@@ -357,10 +371,10 @@ class RedisLockStore:
                 "the server runs and the URL, password and TLS options are right"
             ) from error
         loaded, config = answers[: len(_SCRIPTS)], answers[len(_SCRIPTS) :]
-        for script, answer in zip(_SCRIPTS, loaded, strict=True):
+        for lua, answer in zip(_SCRIPTS, loaded, strict=True):
             if isinstance(answer, Exception):
                 raise LockStoreError(
-                    f"{self!r}: Redis refused to load the {script.name} script: {answer}. "
+                    f"{self!r}: Redis refused to load the {lua.name} script: {answer}. "
                     "RedisLockStore needs SCRIPT LOAD and EVALSHA; allow them for this user"
                 )
         self._warn_if_counter_can_go_back(config)
@@ -432,7 +446,7 @@ class RedisLockStore:
         answers = await self._run(RENEW_MANY, len(keys), *keys, *args)
         return [answer == 1 for answer in answers]
 
-    async def _run(self, script: _Script, numkeys: int, *keys_and_args: str | int) -> Any:  # noqa: ANN401 -- a reply's type is its script's: an int, or a list of ints
+    async def _run(self, script: Script, numkeys: int, *keys_and_args: str | int) -> Any:  # noqa: ANN401 -- a reply's type is its script's: an int, or a list of ints
         """Run ``script`` by its SHA; load it once if the server does not know it (NOSCRIPT)."""
         client = self._client or self._connected()
         try:
@@ -450,6 +464,73 @@ class RedisLockStore:
         success = SUCCESS_FIELD + run.job if run.outcome == "ok" else ""
         await self._run(RECORD_RUN, 1, self._runs_key, LAST_FIELD + run.job, value, success)
 
+    async def start_run(self, start: RunStart) -> RunStartAnswer:
+        """Start a run unless paused, taking its lock if asked: one script, one round trip."""
+        opened = start.open_run
+        keys = [self._pauses_key, self._jobs_key, self._runs_key]
+        if start.take_key is not None:
+            keys += [self._lock_prefix + start.take_key, self._counter_key]
+        token = "" if opened.fencing_token is None else str(opened.fencing_token)
+        reply = await self._run(
+            START_RUN,
+            len(keys),
+            *keys,
+            start.job,
+            start.owner,
+            start.ttl_ms,
+            open_run_prefix(opened),
+            token,
+            "1" if start.ignore_pause else "0",
+            epoch_ms(opened.started_at),
+        )
+        return start_answer(reply, took=start.take_key is not None)
+
+    async def end_run(self, run: RunRecord) -> None:
+        """Record ``run``, close it if it is the open run, and count it: one script."""
+        value = json.dumps(run_row(run), ensure_ascii=False, separators=(",", ":"))
+        await self._run(
+            END_RUN,
+            2,
+            self._runs_key,
+            self._jobs_key,
+            run.job,
+            value,
+            "1" if run.outcome == "ok" else "0",
+            run.outcome,
+            closing_open_run(run),
+        )
+
+    async def note_missed(self, job: str, missed_at: datetime) -> None:
+        """Record that the tick of ``missed_at`` of ``job`` was never started."""
+        client = self._client or self._connected()
+        await client.hset(self._jobs_key, MISSED_FIELD + job, epoch_ms(missed_at))
+
+    async def pause_jobs(self, pause: JobPause) -> None:
+        """Keep ``pause``, replacing any pause of its target."""
+        client = self._client or self._connected()
+        await client.hset(self._pauses_key, pause.target, pause_json(pause))
+
+    async def resume_jobs(self, target: str) -> JobPause | None:
+        """Remove the pause of ``target``; return it, or ``None``: one transaction."""
+        client = self._client or self._connected()
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.hget(self._pauses_key, target)
+            pipe.hdel(self._pauses_key, target)
+            kept, _ = await pipe.execute()
+        return None if kept is None else pauses_from_fields({target: _text(kept)})[0]
+
+    async def job_pauses(self) -> list[JobPause]:
+        """Return every pause kept, by target."""
+        client = self._client or self._connected()
+        fields: Mapping[Any, Any] = await client.hgetall(self._pauses_key)
+        return pauses_from_fields({_text(k): _text(v) for k, v in fields.items()})
+
+    async def job_states(self, jobs: Sequence[str] | None = None) -> list[JobState]:
+        """Return the states of ``jobs`` (every job when ``None``), by job."""
+        client = self._client or self._connected()
+        fields: Mapping[Any, Any] = await client.hgetall(self._jobs_key)
+        return job_states_from_fields({_text(k): _text(v) for k, v in fields.items()}, jobs)
+
     async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
         """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""
         client = self._client or self._connected()
@@ -462,25 +543,15 @@ class RedisLockStore:
             ]
             values = await client.hmget(self._runs_key, wanted) if wanted else []
             found = list(zip(wanted, values, strict=True))
-        rows = []
+        last: dict[str, RunRecord] = {}
+        success: dict[str, RunRecord] = {}
         for field, value in found:
-            if value is None:
-                continue
-            kind, _, job = field.partition(":")
-            run = json.loads(_text(value))
-            rows.append(
-                (
-                    job,
-                    "success" if kind + ":" == SUCCESS_FIELD else "last",
-                    run["instance"],
-                    run["fencing_token"],
-                    run["started_at_ms"],
-                    run["ended_at_ms"],
-                    run["outcome"],
-                    run["error"],
+            if value is not None:
+                kind, _, job = field.partition(":")
+                (success if kind + ":" == SUCCESS_FIELD else last)[job] = run_from_json(
+                    _text(value)
                 )
-            )
-        return job_records_from_rows(rows)
+        return job_records_of(last, success)
 
     async def read_lock(self, key: str) -> LockInfo | None:
         """Return ``key``'s live lock, or ``None``: Redis keeps no trace of a freed key.

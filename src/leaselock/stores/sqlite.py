@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Final, Protocol, TypeAlias, TypeVar, final
 
@@ -25,7 +26,9 @@ from .._clock import Clock
 from .._durations import Duration, parse_duration
 from .._errors import LocksConfigurationError, LockStoreError
 from ._capabilities import JobRecord, LockInfo, RunRecord, job_records_from_rows, run_row
+from ._job_control import JobPause, JobState, RunStart, RunStartAnswer
 from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
+from ._sqlite_jobs import CREATE_JOBS, SQLiteJobControl, add_missing_columns
 from ._sqlite_worker import SQLiteWorker
 
 __all__ = ["SQLiteLockStore"]
@@ -86,6 +89,8 @@ CREATE TABLE IF NOT EXISTS {runs} (
     ended_at_ms   INTEGER NOT NULL,
     outcome       TEXT    NOT NULL,
     error         TEXT,
+    trigger       TEXT    NOT NULL DEFAULT 'schedule',
+    detected_by   TEXT,
     PRIMARY KEY (job, kind)
 ) WITHOUT ROWID
 """
@@ -136,28 +141,36 @@ WHERE key = :key AND owner = :owner AND expires_at_ms > :now_ms
 """
 
 
-# :job :kind :instance :fencing_token :started_at_ms :ended_at_ms :outcome :error -> nothing
+# :job :kind :instance :fencing_token :started_at_ms :ended_at_ms :outcome :error :trigger
+# :detected_by -> nothing
 RECORD_RUN: Final = """
-INSERT INTO {runs} (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error)
-VALUES (:job, :kind, :instance, :fencing_token, :started_at_ms, :ended_at_ms, :outcome, :error)
+INSERT INTO {runs} (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error,
+                    trigger, detected_by)
+VALUES (:job, :kind, :instance, :fencing_token, :started_at_ms, :ended_at_ms, :outcome, :error,
+        :trigger, :detected_by)
 ON CONFLICT (job, kind) DO UPDATE SET
     instance = excluded.instance,
     fencing_token = excluded.fencing_token,
     started_at_ms = excluded.started_at_ms,
     ended_at_ms = excluded.ended_at_ms,
     outcome = excluded.outcome,
-    error = excluded.error
+    error = excluded.error,
+    trigger = excluded.trigger,
+    detected_by = excluded.detected_by
 """
 
-# -> (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error) rows
+# -> (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error, trigger,
+# detected_by) rows
 ALL_RUNS: Final = """
-SELECT job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error
+SELECT job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error, trigger,
+       detected_by
 FROM {runs} ORDER BY job
 """
 
 # :job -> the same rows, of one job
 JOB_RUNS: Final = """
-SELECT job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error
+SELECT job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error, trigger,
+       detected_by
 FROM {runs} WHERE job = :job
 """
 
@@ -230,10 +243,12 @@ class SQLiteLockStore:
         "_clock",
         "_guard",
         "_holder_sql",
+        "_jobs",
         "_operator_sql",
         "_path",
         "_release_sql",
         "_renew_sql",
+        "_runs_table",
         "_schema_sql",
         "_table",
         "_taken_row_sql",
@@ -292,10 +307,18 @@ class SQLiteLockStore:
         self._table = table
         self._busy_timeout_ms = parse_duration(busy_timeout, name="busy_timeout")
         self._clock: _ReadsTime = clock if clock is not None else _WallClock()
-        names = {"locks": f'"{table}"', "tokens": f'"{table}_tokens"', "runs": f'"{table}_runs"'}
+        names = {
+            "locks": f'"{table}"',
+            "tokens": f'"{table}_tokens"',
+            "runs": f'"{table}_runs"',
+            "jobs": f'"{table}_jobs"',
+        }
         self._schema_sql = tuple(
-            sql.format_map(names) for sql in (CREATE_LOCKS, CREATE_TOKENS, SEED_TOKENS, CREATE_RUNS)
+            sql.format_map(names)
+            for sql in (CREATE_LOCKS, CREATE_TOKENS, SEED_TOKENS, CREATE_RUNS, CREATE_JOBS)
         )
+        self._runs_table = names["runs"]
+        self._jobs = SQLiteJobControl(names)
         self._operator_sql = _OperatorStatements(
             record_run=RECORD_RUN.format_map(names),
             all_runs=ALL_RUNS.format_map(names),
@@ -381,6 +404,43 @@ class SQLiteLockStore:
     async def record_run(self, run: RunRecord) -> None:
         """Keep ``run`` as its job's last run, and as its last success if it went well."""
         await self._call("record_run", lambda db, _now_ms: self._record(db, run))
+
+    async def start_run(self, start: RunStart) -> RunStartAnswer:
+        """Start a run unless paused, taking its lock if asked, in ONE transaction."""
+        return await self._call(
+            "start_run", lambda db, now_ms: self._jobs.start(db, now_ms, start, self._take)
+        )
+
+    async def end_run(self, run: RunRecord) -> None:
+        """Record ``run``, close it if it is the open run, and count it, in ONE transaction."""
+
+        def end(db: sqlite3.Connection, _now_ms: int) -> None:
+            self._record(db, run)
+            self._jobs.end(db, run)
+
+        await self._call("end_run", end)
+
+    async def note_missed(self, job: str, missed_at: datetime) -> None:
+        """Record that the tick of ``missed_at`` of ``job`` was never started."""
+        await self._call(
+            "note_missed", lambda db, _now_ms: self._jobs.note_missed(db, job, missed_at)
+        )
+
+    async def pause_jobs(self, pause: JobPause) -> None:
+        """Keep ``pause``, replacing any pause of its target."""
+        await self._call("pause_jobs", lambda db, _now_ms: self._jobs.pause(db, pause))
+
+    async def resume_jobs(self, target: str) -> JobPause | None:
+        """Remove the pause of ``target``; return it, or ``None``."""
+        return await self._call("resume_jobs", lambda db, _now_ms: self._jobs.resume(db, target))
+
+    async def job_pauses(self) -> list[JobPause]:
+        """Return every pause kept, by target."""
+        return await self._call("job_pauses", lambda db, _now_ms: self._jobs.pauses(db))
+
+    async def job_states(self, jobs: Sequence[str] | None = None) -> list[JobState]:
+        """Return the states of ``jobs`` (every job when ``None``) that have one, by job."""
+        return await self._call("job_states", lambda db, _now_ms: self._jobs.states(db, jobs))
 
     async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
         """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""
@@ -543,6 +603,7 @@ class SQLiteLockStore:
     def _create_schema(self, db: sqlite3.Connection, _now_ms: int) -> None:
         for sql in self._schema_sql:
             db.execute(sql)
+        add_missing_columns(db, self._runs_table)
 
     # --- errors --------------------------------------------------------------------------
 

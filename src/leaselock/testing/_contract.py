@@ -24,7 +24,7 @@ import unittest
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Final, TypeAlias, final
 
@@ -38,6 +38,7 @@ from ..stores._capabilities import (
     SupportsInspection,
     SupportsRunRecords,
 )
+from ..stores._job_control import JobPause, JobState, OpenRun, RunStart, SupportsJobControl
 from ..stores._protocol import (
     MAX_FENCING_TOKEN,
     Acquired,
@@ -70,11 +71,13 @@ BATCH_RENEW: Final = "batch_renew"
 RELEASE_NOTIFICATIONS: Final = "release_notifications"
 RUN_RECORDS: Final = "run_records"
 INSPECTION: Final = "inspection"
+JOB_CONTROL: Final = "job_control"
 _CAPABILITIES: Final = {
     BATCH_RENEW: (SupportsBatchRenew, "renew_many()"),
     RELEASE_NOTIFICATIONS: (SupportsReleaseNotifications, "watch_releases()"),
     RUN_RECORDS: (SupportsRunRecords, "record_run() and job_records()"),
     INSPECTION: (SupportsInspection, "read_lock(), list_locks() and break_lock()"),
+    JOB_CONTROL: (SupportsJobControl, "start_run(), end_run() and the pause methods"),
 }
 # run records keep milliseconds: the suite's times have no finer part
 _RUN_STARTED: Final = datetime(2026, 12, 1, 12, 3, 10, 250_000, tzinfo=UTC)
@@ -89,7 +92,8 @@ class ContractCase:
         name: stable snake_case name, public API (``pytest -k <name>`` selects it).
         rule: the contract sentence the case checks.
         requires: capabilities it needs (``concurrent``, ``batch_renew``,
-            ``release_notifications``, ``run_records``, ``inspection``); without one, ``run``
+            ``release_notifications``, ``run_records``, ``inspection``, ``job_control``);
+            without one, ``run``
             raises :class:`unittest.SkipTest` naming it. Time needs none: without
             ``advance_time`` the suite waits for real.
         run: makes a store, checks the rule, closes the store; raises ``AssertionError``
@@ -683,6 +687,132 @@ async def break_racing_renewals_and_acquires(c: _Check) -> None:
             expected=False,
             doing="the broken holder's renew once another holds the key",
         )
+
+
+async def _state(c: _Check, job: str) -> JobState:
+    assert isinstance(c.store, SupportsJobControl)  # noqa: S101 -- required capability
+    states = await c.store.job_states([job])
+    c.expect(all(state.job == job for state in states), f"job_states([{job!r}]) gave {states}")
+    return states[0] if states else JobState(job, None, 0, None)
+
+
+def _start(
+    c: _Check, job: str, *, at: int, take: str | None, token: int | None = None, **options: bool
+) -> RunStart:
+    owner = c.owner()
+    run = OpenRun(f"shop-\u732b-{at}", token, _RUN_STARTED + timedelta(minutes=at))
+    return RunStart(job, run, take, owner, LONG_TTL_MS, **options)
+
+
+@_case(
+    "a run's start takes its lock and opens the run; its end closes it and counts failures",
+    JOB_CONTROL,
+    RUN_RECORDS,
+)
+async def start_and_end_of_runs(c: _Check) -> None:
+    assert isinstance(c.store, SupportsJobControl)  # noqa: S101 -- required capability
+    job, key = c.key("job"), c.key("run lock")
+    first = await c.store.start_run(_start(c, job, at=1, take=key))
+    token = c.token(first.taken, "start_run with a free run lock")
+    c.expect(
+        first.started and first.open_run is None and first.last_run is None and not first.failures,
+        f"the first start of a job answered {first}",
+    )
+    await c.held_by_someone(key, "acquire of a run lock start_run took")
+    busy = await c.store.start_run(_start(c, job, at=2, take=key))
+    c.refused(busy.taken, "a second start_run while the run lock is held")
+    c.expect(
+        not busy.started and busy.open_run is not None and busy.open_run.fencing_token == token,
+        f"a start refused by the held run lock answered {busy}",
+    )
+    state = await _state(c, job)
+    c.expect(
+        state.open_run is not None and state.open_run.fencing_token == token,
+        f"job_states while the run is open: {state}",
+    )
+    failures = 0
+    outcomes: tuple[RunOutcome, ...] = ("error", "error", "lost", "ok", "error")
+    for at, outcome in enumerate(outcomes, start=3):
+        start = _start(c, job, at=at, take=None, token=token)
+        started = await c.store.start_run(start)
+        c.expect(started.started and started.taken is None, f"a start without a lock: {started}")
+        c.expect(started.failures == failures, f"failures before run {at}: {started.failures}")
+        run = replace(
+            _run(c, job, outcome, at=at, token=token), started_at=start.open_run.started_at
+        )
+        await c.store.end_run(run)
+        failures = {"ok": 0, "error": failures + 1}.get(outcome, failures)
+        state = await _state(c, job)
+        c.expect(
+            state.open_run is None and state.failures == failures,
+            f"after a run that ended {outcome!r}, the state is {state}, not closed with "
+            f"{failures} failures",
+        )
+    manual = replace(_run(c, job, "lost", at=9, token=4), trigger="manual", detected_by="abandoned")
+    await c.store.end_run(manual)
+    answer = await c.store.start_run(_start(c, job, at=10, take=None, token=5))
+    last = answer.last_run
+    c.expect(
+        last is not None and last.trigger == "manual" and last.detected_by == "abandoned",
+        f"a manual run's record, ended lost (abandoned), came back as {last}",
+    )
+    other = await c.store.start_run(_start(c, job, at=11, take=None, token=6))
+    c.expect(
+        other.open_run is not None and other.open_run.fencing_token == 5,  # noqa: PLR2004
+        f"a start over a run that never ended did not answer that run: {other.open_run}",
+    )
+    await c.store.note_missed(job, _RUN_STARTED)
+    state = await _state(c, job)
+    c.expect(state.missed_at == _RUN_STARTED, f"note_missed was not kept: {state}")
+
+
+@_case("a pause of a job or a prefix stops its starts, until resumed or its end", JOB_CONTROL)
+async def pauses_stop_starts(c: _Check) -> None:
+    assert isinstance(c.store, SupportsJobControl)  # noqa: S101 -- required capability
+    job, key = c.key("reports.daily"), c.key("run lock")
+    prefix = c.key("reports.*")
+    pause = JobPause(prefix, "migrating \u2014 'quoted'", "ops-\u732b", _RUN_STARTED, None)
+    await c.store.pause_jobs(pause)
+    stopped = await c.store.start_run(_start(c, job, at=1, take=key))
+    c.expect(
+        stopped.pause == pause and stopped.taken is None and not stopped.started,
+        f"a start under a prefix pause answered {stopped}",
+    )
+    await c.take(key, c.owner(), 1000)
+    unrelated = await c.store.start_run(_start(c, c.key("other"), at=1, take=None, token=1))
+    c.expect(unrelated.started, f"a job outside the paused prefix was stopped: {unrelated}")
+    manual = await c.store.start_run(_start(c, job, at=2, take=None, token=3, ignore_pause=True))
+    c.expect(manual.started, f"a start that ignores pauses was stopped: {manual}")
+    kept = await c.store.job_pauses()
+    c.expect(pause in kept, f"job_pauses() does not list the pause: {kept}")
+    c.expect(await c.store.resume_jobs(prefix) == pause, "resume_jobs did not return the pause")
+    c.expect(await c.store.resume_jobs(prefix) is None, "a second resume found a pause")
+    again = await c.store.start_run(_start(c, job, at=3, take=None, token=4))
+    c.expect(again.started, f"a start after the resume answered {again}")
+    ended = JobPause(job, "", "ops", _RUN_STARTED, _RUN_STARTED + timedelta(minutes=4))
+    await c.store.pause_jobs(ended)
+    during = await c.store.start_run(_start(c, job, at=3, take=None, token=5))
+    after = await c.store.start_run(_start(c, job, at=5, take=None, token=6))
+    c.expect(
+        during.pause == ended and after.started,
+        f"a pause until minute 4 answered {during.pause} at minute 3 and {after} at minute 5",
+    )
+
+
+@_case("of concurrent starts of one job, exactly one takes its run lock", JOB_CONTROL, CONCURRENT)
+async def one_start_wins(c: _Check) -> None:
+    assert isinstance(c.store, SupportsJobControl)  # noqa: S101 -- required capability
+    job, key = c.key("job"), c.key("run lock")
+    answers = await asyncio.gather(
+        *(c.store.start_run(_start(c, job, at=n, take=key)) for n in range(c.callers))
+    )
+    won = [c.token(a.taken, "a racing start_run") for a in answers if a.started]
+    c.expect(len(won) == 1, f"{len(won)} of {c.callers} racing starts took the run lock")
+    state = await _state(c, job)
+    c.expect(
+        state.open_run is not None and state.open_run.fencing_token == won[0],
+        f"the open run is not the winner's (token {won[0]}): {state}",
+    )
 
 
 # --- building the cases --------------------------------------------------------------------

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Final, Literal, TypeAlias, TypeVar, final, get_args
 
 from .._clock import Clock, SystemClock
@@ -17,6 +18,13 @@ from ..stores._capabilities import (
     RunRecord,
     SupportsInspection,
     SupportsRunRecords,
+)
+from ..stores._job_control import (
+    JobPause,
+    JobState,
+    RunStart,
+    RunStartAnswer,
+    SupportsJobControl,
 )
 from ..stores._protocol import (
     Acquired,
@@ -38,6 +46,13 @@ Method: TypeAlias = Literal[
     "read_lock",
     "list_locks",
     "break_lock",
+    "start_run",
+    "end_run",
+    "note_missed",
+    "pause_jobs",
+    "resume_jobs",
+    "job_pauses",
+    "job_states",
 ]
 FaultKind: TypeAlias = Literal[
     "delay", "fail", "hang", "lose_answer", "refuse_renewals", "tokens_back"
@@ -456,6 +471,68 @@ class FaultyStore:
             return await self._inspection().break_lock(key)
 
         return await self._call("break_lock", key, "", None, reach)
+
+    async def start_run(self, start: RunStart) -> RunStartAnswer:
+        """Call the inner store's ``start_run`` (key: the run lock's, else the job's)."""
+
+        async def reach(_: list[Fault]) -> RunStartAnswer:
+            return await self._job_control().start_run(start)
+
+        key = start.take_key if start.take_key is not None else start.job
+        return await self._call("start_run", key, start.owner, start.ttl_ms or None, reach)
+
+    async def end_run(self, run: RunRecord) -> None:
+        """Call the inner store's ``end_run`` (key: the job; owner: the instance label)."""
+
+        async def reach(_: list[Fault]) -> None:
+            await self._job_control().end_run(run)
+
+        await self._call("end_run", run.job, run.instance, None, reach)
+
+    async def note_missed(self, job: str, missed_at: datetime) -> None:
+        """Call the inner store's ``note_missed`` (key: the job)."""
+
+        async def reach(_: list[Fault]) -> None:
+            await self._job_control().note_missed(job, missed_at)
+
+        await self._call("note_missed", job, "", None, reach)
+
+    async def pause_jobs(self, pause: JobPause) -> None:
+        """Call the inner store's ``pause_jobs`` (key: the target; owner: who paused)."""
+
+        async def reach(_: list[Fault]) -> None:
+            await self._job_control().pause_jobs(pause)
+
+        await self._call("pause_jobs", pause.target, pause.paused_by, None, reach)
+
+    async def resume_jobs(self, target: str) -> JobPause | None:
+        """Call the inner store's ``resume_jobs`` (key: the target)."""
+
+        async def reach(_: list[Fault]) -> JobPause | None:
+            return await self._job_control().resume_jobs(target)
+
+        return await self._call("resume_jobs", target, "", None, reach)
+
+    async def job_pauses(self) -> list[JobPause]:
+        """Call the inner store's ``job_pauses``."""
+
+        async def reach(_: list[Fault]) -> list[JobPause]:
+            return await self._job_control().job_pauses()
+
+        return await self._call("job_pauses", "", "", None, reach)
+
+    async def job_states(self, jobs: Sequence[str] | None = None) -> list[JobState]:
+        """Call the inner store's ``job_states`` (key: the jobs, comma-separated)."""
+
+        async def reach(_: list[Fault]) -> list[JobState]:
+            return await self._job_control().job_states(jobs)
+
+        return await self._call("job_states", ",".join(jobs or ()), "", None, reach)
+
+    def _job_control(self) -> SupportsJobControl:
+        if not isinstance(self._inner, SupportsJobControl):
+            raise LocksConfigurationError(f"{self._inner!r} keeps no job control")
+        return self._inner
 
     def _run_records(self) -> SupportsRunRecords:
         if not isinstance(self._inner, SupportsRunRecords):
