@@ -412,6 +412,8 @@ class Locks:
         owner_idle: Duration | None = None,
         cancel_on_loss: bool = False,
         expect_every: Duration | None = None,
+        alert_after_failures: int | None = None,
+        pause_after_failures: int | None = None,
     ) -> JobDecorator:
         """Run the decorated job on ONE instance of the application.
 
@@ -437,6 +439,10 @@ class Locks:
                 a tenth of it, every instance whose scheduler ticks the job emits
                 :class:`JobOverdue` and a WARNING (again each ``expect_every`` while it lasts),
                 and :class:`JobRecovered` once a run succeeds.
+            alert_after_failures: after this many runs in a row raised (default 3), a
+                ``job-failing`` event (ERROR), once per streak.
+            pause_after_failures: after this many runs in a row raised, pause the job in the
+                store (:meth:`pause`): every instance skips it until an operator resumes it.
 
         Raises:
             LocksConfigurationError: a bad argument (now), or a key conflict (at start).
@@ -449,6 +455,8 @@ class Locks:
             owner_idle=owner_idle,
             cancel_on_loss=cancel_on_loss,
             expect_every=expect_every,
+            alert_after_failures=alert_after_failures,
+            pause_after_failures=pause_after_failures,
         )
 
     def without_overlapping(
@@ -460,6 +468,8 @@ class Locks:
         max_run: Duration | None = None,
         cancel_on_loss: bool = False,
         expect_every: Duration | None = None,
+        alert_after_failures: int | None = None,
+        pause_after_failures: int | None = None,
     ) -> JobDecorator:
         """Never let the decorated job overlap itself, on any instance.
 
@@ -482,6 +492,8 @@ class Locks:
             cancel_on_loss: cancel an async run when its lock is lost, its cap included; it
                 then raises :class:`LockLostError`.
             expect_every: a dead-man's switch, as for :meth:`on_one_instance`.
+            alert_after_failures: as for :meth:`on_one_instance`.
+            pause_after_failures: as for :meth:`on_one_instance`.
 
         Raises:
             LocksConfigurationError: a bad argument (now), or a key conflict (at start).
@@ -495,6 +507,8 @@ class Locks:
             max_run=max_run,
             cancel_on_loss=cancel_on_loss,
             expect_every=expect_every,
+            alert_after_failures=alert_after_failures,
+            pause_after_failures=pause_after_failures,
         )
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:

@@ -529,7 +529,7 @@ async def test_a_tick_whose_lease_was_lost_while_its_run_lock_was_taken_does_not
         locks.events.subscribe(skipped.append, "tick-skipped")
         assert await job.reconcile_stock() == "paused"
         clock.jump("2500ms")
-        stuck = store.hang("acquire", key="inventory:stock-reconciliation", times=1)
+        stuck = store.hang("start_run", key="inventory:stock-reconciliation", times=1)
         tick = asyncio.create_task(job.reconcile_stock())
         await wait_all_tasks_blocked()
         clock.jump("600ms")

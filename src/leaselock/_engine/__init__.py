@@ -5,9 +5,15 @@ and the store protocol, and never learns which store it talks to.
 """
 
 from ._bounded import StoreCallTimeoutError, bounded
-from ._checked_store import CheckedStore, check_store_shape
+from ._checked_store import AcquireCall, CheckedStore, check_store_shape
 from ._context import CURRENT_LOCK, current_lock
-from ._engine import ATTEMPT_FLOOR_MS, CLOSE_WAIT_MS, RELEASE_BOUND_MS, LockEngine, new_owner
+from ._engine import (
+    ATTEMPT_FLOOR_MS,
+    CLOSE_WAIT_MS,
+    RELEASE_BOUND_MS,
+    LockEngine,
+    new_owner,
+)
 from ._lease import Lease, LeaseState
 from ._lock import Lock, release_logged
 from ._operator_store import OPERATOR_BOUND_MS, OperatorStore
@@ -25,6 +31,7 @@ __all__ = [
     "OPERATOR_BOUND_MS",
     "RELEASE_BOUND_MS",
     "WAKEUPS",
+    "AcquireCall",
     "CheckedStore",
     "Lease",
     "LeaseState",

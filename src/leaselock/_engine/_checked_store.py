@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Sequence
-from typing import final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeAlias, final
 
 from .._errors import LocksConfigurationError, LockStoreError
 from ..stores._protocol import (
@@ -22,7 +22,10 @@ from ..stores._protocol import (
     SupportsBatchRenew,
 )
 
-__all__ = ["CheckedStore", "check_store_shape"]
+__all__ = ["AcquireCall", "CheckedStore", "check_store_shape"]
+
+AcquireCall: TypeAlias = Callable[[str, str, int], Awaitable["Acquired | NotAcquired"]]
+"""A store call that acquires ``(key, owner, ttl_ms)`` as ``acquire`` does, and maybe more."""
 
 _REQUIRED = {
     "acquire": (
@@ -77,12 +80,22 @@ class CheckedStore:
         Raises:
             LockStoreError: the store raised, or returned something the contract does not allow.
         """
+        return await self.checked_acquire("acquire", self.inner.acquire(key, owner, ttl_ms))
+
+    async def checked_acquire(
+        self, method: str, call: Awaitable[Acquired | NotAcquired]
+    ) -> Acquired | NotAcquired:
+        """Await ``call``, a store method that acquires, checking its answer as ``acquire``'s.
+
+        Raises:
+            LockStoreError: the store raised, or returned something the contract does not allow.
+        """
         try:
-            result = await self.inner.acquire(key, owner, ttl_ms)
+            result = await call
         except (asyncio.CancelledError, LockStoreError):
             raise
         except Exception as error:
-            raise self._failed("acquire", error) from error
+            raise self._failed(method, error) from error
         if isinstance(result, NotAcquired):
             # the holder is for messages only: one of another type is dropped, not trusted
             return (
@@ -92,19 +105,19 @@ class CheckedStore:
             )
         if not isinstance(result, Acquired):
             raise LockStoreError(
-                f"{self.inner!r}.acquire returned {result!r}; return "
+                f"{self.inner!r}.{method} returned {result!r}; return "
                 "leaselock.stores.Acquired(fencing_token) or leaselock.stores.NotAcquired()"
             )
         token = result.fencing_token
         if type(token) is not int:
             raise LockStoreError(
-                f"{self.inner!r}.acquire returned fencing token {token!r} as "
+                f"{self.inner!r}.{method} returned fencing token {token!r} as "
                 f"{type(token).__name__}; return an int (convert a driver's text or Decimal "
                 "bigint with int())"
             )
         if not 0 < token <= MAX_FENCING_TOKEN:
             raise LockStoreError(
-                f"{self.inner!r}.acquire returned fencing token {token}; tokens are positive "
+                f"{self.inner!r}.{method} returned fencing token {token}; tokens are positive "
                 f"integers below 2**53 (at most {MAX_FENCING_TOKEN}): check the store's counter"
             )
         return result

@@ -27,7 +27,7 @@ from .._events import Publisher
 from .._telemetry import Telemetry
 from ..stores._protocol import Acquired, SupportsReleaseNotifications
 from ._bounded import StoreCallTimeoutError, bounded
-from ._checked_store import CheckedStore
+from ._checked_store import AcquireCall, CheckedStore
 from ._lease import Lease, LeaseState
 from ._lock import Lock
 from ._operator_store import OperatorStore
@@ -36,7 +36,13 @@ from ._signal import LockSignal
 from ._waiter import NotWon, Waiter, Won
 from ._wakeups import WAKEUPS
 
-__all__ = ["ATTEMPT_FLOOR_MS", "CLOSE_WAIT_MS", "RELEASE_BOUND_MS", "LockEngine", "new_owner"]
+__all__ = [
+    "ATTEMPT_FLOOR_MS",
+    "CLOSE_WAIT_MS",
+    "RELEASE_BOUND_MS",
+    "LockEngine",
+    "new_owner",
+]
 
 _log = logging.getLogger("leaselock")
 
@@ -180,13 +186,19 @@ class LockEngine:
             self._waiters.discard(waiter)
         return None if won is None else self._adopt(key, ttl_ms, won)
 
-    async def try_once(self, key: str, ttl_ms: int) -> Lease | NotWon:
+    async def try_once(
+        self, key: str, ttl_ms: int, *, acquire: AcquireCall | None = None
+    ) -> Lease | NotWon:
         """Try once to take ``key``: the held lease, or who holds it (``NotWon.holder``).
+
+        ``acquire`` replaces the store's ``acquire`` for this attempt (a job's run start, which
+        acquires and writes more in the same round trip); its answer is checked and bounded
+        the same way.
 
         Raises:
             LockStoreError: the store failed, or did not answer in time.
         """
-        attempt = await self.attempt(key, ttl_ms, self._clock.now_ms())
+        attempt = await self.attempt(key, ttl_ms, self._clock.now_ms(), acquire=acquire)
         if isinstance(attempt, NotWon):
             if attempt.error is not None:
                 raise attempt.error
@@ -194,7 +206,14 @@ class LockEngine:
         lease = self._adopt(key, ttl_ms, attempt)
         return NotWon(None) if lease is None else lease
 
-    async def attempt(self, key: str, ttl_ms: int, give_up_at_ms: int) -> Won | NotWon:
+    async def attempt(
+        self,
+        key: str,
+        ttl_ms: int,
+        give_up_at_ms: int,
+        *,
+        acquire: AcquireCall | None = None,
+    ) -> Won | NotWon:
         """Try once to take ``key``, as a fresh owner, within the attempt's bound.
 
         The bound is what is left of the ttl (an answer after it would be a lease already over)
@@ -207,7 +226,12 @@ class LockEngine:
         self._acquiring += 1
         try:
             async with bounded(self._clock, sent_at_ms + bound_ms):
-                result = await self.store.acquire(key, owner, ttl_ms)
+                if acquire is None:
+                    result = await self.store.acquire(key, owner, ttl_ms)
+                else:
+                    result = await self.store.checked_acquire(
+                        "start_run", acquire(key, owner, ttl_ms)
+                    )
         except StoreCallTimeoutError:
             # the store may have written before we stopped listening: hand that owner back
             self.release_in_background(key, owner)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
 from typing import Final, TypeVar, final
 
 from .._clock import Clock
@@ -20,8 +22,16 @@ from ..stores._capabilities import (
     SupportsInspection,
     SupportsRunRecords,
 )
-from ..stores._protocol import LockStore
+from ..stores._job_control import (
+    JobPause,
+    JobState,
+    RunStart,
+    RunStartAnswer,
+    SupportsJobControl,
+)
+from ..stores._protocol import Acquired, LockStore, NotAcquired
 from ._bounded import StoreCallTimeoutError, bounded
+from ._checked_store import AcquireCall
 
 __all__ = ["OPERATOR_BOUND_MS", "OperatorStore"]
 
@@ -46,6 +56,11 @@ class OperatorStore:
     def keeps_run_records(self) -> bool:
         """Whether the store has ``record_run`` and ``job_records``."""
         return isinstance(self._store, SupportsRunRecords)
+
+    @property
+    def keeps_job_control(self) -> bool:
+        """Whether the store keeps pauses and open runs (``start_run`` and the rest)."""
+        return isinstance(self._store, SupportsJobControl)
 
     @property
     def can_inspect(self) -> bool:
@@ -110,6 +125,119 @@ class OperatorStore:
         store = self._inspection()
         broken = await self._call("break_lock", lambda: store.break_lock(key))
         return self._one_lock("break_lock", broken)
+
+    def starter(self, start: RunStart, answers: list[RunStartAnswer]) -> AcquireCall:
+        """Return an acquire that starts ``start``, taking the lock it is called with.
+
+        The engine bounds and checks it as an acquire; the store's whole answer is appended to
+        ``answers``. Where a pause stopped the start, it answers ``NotAcquired()``.
+
+        Raises:
+            LocksConfigurationError: the store keeps no job control.
+        """
+        store = self._job_control()
+
+        async def acquire(key: str, owner: str, ttl_ms: int) -> Acquired | NotAcquired:
+            taking = replace(start, take_key=key, owner=owner, ttl_ms=ttl_ms)
+            answer = await store.start_run(taking)
+            if not isinstance(answer, RunStartAnswer):
+                raise self._out_of_shape("start_run", answer, "a RunStartAnswer")
+            answers.append(answer)
+            return NotAcquired() if answer.taken is None else answer.taken
+
+        return acquire
+
+    async def start_run(self, start: RunStart) -> RunStartAnswer:
+        """Start a run that takes no lock (its lease is held); see ``SupportsJobControl``.
+
+        Raises:
+            LocksConfigurationError: the store keeps no job control.
+            LockStoreError: the store failed, did not answer in time, or answered out of shape.
+        """
+        store = self._job_control()
+        answer = await self._call("start_run", lambda: store.start_run(start))
+        if not isinstance(answer, RunStartAnswer):
+            raise self._out_of_shape("start_run", answer, "a RunStartAnswer")
+        return answer
+
+    async def end_run(self, run: RunRecord) -> None:
+        """Record ``run``'s end and close it (job control); see ``SupportsJobControl``.
+
+        Raises:
+            LocksConfigurationError: the store keeps no job control.
+            LockStoreError: the store failed or did not answer in time.
+        """
+        store = self._job_control()
+        await self._call("end_run", lambda: store.end_run(run))
+
+    async def note_missed(self, job: str, missed_at: datetime) -> None:
+        """Record a missed tick of ``job``.
+
+        Raises:
+            LocksConfigurationError: the store keeps no job control.
+            LockStoreError: the store failed or did not answer in time.
+        """
+        store = self._job_control()
+        await self._call("note_missed", lambda: store.note_missed(job, missed_at))
+
+    async def pause_jobs(self, pause: JobPause) -> None:
+        """Keep ``pause``.
+
+        Raises:
+            LocksConfigurationError: the store keeps no job control.
+            LockStoreError: the store failed or did not answer in time.
+        """
+        store = self._job_control()
+        await self._call("pause_jobs", lambda: store.pause_jobs(pause))
+
+    async def resume_jobs(self, target: str) -> JobPause | None:
+        """Remove the pause of ``target``; return it.
+
+        Raises:
+            LocksConfigurationError: the store keeps no job control.
+            LockStoreError: the store failed, did not answer in time, or answered out of shape.
+        """
+        store = self._job_control()
+        removed = await self._call("resume_jobs", lambda: store.resume_jobs(target))
+        if removed is not None and not isinstance(removed, JobPause):
+            raise self._out_of_shape("resume_jobs", removed, "a JobPause or None")
+        return removed
+
+    async def job_pauses(self) -> list[JobPause]:
+        """Return every pause kept.
+
+        Raises:
+            LocksConfigurationError: the store keeps no job control.
+            LockStoreError: the store failed, did not answer in time, or answered out of shape.
+        """
+        store = self._job_control()
+        found = await self._call("job_pauses", store.job_pauses)
+        if not isinstance(found, list) or not all(isinstance(p, JobPause) for p in found):
+            raise self._out_of_shape("job_pauses", found, "a list of JobPause")
+        return found
+
+    async def job_states(self, jobs: Sequence[str] | None) -> list[JobState]:
+        """Return the states of ``jobs`` (every job when ``None``).
+
+        Raises:
+            LocksConfigurationError: the store keeps no job control.
+            LockStoreError: the store failed, did not answer in time, or answered out of shape.
+        """
+        store = self._job_control()
+        found = await self._call("job_states", lambda: store.job_states(jobs))
+        if not isinstance(found, list) or not all(isinstance(s, JobState) for s in found):
+            raise self._out_of_shape("job_states", found, "a list of JobState")
+        return found
+
+    def _job_control(self) -> SupportsJobControl:
+        if not isinstance(self._store, SupportsJobControl):
+            raise LocksConfigurationError(
+                f"{self._store!r} cannot pause jobs or keep their open runs (it has no "
+                "start_run(), end_run() and the pause methods of "
+                "leaselock.stores.SupportsJobControl); every shipped store can, or add them to "
+                "this store (docs/stores/writing-a-store.md)"
+            )
+        return self._store
 
     def _run_records(self) -> SupportsRunRecords:
         if not isinstance(self._store, SupportsRunRecords):

@@ -60,6 +60,8 @@ def job_decorator(
     owner_idle: Duration | None = None,
     cancel_on_loss: bool = False,
     expect_every: Duration | None = None,
+    alert_after_failures: int | None = None,
+    pause_after_failures: int | None = None,
 ) -> JobDecorator:
     """Return the decorator of ``kind`` (``runtime`` given: the bound form)."""
     refuse_function_as_key(key, f"@{'locks' if runtime is not None else 'leaselock'}.{kind}", "()")
@@ -75,6 +77,8 @@ def job_decorator(
         expect_every_ms=(
             None if expect_every is None else parse_ttl(expect_every, name="expect_every")
         ),
+        alert_after_failures=_failures(alert_after_failures, "alert_after_failures"),
+        pause_after_failures=_failures(pause_after_failures, "pause_after_failures"),
     )
 
     def decorate(function: F) -> F:
@@ -91,6 +95,16 @@ def job_decorator(
         return wrapper
 
     return cast("JobDecorator", decorate)
+
+
+def _failures(count: object, name: str) -> int | None:
+    if count is None:
+        return None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise LocksConfigurationError(
+            f"{name}={count!r}; pass a number of failed runs in a row, 1 or more (or None)"
+        )
+    return count
 
 
 def _check_decoratable(kind: str, function: object, *, has_key: bool) -> None:
@@ -133,6 +147,8 @@ def on_one_instance(
     owner_idle: Duration | None = None,
     cancel_on_loss: bool = False,
     expect_every: Duration | None = None,
+    alert_after_failures: int | None = None,
+    pause_after_failures: int | None = None,
 ) -> JobDecorator:
     """Mark a job that runs on ONE instance; bound by ``locks.register`` or the current Locks.
 
@@ -152,12 +168,17 @@ def on_one_instance(
         expect_every: a dead-man's switch: when no run succeeded anywhere for this long (plus
             a tenth of it), every running instance that sees the job's ticks reports a
             ``job-overdue`` event and a WARNING, and ``job-recovered`` when one succeeds again.
+        alert_after_failures: after this many runs in a row raised (default 3), a
+            ``job-failing`` event (ERROR), once per streak.
+        pause_after_failures: after this many runs in a row raised, pause the job in the store
+            (every instance skips it) until an operator resumes it.
 
     Raises:
         LocksConfigurationError: a bad argument.
 
     .. versionadded:: 0.1
-    .. versionchanged:: 0.2 ``owner_idle``, ``cancel_on_loss``, ``expect_every``.
+    .. versionchanged:: 0.2 ``owner_idle``, ``cancel_on_loss``, ``expect_every``,
+       ``alert_after_failures``, ``pause_after_failures``.
     """
     return job_decorator(
         "on_one_instance",
@@ -167,6 +188,8 @@ def on_one_instance(
         owner_idle=owner_idle,
         cancel_on_loss=cancel_on_loss,
         expect_every=expect_every,
+        alert_after_failures=alert_after_failures,
+        pause_after_failures=pause_after_failures,
     )
 
 
@@ -178,6 +201,8 @@ def without_overlapping(
     max_run: Duration | None = None,
     cancel_on_loss: bool = False,
     expect_every: Duration | None = None,
+    alert_after_failures: int | None = None,
+    pause_after_failures: int | None = None,
 ) -> JobDecorator:
     """Mark a job that never overlaps itself; bound by ``locks.register`` or the current Locks.
 
@@ -196,9 +221,12 @@ def without_overlapping(
         cancel_on_loss: cancel an async run when its lock is lost (its cap included); it then
             raises :class:`~leaselock.LockLostError`.
         expect_every: a dead-man's switch, as for :func:`on_one_instance`.
+        alert_after_failures: as for :func:`on_one_instance`.
+        pause_after_failures: as for :func:`on_one_instance`.
 
     .. versionadded:: 0.1
-    .. versionchanged:: 0.2 ``min_hold``, ``max_run``, ``cancel_on_loss``, ``expect_every``.
+    .. versionchanged:: 0.2 ``min_hold``, ``max_run``, ``cancel_on_loss``, ``expect_every``,
+       ``alert_after_failures``, ``pause_after_failures``.
     """
     return job_decorator(
         "without_overlapping",
@@ -209,4 +237,6 @@ def without_overlapping(
         max_run=max_run,
         cancel_on_loss=cancel_on_loss,
         expect_every=expect_every,
+        alert_after_failures=alert_after_failures,
+        pause_after_failures=pause_after_failures,
     )

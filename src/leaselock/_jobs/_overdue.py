@@ -19,6 +19,7 @@ from .._engine import OperatorStore
 from .._errors import LocksConfigurationError, LockStoreError
 from .._event_types import JobOverdue, JobRecovered
 from .._events import Publisher
+from ..stores._job_control import pause_matches
 from ._records import WallTime
 from ._spec import JobSpec
 
@@ -48,6 +49,7 @@ class _Watched:
     expect_every_ms: int
     since: datetime
     overdue: bool = False
+    paused_until: datetime | None = None
     reported_ms: int = 0
     failing: bool = False
     timer: TimerHandle | None = None
@@ -116,6 +118,10 @@ class OverdueWatch:
         job = watched.spec.key
         try:
             records = await self._operator.job_records([job])
+            paused = self._operator.keeps_job_control and any(
+                pause_matches(pause.target, job) and pause.live(self._wall.now())
+                for pause in await self._operator.job_pauses()
+            )
         except (LockStoreError, LocksConfigurationError) as failure:
             if not self._closed:
                 _log.log(
@@ -130,13 +136,19 @@ class OverdueWatch:
             watched.failing = False
             record = next((r for r in records if r.job == job), None)
             last = None if record is None or record.last_success is None else record.last_success
-            self._judge(watched, None if last is None else last.ended_at)
+            if paused:
+                # a paused job is not late: its expect_every counts again from its resume
+                watched.paused_until, watched.overdue = self._wall.now(), False
+            else:
+                self._judge(watched, None if last is None else last.ended_at)
         if not self._closed:
             self._schedule(watched)
 
     def _judge(self, watched: _Watched, last_success_at: datetime | None) -> None:
         every_ms = watched.expect_every_ms
         reference = watched.since if last_success_at is None else last_success_at
+        if watched.paused_until is not None:
+            reference = max(reference, watched.paused_until)
         late = self._wall.now() - reference > timedelta(milliseconds=every_ms + grace_ms(every_ms))
         now_ms = self._clock.now_ms()
         job = watched.spec.key

@@ -13,6 +13,7 @@ from typing import Final, final
 from .._clock import Clock
 from .._engine import OperatorStore
 from .._errors import LocksConfigurationError, LockStoreError
+from .._event_types import RunTrigger
 from ..stores._capabilities import RunOutcome, RunRecord
 
 __all__ = ["MAX_ERROR_CHARS", "RunRecords", "WallTime", "describe_error"]
@@ -82,8 +83,13 @@ class RunRecords:
         ended_ms: int,
         outcome: RunOutcome,
         error: str | None,
+        trigger: RunTrigger = "schedule",
+        closes_open_run: bool = False,
     ) -> RunRecord | None:
         """Keep one run's end in the store; return the record, or ``None`` if it was not kept.
+
+        With ``closes_open_run`` (its start opened it, on a store that keeps job control), the
+        same round trip closes the open run and counts the failure streak.
 
         Never raises for a store failure: it is logged (a WARNING at the first failure of a
         streak, then DEBUG until one succeeds), and the job goes on.
@@ -98,9 +104,13 @@ class RunRecords:
             ended_at=self.wall.at(ended_ms),
             outcome=outcome,
             error=error,
+            trigger=trigger,
         )
         try:
-            await self._operator.record_run(run)
+            if closes_open_run:
+                await self._operator.end_run(run)
+            else:
+                await self._operator.record_run(run)
         except (LockStoreError, LocksConfigurationError) as failure:
             _log.log(
                 logging.DEBUG if self._failing else logging.WARNING,

@@ -15,15 +15,25 @@ import logging
 import statistics
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, final
 
 from .._clock import Clock, TimerHandle
 from .._engine import Lease, Lock, LockEngine, release_logged
 from .._errors import LockStoreError
-from .._event_types import LeaseAcquired, LockHandedBack, SkipReason
+from .._event_types import (
+    LeaseAcquired,
+    LockHandedBack,
+    RunEnded,
+    RunStarted,
+    RunTrigger,
+    SkipReason,
+)
 from .._events import Publisher
 from ..stores._capabilities import RunOutcome
+from ..stores._job_control import RunStart, RunStartAnswer
+from ._control import JobControl
+from ._current import RunInfo
 from ._overdue import OverdueWatch
 from ._records import RunRecords, WallTime
 from ._skips import Skips
@@ -48,13 +58,19 @@ TICKS_SEEN = 5
 @final
 @dataclass(eq=False, slots=True)
 class JobRun:
-    """One run of a job: the lock ``current_lock()`` returns, and what to undo at the end."""
+    """One run of a job: the lock ``current_lock()`` returns, and what to undo at the end.
+
+    ``info`` is what ``current_run()`` returns; ``failures_before`` the job's failure streak
+    when it started, where the store keeps job control (``None`` elsewhere).
+    """
 
     spec: JobSpec
     lock: Lock
     run_lease: Lease | None
     unlink: Callable[[], None] | None
     started_ms: int
+    info: RunInfo
+    failures_before: int | None = None
     cap: TimerHandle | None = None
     span: Span | None = None
 
@@ -84,6 +100,7 @@ class JobRuns:
         "_idle",
         "_leases",
         "_skips",
+        "control",
         "overdue",
         "records",
     )
@@ -101,6 +118,9 @@ class JobRuns:
         wall = WallTime(clock)
         self.records = RunRecords(engine.operator, wall, instance)
         self.overdue = OverdueWatch(engine.operator, clock, wall, events)
+        self.control = JobControl(
+            engine.operator, wall, events, instance=instance, spawn=engine.spawn
+        )
         self._engine = engine
         self._clock = clock
         self._events = events
@@ -113,11 +133,12 @@ class JobRuns:
         self._closing = False
         self._skips = Skips(clock, events, engine.telemetry)
 
-    async def begin(self, spec: JobSpec) -> JobRun | None:
+    async def begin(self, spec: JobSpec, trigger: RunTrigger = "schedule") -> JobRun | None:
         """Turn a tick into a run, or skip it (``None``) and say why.
 
-        A store failure skips the tick: it never reaches the scheduler, and no lock is believed
-        held.
+        A ``"manual"`` run (``run_now``) ignores pauses and the lease: it runs here, under the
+        run lock ``<key>``. A store failure skips the tick: it never reaches the scheduler, and
+        no lock is believed held.
         """
         if self._closing:
             self._skip(spec, "shutting-down")
@@ -125,26 +146,27 @@ class JobRuns:
         # every instance that sees the job's ticks watches it, the owner or not
         self.overdue.watch(spec)
         try:
-            return await self._begin(spec)
+            return await self._begin(spec, trigger)
         except LockStoreError as error:
             _log.warning("The lock store failed at a tick of %s: %s", spec.key, error)
             self._skip(spec, "store-unavailable")
             return None
 
-    async def _begin(self, spec: JobSpec) -> JobRun | None:
-        owned = await self._lease_for(spec) if spec.one_instance else None
-        if isinstance(owned, str | None) and spec.one_instance:
+    async def _begin(self, spec: JobSpec, trigger: RunTrigger) -> JobRun | None:
+        manual = trigger == "manual"
+        owned = await self._lease_for(spec) if spec.one_instance and not manual else None
+        if isinstance(owned, str | None) and spec.one_instance and not manual:
+            self.control.skipped_elsewhere(spec, owned)
             self._skip(spec, "another-instance", holder=owned)
             return None
-        run_lease = None
-        if spec.no_overlap:
-            taken = await self._engine.try_once(
-                spec.key, spec.no_overlap_ttl_ms or self._default_ttl_ms
-            )
-            if not isinstance(taken, Lease):
-                self._skip(spec, "in-progress", holder=taken.holder)
-                return None
-            run_lease = taken
+        lease_token = owned.lease.fencing_token if isinstance(owned, _OwnedLease) else None
+        started_ms = self._clock.now_ms()
+        started_at = self.records.wall.at(started_ms)
+        start = self.control.start(spec, trigger, lease_token, started_at)
+        started = await self._start(spec, start, take_run_lock=spec.no_overlap or manual)
+        if started is None:
+            return None
+        run_lease, answer = started
         if isinstance(owned, _OwnedLease) and not owned.lease.held:
             # the lease was lost while the run lock was taken: another instance may run now
             if run_lease is not None:
@@ -157,7 +179,22 @@ class JobRuns:
         else:
             assert isinstance(owned, _OwnedLease)  # noqa: S101 -- a job has one of the two
             lock, unlink = owned.lock, None
-        run = JobRun(spec, lock, run_lease, unlink, self._clock.now_ms())
+        info = RunInfo(spec.key, lock, trigger, started_at)
+        failures_before = None
+        if start is not None and answer is not None:
+            judged = self.control.judge_start(spec, start, answer, lock.fencing_token)
+            info = replace(info, previous=judged.previous, abandoned=judged.abandoned)
+            failures_before = judged.failures
+        run = JobRun(spec, lock, run_lease, unlink, started_ms, info, failures_before)
+        self._events.emit(
+            RunStarted(
+                key=lock.key,
+                fencing_token=lock.fencing_token,
+                owner=self._owner_of(run),
+                job=spec.key,
+                trigger=trigger,
+            )
+        )
         telemetry = self._engine.telemetry
         if telemetry is not None:
             run.span = telemetry.start_span(
@@ -169,6 +206,32 @@ class JobRuns:
         self._active.add(run)
         self._idle.clear()
         return run
+
+    async def _start(
+        self, spec: JobSpec, start: RunStart | None, *, take_run_lock: bool
+    ) -> tuple[Lease | None, RunStartAnswer | None] | None:
+        """Take the run lock if asked, and start the run where the store keeps job control.
+
+        One round trip either way. Returns the run lock and the store's answer, or ``None``
+        when the tick was skipped (paused, or a run in progress).
+        """
+        answers: list[RunStartAnswer] = []
+        run_lease = None
+        if take_run_lock:
+            ttl_ms = spec.no_overlap_ttl_ms or spec.one_instance_ttl_ms or self._default_ttl_ms
+            acquire = None if start is None else self._engine.operator.starter(start, answers)
+            taken = await self._engine.try_once(spec.key, ttl_ms, acquire=acquire)
+            if not isinstance(taken, Lease) and not (answers and answers[0].pause):
+                self._skip(spec, "in-progress", holder=taken.holder)
+                return None
+            run_lease = taken if isinstance(taken, Lease) else None
+        elif start is not None:
+            answers.append(await self._engine.operator.start_run(start))
+        answer = answers[0] if answers else None
+        if answer is not None and answer.pause is not None:
+            self._skip(spec, "paused", holder=answer.pause.paused_by, note=answer.pause.note)
+            return None
+        return run_lease, answer
 
     def _capper(self, run: JobRun) -> Callable[[], Awaitable[None]]:
         async def cap() -> None:
@@ -265,16 +328,7 @@ class JobRuns:
             if run.run_lease is not None:
                 keep_ms = (run.spec.min_hold_ms or 0) - (ended_ms - run.started_ms)
                 await self._engine.hand_back(run.run_lease, keep_ms)
-            await self.records.record(
-                run.spec.key,
-                fencing_token=run.lock.fencing_token,
-                started_ms=run.started_ms,
-                ended_ms=ended_ms,
-                outcome=outcome,
-                error=error,
-            )
-            if outcome == "ok":
-                self.overdue.succeeded(run.spec.key)
+            await self._record_end(run, outcome, error, ended_ms)
             telemetry = self._engine.telemetry
             if telemetry is not None:
                 telemetry.job_ran(run.spec.key, outcome, (ended_ms - run.started_ms) / 1000)
@@ -284,6 +338,39 @@ class JobRuns:
             self._active.discard(run)
             if not self._active:
                 self._idle.set()
+
+    async def _record_end(
+        self, run: JobRun, outcome: RunOutcome, error: str | None, ended_ms: int
+    ) -> None:
+        """Keep the run's end in the store, tell its events, and count its failure streak."""
+        recorded = await self.records.record(
+            run.spec.key,
+            fencing_token=run.lock.fencing_token,
+            started_ms=run.started_ms,
+            ended_ms=ended_ms,
+            outcome=outcome,
+            error=error,
+            trigger=run.info.trigger,
+            closes_open_run=run.failures_before is not None,
+        )
+        if recorded is None and run.failures_before is not None:
+            self.control.end_unrecorded(run.spec, run.lock.fencing_token)
+        self._events.emit(
+            RunEnded(
+                key=run.lock.key,
+                fencing_token=run.lock.fencing_token,
+                owner=self._owner_of(run),
+                job=run.spec.key,
+                outcome=outcome,
+                error=error,
+                duration_ms=ended_ms - run.started_ms,
+                trigger=run.info.trigger,
+            )
+        )
+        if outcome == "ok":
+            self.overdue.succeeded(run.spec.key)
+        elif outcome == "error" and run.failures_before is not None:
+            self.control.failed(run.spec, run.failures_before, error)
 
     async def drain(self, grace_ms: int) -> None:
         """Skip new ticks and wait up to ``grace_ms`` for runs in progress to finish.
@@ -311,6 +398,10 @@ class JobRuns:
             for lease in (run.run_lease, self._owned_lease(run.spec)):
                 if lease is not None:
                     self._engine.give_up(lease, "shutdown")
+
+    def _owner_of(self, run: JobRun) -> str | None:
+        lease = run.run_lease or self._owned_lease(run.spec)
+        return None if lease is None else lease.owner
 
     def _owned_lease(self, spec: JobSpec) -> Lease | None:
         owned = self._leases.get(spec.key)
@@ -343,12 +434,20 @@ class JobRuns:
         )
         self._leases.clear()
 
-    def _skip(self, spec: JobSpec, reason: SkipReason, *, holder: str | None = None) -> None:
+    def _skip(
+        self,
+        spec: JobSpec,
+        reason: SkipReason,
+        *,
+        holder: str | None = None,
+        note: str | None = None,
+    ) -> None:
         owned = self._leases.get(spec.key)
         self._skips.skip(
             spec,
             reason,
             holder=holder,
+            note=note,
             fencing_token=None if owned is None else owned.lease.fencing_token,
             owner=None if owned is None else owned.lease.owner,
         )

@@ -61,6 +61,7 @@ class Skips:
         holder: str | None,
         fencing_token: int | None,
         owner: str | None,
+        note: str | None = None,
     ) -> None:
         """Report a skipped tick of ``spec``; ``holder`` is the owner id that kept it out."""
         if self._telemetry is not None:
@@ -84,7 +85,8 @@ class Skips:
                 job=spec.key,
                 reason=reason,
                 min_hold_ms=spec.min_hold_ms if reason == "in-progress" else None,
-                holder=holder_name(holder),
+                holder=holder if reason == "paused" else holder_name(holder),
+                note=note,
                 streak=streak.count,
                 streak_since=streak.since,
                 loud=loud,

@@ -10,6 +10,7 @@ from .._errors import LocksConfigurationError
 from .._keys import lease_key
 
 __all__ = [
+    "DEFAULT_ALERT_AFTER_FAILURES",
     "ELECTION_ATTRIBUTE",
     "JOB_ATTRIBUTE",
     "ElectionSpec",
@@ -23,6 +24,7 @@ __all__ = [
 JobKind = Literal["on_one_instance", "without_overlapping"]
 
 JOB_ATTRIBUTE = "__leaselock_job__"
+DEFAULT_ALERT_AFTER_FAILURES = 3
 ELECTION_ATTRIBUTE = "__leaselock_election__"
 
 
@@ -36,6 +38,8 @@ class JobOptions:
     owner_idle_ms: int | None = None
     cancel_on_loss: bool = False
     expect_every_ms: int | None = None
+    alert_after_failures: int | None = None
+    pause_after_failures: int | None = None
 
 
 @final
@@ -54,6 +58,8 @@ class JobSpec:
     owner_idle_ms: int | None = None
     cancel_on_loss: bool = False
     expect_every_ms: int | None = None
+    alert_after_failures: int = DEFAULT_ALERT_AFTER_FAILURES
+    pause_after_failures: int | None = None
 
     @property
     def key(self) -> str:
@@ -94,6 +100,10 @@ class JobSpec:
             self.no_overlap, self.no_overlap_ttl_ms = True, ttl_ms
             self.min_hold_ms, self.max_run_ms = chosen.min_hold_ms, chosen.max_run_ms
         self.cancel_on_loss = self.cancel_on_loss or chosen.cancel_on_loss
+        if chosen.alert_after_failures is not None:
+            self.alert_after_failures = chosen.alert_after_failures
+        if chosen.pause_after_failures is not None:
+            self.pause_after_failures = chosen.pause_after_failures
         if chosen.expect_every_ms is not None:
             if self.expect_every_ms not in {None, chosen.expect_every_ms}:
                 raise LocksConfigurationError(

@@ -175,15 +175,16 @@ async def test_a_skipped_tick_costs_one_store_round_trip_and_a_run_one_more_than
             call.method for call in store.calls[before_skip + 1 :]
         ]
 
-    assert skipped_tick == ["acquire"]
-    assert run == ["acquire", "release", "record_run"]
+    # the run lock's acquire rides in the run's start: one round trip decides a tick
+    assert skipped_tick == ["start_run"]
+    assert run == ["start_run", "release", "end_run"]
 
 
 async def test_a_store_that_cannot_record_never_fails_the_run_and_warns_once(
     clock: ManualClock, caplog: pytest.LogCaptureFixture
 ):
     store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
-    store.fail("record_run")
+    store.fail("end_run")
 
     @leaselock.without_overlapping(key="feed:import")
     async def import_feed() -> str:
@@ -197,7 +198,7 @@ async def test_a_store_that_cannot_record_never_fails_the_run_and_warns_once(
     assert [r.getMessage().split(" (")[0] for r in warnings] == [
         "Could not record the end of a run of feed:import"
     ]
-    assert [c.outcome for c in store.calls if c.method == "record_run"] == [
+    assert [c.outcome for c in store.calls if c.method == "end_run"] == [
         "InjectedFaultError"
     ] * 3
 

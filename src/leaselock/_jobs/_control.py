@@ -1,0 +1,197 @@
+"""JobControl: what a run's start and end tell about a job, on a store that keeps job control.
+
+A run's start (one round trip, see ``SupportsJobControl.start_run``) answers the job's pause,
+its last run, its failure streak and the open run it replaced. From those this module finds
+runs whose instance died (``run-abandoned``) and ticks their owner never started
+(``job-missed``), and at a run's end counts failures in a row (``job-failing``, and the pause
+of ``pause_after_failures``). What it writes besides (an abandoned run's record, a missed
+tick, a pause) happens only when something went wrong, never on a healthy tick; a store
+failure there is logged, never raised into the job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final, final
+
+from .._engine import OperatorStore
+from .._errors import LocksConfigurationError, LockStoreError
+from .._event_types import JobFailing, JobMissed, RunAbandoned, RunTrigger
+from .._events import Publisher
+from .._keys import holder_name
+from ..stores._capabilities import RunRecord
+from ..stores._job_control import JobPause, OpenRun, RunStart, RunStartAnswer
+from ._records import WallTime
+from ._spec import JobSpec
+
+__all__ = ["JobControl", "StartJudged"]
+
+_log = logging.getLogger("leaselock.jobs")
+
+# instances firing the same tick differ by less than this: a run started this much before a
+# skipped tick still ran that tick
+SAME_TICK: Final = timedelta(seconds=1)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Skipped:
+    at: datetime
+    holder: str | None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StartJudged:
+    """What a run's start found: the previous run, an abandoned one, and the streak before."""
+
+    previous: RunRecord | None
+    abandoned: RunRecord | None
+    failures: int
+
+
+@final
+class JobControl:
+    """Judges the runs of one Locks' jobs by what their starts and ends tell."""
+
+    __slots__ = ("_ended_here", "_events", "_instance", "_operator", "_skipped", "_spawn", "_wall")
+
+    def __init__(
+        self,
+        operator: OperatorStore,
+        wall: WallTime,
+        events: Publisher,
+        *,
+        instance: str,
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+    ) -> None:
+        """Judge through ``operator``, timed by ``wall``; ``spawn`` runs store writes aside."""
+        self._operator = operator
+        self._wall = wall
+        self._events = events
+        self._instance = instance
+        self._spawn = spawn
+        self._skipped: dict[str, _Skipped] = {}
+        self._ended_here: dict[str, int] = {}
+
+    @property
+    def kept(self) -> bool:
+        """Whether the store keeps job control at all."""
+        return self._operator.keeps_job_control
+
+    def start(
+        self, spec: JobSpec, trigger: RunTrigger, token: int | None, started_at: datetime
+    ) -> RunStart | None:
+        """Return the start to send for a run of ``spec`` (``None``: the store keeps none)."""
+        if not self.kept:
+            return None
+        opened = OpenRun(self._instance, token, started_at, trigger)
+        return RunStart(spec.key, opened, ignore_pause=trigger == "manual")
+
+    def skipped_elsewhere(self, spec: JobSpec, holder: str | None) -> None:
+        """Remember a tick skipped because another instance owns ``spec``."""
+        self._skipped[spec.key] = _Skipped(self._wall.now(), holder)
+
+    def judge_start(
+        self, spec: JobSpec, start: RunStart, answer: RunStartAnswer, token: int
+    ) -> StartJudged:
+        """Find what a run's start says: an abandoned run, a missed tick; record them aside."""
+        abandoned = None
+        opened = answer.open_run
+        ended_here = self._ended_here.pop(spec.key, None)
+        if (
+            opened is not None
+            and opened.fencing_token != token
+            and (opened.instance, opened.fencing_token) != (self._instance, ended_here)
+        ):
+            abandoned = _abandoned(spec.key, opened, start.open_run.started_at)
+            self._events.emit(
+                RunAbandoned(
+                    key=spec.key,
+                    fencing_token=opened.fencing_token,
+                    owner=f"@{opened.instance}",
+                    job=spec.key,
+                    started_at=opened.started_at,
+                )
+            )
+            self._spawn(self._write("record the abandoned run of", spec.key, abandoned))
+        skipped = self._skipped.pop(spec.key, None)
+        if skipped is not None:
+            started = [run.started_at for run in (opened, answer.last_run) if run is not None]
+            if not started or max(started) < skipped.at - SAME_TICK:
+                self._events.emit(
+                    JobMissed(
+                        key=spec.key,
+                        fencing_token=None,
+                        owner=skipped.holder,
+                        job=spec.key,
+                        missed_at=skipped.at,
+                        holder=holder_name(skipped.holder),
+                    )
+                )
+                self._spawn(self._write("record the missed tick of", spec.key, skipped.at))
+        return StartJudged(answer.last_run, abandoned, answer.failures)
+
+    def end_unrecorded(self, spec: JobSpec, token: int) -> None:
+        """Remember a run that ended here but whose end the store missed: not abandoned."""
+        self._ended_here[spec.key] = token
+
+    def failed(self, spec: JobSpec, failures_before: int, error: str | None) -> None:
+        """Count a run of ``spec`` that raised ``error``: alert, and pause, once a streak."""
+        failures = failures_before + 1
+        pause_at = spec.pause_after_failures
+        pausing = pause_at is not None and failures == pause_at
+        if failures != spec.alert_after_failures and not pausing:
+            return
+        self._events.emit(
+            JobFailing(
+                key=spec.key,
+                fencing_token=None,
+                owner=None,
+                job=spec.key,
+                failures=failures,
+                error=error,
+                paused=pausing,
+            )
+        )
+        if pausing:
+            pause = JobPause(
+                spec.key,
+                f"paused after {failures} failed runs in a row (last: {error})",
+                self._instance,
+                self._wall.now(),
+            )
+            self._spawn(self._write("pause", spec.key, pause))
+
+    async def _write(self, doing: str, job: str, what: RunRecord | datetime | JobPause) -> None:
+        try:
+            if isinstance(what, RunRecord):
+                await self._operator.record_run(what)
+            elif isinstance(what, JobPause):
+                await self._operator.pause_jobs(what)
+            else:
+                await self._operator.note_missed(job, what)
+        except (LockStoreError, LocksConfigurationError) as failure:
+            _log.warning(
+                "Could not %s %s: %s",
+                doing,
+                job,
+                failure,
+                extra={"job": job, "reason": "record-failed"},
+            )
+
+
+def _abandoned(job: str, opened: OpenRun, now: datetime) -> RunRecord:
+    return RunRecord(
+        job=job,
+        instance=opened.instance,
+        fencing_token=opened.fencing_token,
+        started_at=opened.started_at,
+        ended_at=now,
+        outcome="lost",
+        trigger=opened.trigger,
+        detected_by="abandoned",
+    )
