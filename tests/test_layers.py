@@ -40,7 +40,13 @@ GROUND = frozenset(
     )
 )
 # the store contract: the three methods, and the optional capabilities' shapes and records
-PROTOCOL = frozenset({"leaselock.stores._protocol", "leaselock.stores._capabilities"})
+PROTOCOL = frozenset(
+    {
+        "leaselock.stores._protocol",
+        "leaselock.stores._capabilities",
+        "leaselock.stores._job_control",
+    }
+)
 FACADE = frozenset({"leaselock._locks", "leaselock._hold", "leaselock._fencing"})
 
 

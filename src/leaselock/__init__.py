@@ -20,6 +20,8 @@ from ._errors import LocksConfigurationError as LocksConfigurationError
 from ._errors import LockStoreError as LockStoreError
 from ._event_types import Event as Event
 from ._event_types import EventType as EventType
+from ._event_types import JobFailing as JobFailing
+from ._event_types import JobMissed as JobMissed
 from ._event_types import JobOverdue as JobOverdue
 from ._event_types import JobRecovered as JobRecovered
 from ._event_types import LeadershipAcquired as LeadershipAcquired
@@ -30,11 +32,17 @@ from ._event_types import LockHandedBack as LockHandedBack
 from ._event_types import LockLost as LockLost
 from ._event_types import LockReleased as LockReleased
 from ._event_types import RenewalFailing as RenewalFailing
+from ._event_types import RunAbandoned as RunAbandoned
+from ._event_types import RunEnded as RunEnded
+from ._event_types import RunStarted as RunStarted
+from ._event_types import RunTrigger as RunTrigger
 from ._event_types import TickSkipped as TickSkipped
 from ._events import Events as Events
 from ._events import EventStream as EventStream
 from ._fencing import FencingGuard as FencingGuard
 from ._jobs import JobStatus as JobStatus
+from ._jobs import RunInfo as RunInfo
+from ._jobs import current_run as current_run
 from ._jobs import leader_election as leader_election
 from ._jobs import on_one_instance as on_one_instance
 from ._jobs import without_overlapping as without_overlapping
@@ -52,6 +60,8 @@ __all__ = [
     "EventType",
     "Events",
     "FencingGuard",
+    "JobFailing",
+    "JobMissed",
     "JobOverdue",
     "JobRecovered",
     "JobStatus",
@@ -71,12 +81,18 @@ __all__ = [
     "Locks",
     "LocksConfigurationError",
     "RenewalFailing",
+    "RunAbandoned",
+    "RunEnded",
+    "RunInfo",
+    "RunStarted",
+    "RunTrigger",
     "SyncLock",
     "SyncLocks",
     "SystemClock",
     "TickSkipped",
     "TimerHandle",
     "current_lock",
+    "current_run",
     "fenced_update",
     "leader_election",
     "on_one_instance",

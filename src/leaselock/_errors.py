@@ -13,6 +13,7 @@ Every message says what happened and how to fix it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, final
 
 __all__ = [
@@ -47,19 +48,24 @@ class LockNotAcquiredError(LockError):
         waited_ms: how long the caller waited, in milliseconds (0: tried once).
     """
 
-    def __init__(self, key: str, waited_ms: int) -> None:
-        """Build the error for ``key`` after a wait of ``waited_ms``."""
+    def __init__(self, key: str, waited_ms: int, *, hint: str | None = None) -> None:
+        """Build the error for ``key`` after a wait of ``waited_ms``; ``hint`` names the fix."""
         self.key = key
         self.waited_ms = waited_ms
+        self._hint = hint
         waited = "it was tried once" if waited_ms == 0 else f"waited {waited_ms} ms"
-        super().__init__(
-            f"Lock {key!r} is held by another owner ({waited}); "
+        fix = hint or (
             "pass a longer wait= to wait for it, or use acquire() to get None instead of an error"
         )
+        super().__init__(f"Lock {key!r} is held by another owner ({waited}); {fix}")
 
-    def __reduce__(self) -> tuple[type[LockNotAcquiredError], tuple[str, int]]:
+    def __reduce__(self) -> tuple[Callable[..., LockNotAcquiredError], tuple[object, ...]]:
         """Pickle by constructor arguments, so the error crosses process boundaries."""
-        return (LockNotAcquiredError, (self.key, self.waited_ms))
+        return (_not_acquired, (self.key, self.waited_ms, self._hint))
+
+
+def _not_acquired(key: str, waited_ms: int, hint: str | None) -> LockNotAcquiredError:
+    return LockNotAcquiredError(key, waited_ms, hint=hint)
 
 
 @final

@@ -9,6 +9,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, final, overload
 
@@ -26,6 +27,7 @@ from ._redact import redact_secrets
 from ._telemetry import telemetry_for
 from ._threads import run_sync_in_worker, running_loop
 from .stores._capabilities import LockInfo
+from .stores._job_control import JobPause
 from .stores._protocol import LockStore, SupportsLifecycle
 from .stores.memory import InMemoryLockStore
 
@@ -627,6 +629,85 @@ class Locks:
                 extra={"key": checked, "token": broken.fencing_token, "reason": "broken"},
             )
         return broken
+
+    async def pause(
+        self,
+        key_or_prefix: str,
+        *,
+        note: str = "",
+        until: datetime | Duration | None = None,
+        by: str | None = None,
+    ) -> JobPause:
+        """Pause a job, or every job under a prefix, on every instance, in the store.
+
+        Its ticks are skipped (``Skipped <job>: it is paused by <by>: <note>``, a
+        ``tick-skipped`` event with ``reason="paused"``) on every instance from their next
+        tick, and its overdue alerts are silenced, until :meth:`resume` (or ``until``). A run in
+        progress finishes. Resuming runs the job from its next tick: paused ticks are not
+        replayed.
+
+        Args:
+            key_or_prefix: a job's key, or a prefix ending in ``*`` (``"reports:*"``; ``"*"``:
+                every job).
+            note: why, shown with every skipped tick and in ``leaselock jobs``.
+            until: an aware datetime, or a duration from now (``"2h"``), after which the pause
+                ends by itself; ``None``: until resumed.
+            by: who pauses (default: this instance's label).
+
+        Raises:
+            LocksConfigurationError: not started, a bad argument, or a store that keeps no job
+                control.
+            LockStoreError: the store failed or did not answer in time.
+
+        .. versionadded:: 0.2
+        """
+        engine = self._running_engine()
+        return await self._runtime.pause(engine, key_or_prefix, note=note, until=until, by=by)
+
+    async def resume(self, key_or_prefix: str) -> JobPause | None:
+        """Remove the pause of ``key_or_prefix`` (as given to :meth:`pause`); return it.
+
+        ``None`` when it was not paused. Its next tick runs, on whichever instance.
+
+        Raises:
+            LocksConfigurationError: not started, a bad argument, or a store that keeps no job
+                control.
+            LockStoreError: the store failed or did not answer in time.
+
+        .. versionadded:: 0.2
+        """
+        return await self._runtime.resume(self._running_engine(), key_or_prefix)
+
+    async def pauses(self) -> list[JobPause]:
+        """Return every pause kept in the store, by target (a job key or a prefix).
+
+        Raises:
+            LocksConfigurationError: not started, or a store that keeps no job control.
+            LockStoreError: the store failed or did not answer in time.
+
+        .. versionadded:: 0.2
+        """
+        return await self._running_engine().operator.job_pauses()
+
+    async def run_now(self, key: str) -> Any:  # noqa: ANN401 -- the job's own return value
+        """Run the registered job ``key`` once, here, now; return what it returned.
+
+        It runs under its run lock ``<key>`` (so never beside another run of it), whatever its
+        pause and whichever instance owns it, with :func:`current_run` saying
+        ``trigger="manual"``; its run is recorded so, and a success counts for its
+        ``expect_every``. It is called with the arguments of its last tick on this instance,
+        else with its registered object (a method job), else with none. What it raises is
+        raised here.
+
+        Raises:
+            LocksConfigurationError: not started, or no job ``key`` registered with this Locks.
+            LockNotAcquiredError: a run of the job holds its run lock now.
+            LockStoreError: the store failed or did not answer in time.
+
+        .. versionadded:: 0.2
+        """
+        self._running_engine()
+        return await self._runtime.run_now(validate_key(key))
 
     def _checked(
         self, key: object, ttl: object, wait: object, signal: object

@@ -11,6 +11,7 @@ import inspect
 import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
+from datetime import datetime
 from types import TracebackType
 from typing import TypeVar, final
 
@@ -24,6 +25,7 @@ from ._jobs import CURRENT_RUNTIME, F, JobDecorator, JobStatus
 from ._locks import Locks, runtime_of
 from ._threads import Portal
 from .stores._capabilities import LockInfo
+from .stores._job_control import JobPause
 from .stores._protocol import LockStore
 
 __all__ = ["SyncLock", "SyncLocks"]
@@ -313,6 +315,8 @@ class SyncLocks:
         *,
         owner_idle: Duration | None = None,
         expect_every: Duration | None = None,
+        alert_after_failures: int | None = None,
+        pause_after_failures: int | None = None,
     ) -> JobDecorator:
         """Bind a job to run on ONE instance; see :meth:`leaselock.Locks.on_one_instance`.
 
@@ -320,7 +324,12 @@ class SyncLocks:
         worker) while its lease is renewed on the loop thread.
         """
         return self._locks.on_one_instance(
-            key, ttl, owner_idle=owner_idle, expect_every=expect_every
+            key,
+            ttl,
+            owner_idle=owner_idle,
+            expect_every=expect_every,
+            alert_after_failures=alert_after_failures,
+            pause_after_failures=pause_after_failures,
         )
 
     def without_overlapping(
@@ -331,6 +340,8 @@ class SyncLocks:
         min_hold: Duration | None = None,
         max_run: Duration | None = None,
         expect_every: Duration | None = None,
+        alert_after_failures: int | None = None,
+        pause_after_failures: int | None = None,
     ) -> JobDecorator:
         """Bind a job that never overlaps itself; see ``Locks.without_overlapping``.
 
@@ -338,7 +349,13 @@ class SyncLocks:
         given up; check ``current_lock().signal`` between steps.
         """
         return self._locks.without_overlapping(
-            key, ttl, min_hold=min_hold, max_run=max_run, expect_every=expect_every
+            key,
+            ttl,
+            min_hold=min_hold,
+            max_run=max_run,
+            expect_every=expect_every,
+            alert_after_failures=alert_after_failures,
+            pause_after_failures=pause_after_failures,
         )
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:
@@ -376,6 +393,35 @@ class SyncLocks:
         """Free ``key`` whoever holds it; see :meth:`leaselock.Locks.break_lock`."""
         _refuse_on_an_event_loop("break_lock")
         return self._started_portal().call(self._locks.break_lock(key))
+
+    def pause(
+        self,
+        key_or_prefix: str,
+        *,
+        note: str = "",
+        until: datetime | Duration | None = None,
+        by: str | None = None,
+    ) -> JobPause:
+        """Pause a job or a prefix on every instance; see :meth:`leaselock.Locks.pause`."""
+        _refuse_on_an_event_loop("pause")
+        return self._started_portal().call(
+            self._locks.pause(key_or_prefix, note=note, until=until, by=by)
+        )
+
+    def resume(self, key_or_prefix: str) -> JobPause | None:
+        """Remove a pause; see :meth:`leaselock.Locks.resume`."""
+        _refuse_on_an_event_loop("resume")
+        return self._started_portal().call(self._locks.resume(key_or_prefix))
+
+    def pauses(self) -> list[JobPause]:
+        """Return every pause kept; see :meth:`leaselock.Locks.pauses`."""
+        _refuse_on_an_event_loop("pauses")
+        return self._started_portal().call(self._locks.pauses())
+
+    def run_now(self, key: str) -> object:
+        """Run the job ``key`` once here, now; see :meth:`leaselock.Locks.run_now`."""
+        _refuse_on_an_event_loop("run_now")
+        return self._started_portal().call(self._locks.run_now(key))
 
     def _started_portal(self) -> Portal:
         refuse_if_forked(self._generation, "SyncLocks")

@@ -11,6 +11,7 @@ from typing import Final
 from .._errors import LockError
 from ._check import add_check_command
 from ._operate import add_operator_commands
+from ._steer import add_steering_commands
 from ._timeline import add_timeline_command
 from ._watch import add_watch_command
 
@@ -31,12 +32,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="leaselock",
         description=(
             "Distributed lease locks with fencing tokens: see who holds what, break a stuck "
-            "lock, read the jobs' run records, and check a lock store."
+            "lock, read the jobs' run records, pause, resume and run jobs, and check a lock "
+            "store."
         ),
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_check_command(commands)
     add_operator_commands(commands)
+    add_steering_commands(commands)
     add_watch_command(commands)
     add_timeline_command(commands)
     arguments = parser.parse_args(argv)

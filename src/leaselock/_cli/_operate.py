@@ -20,12 +20,14 @@ from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 from .._errors import LocksConfigurationError
+from .._jobs import JobStatus
 from .._locks import Locks
 from ..stores._capabilities import LockInfo, RunRecord
+from ..stores._job_control import JobPause
 from ..stores._urls import store_from_url
 from ._arguments import add_url_argument
 
-__all__ = ["add_operator_commands", "add_redis_prefix_argument", "cli_locks", "out"]
+__all__ = ["add_operator_commands", "add_redis_prefix_argument", "cli_locks", "on_store", "out"]
 
 T = TypeVar("T")
 
@@ -88,7 +90,7 @@ def add_redis_prefix_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_locks(arguments: argparse.Namespace) -> int:
-    found = _on_store(
+    found = on_store(
         arguments, lambda locks: locks.inspect(arguments.prefix, limit=arguments.limit)
     )
     if arguments.json:
@@ -114,7 +116,7 @@ def _run_locks(arguments: argparse.Namespace) -> int:
 
 def _run_break(arguments: argparse.Namespace) -> int:
     if not arguments.yes:
-        held = _on_store(arguments, lambda locks: locks.read_lock(arguments.key))
+        held = on_store(arguments, lambda locks: locks.read_lock(arguments.key))
         if held is None or not held.live:
             out(f"No live lock holds {arguments.key!r}; nothing to break.")
             return 0
@@ -131,7 +133,7 @@ def _run_break(arguments: argparse.Namespace) -> int:
         if answer.strip().lower() not in {"y", "yes"}:
             out("Left as it was.")
             return 0
-    broken = _on_store(arguments, lambda locks: locks.break_lock(arguments.key))
+    broken = on_store(arguments, lambda locks: locks.break_lock(arguments.key))
     if broken is None:
         out(f"No live lock held {arguments.key!r}; nothing was broken.")
     else:
@@ -144,7 +146,7 @@ def _run_break(arguments: argparse.Namespace) -> int:
 
 
 def _run_jobs(arguments: argparse.Namespace) -> int:
-    statuses = _on_store(arguments, lambda locks: locks.jobs())
+    statuses = on_store(arguments, lambda locks: locks.jobs())
     if arguments.json:
         out(
             json.dumps(
@@ -155,6 +157,11 @@ def _run_jobs(arguments: argparse.Namespace) -> int:
                         "last_success": _run_json(status.last_success),
                         "owner": status.owner,
                         "running_on": status.running_on,
+                        "paused": _pause_json(status.paused),
+                        "failures": status.failures,
+                        "missed_at": None
+                        if status.missed_at is None
+                        else status.missed_at.isoformat(),
                     }
                     for status in statuses
                 ],
@@ -166,7 +173,19 @@ def _run_jobs(arguments: argparse.Namespace) -> int:
         out("No job has run records in this store yet.")
         return 0
     now = datetime.now(UTC)
-    rows = [("JOB", "LAST RUN", "OUTCOME", "TOOK", "ON", "LAST SUCCESS", "OWNER", "RUNNING ON")]
+    rows = [
+        (
+            "JOB",
+            "LAST RUN",
+            "OUTCOME",
+            "TOOK",
+            "ON",
+            "LAST SUCCESS",
+            "OWNER",
+            "RUNNING ON",
+            "STATE",
+        )
+    ]
     for status in statuses:
         last, success = status.last_run, status.last_success
         rows.append(
@@ -179,16 +198,33 @@ def _run_jobs(arguments: argparse.Namespace) -> int:
                 "never" if success is None else _ago(now, success.ended_at),
                 status.owner or "-",
                 status.running_on or "-",
+                _state(status, now),
             )
         )
     _table(rows)
     return 0
 
 
+def _state(status: JobStatus, now: datetime) -> str:
+    """Paused, failing, missed and abandoned, as a person reads them; ``ok`` if none."""
+    said = []
+    if status.paused is not None:
+        note = f": {status.paused.note}" if status.paused.note else ""
+        said.append(f"paused by {status.paused.paused_by}{note}")
+    if status.failures:
+        said.append(f"failing ({status.failures} in a row)")
+    if status.missed_at is not None:
+        said.append(f"missed a tick {_ago(now, status.missed_at)}")
+    last = status.last_run
+    if last is not None and last.detected_by == "abandoned":
+        said.append(f"last run abandoned on {last.instance}")
+    return "; ".join(said) or "ok"
+
+
 # --- the store --------------------------------------------------------------------------------
 
 
-def _on_store(arguments: argparse.Namespace, call: Callable[[Locks], Awaitable[T]]) -> T:
+def on_store(arguments: argparse.Namespace, call: Callable[[Locks], Awaitable[T]]) -> T:
     """Open a Locks on the URL's store, make one call, close it."""
 
     async def run() -> T:
@@ -260,7 +296,20 @@ def _ago(now: datetime, moment: datetime) -> str:
 
 
 def _outcome(run: RunRecord) -> str:
-    return run.outcome if run.error is None else f"{run.outcome}: {run.error}"
+    manual = "" if run.trigger == "schedule" else f" ({run.trigger})"
+    return (run.outcome if run.error is None else f"{run.outcome}: {run.error}") + manual
+
+
+def _pause_json(pause: JobPause | None) -> dict[str, object] | None:
+    if pause is None:
+        return None
+    return {
+        "target": pause.target,
+        "note": pause.note,
+        "paused_by": pause.paused_by,
+        "paused_at": pause.paused_at.isoformat(),
+        "until": None if pause.until is None else pause.until.isoformat(),
+    }
 
 
 def _lock_json(info: LockInfo) -> dict[str, object]:
@@ -285,4 +334,6 @@ def _run_json(run: RunRecord | None) -> dict[str, object] | None:
         "ended_at": run.ended_at.isoformat(),
         "duration_s": run.duration.total_seconds(),
         "fencing_token": run.fencing_token,
+        "trigger": run.trigger,
+        "detected_by": run.detected_by,
     }

@@ -4,6 +4,7 @@ It imports the engine and the ground floor, never the facade: :class:`JobRuntime
 ``Locks`` gives it to talk to.
 """
 
+from ._current import RunInfo, current_run
 from ._decorators import F, JobDecorator, job_decorator, on_one_instance, without_overlapping
 from ._election import election_decorator, leader_election
 from ._runtime import CURRENT_RUNTIME, JobRuntime, current_runtime, resolve_runtime
@@ -15,6 +16,8 @@ __all__ = [
     "JobDecorator",
     "JobRuntime",
     "JobStatus",
+    "RunInfo",
+    "current_run",
     "current_runtime",
     "election_decorator",
     "job_decorator",

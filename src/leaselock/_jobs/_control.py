@@ -95,10 +95,14 @@ class JobControl:
         """Remember a tick skipped because another instance owns ``spec``."""
         self._skipped[spec.key] = _Skipped(self._wall.now(), holder)
 
-    def judge_start(
+    async def judge_start(
         self, spec: JobSpec, start: RunStart, answer: RunStartAnswer, token: int
     ) -> StartJudged:
-        """Find what a run's start says: an abandoned run, a missed tick; record them aside."""
+        """Find what a run's start says: an abandoned run, a missed tick; record them.
+
+        Recorded before the run begins (one more round trip, only when one was found), so the
+        run's own end is the job's last run. A store failure there is logged, never raised.
+        """
         abandoned = None
         opened = answer.open_run
         ended_here = self._ended_here.pop(spec.key, None)
@@ -117,7 +121,7 @@ class JobControl:
                     started_at=opened.started_at,
                 )
             )
-            self._spawn(self._write("record the abandoned run of", spec.key, abandoned))
+            await self._write("record the abandoned run of", spec.key, abandoned)
         skipped = self._skipped.pop(spec.key, None)
         if skipped is not None:
             started = [run.started_at for run in (opened, answer.last_run) if run is not None]
@@ -132,7 +136,7 @@ class JobControl:
                         holder=holder_name(skipped.holder),
                     )
                 )
-                self._spawn(self._write("record the missed tick of", spec.key, skipped.at))
+                await self._write("record the missed tick of", spec.key, skipped.at)
         return StartJudged(answer.last_run, abandoned, answer.failures)
 
     def end_unrecorded(self, spec: JobSpec, token: int) -> None:

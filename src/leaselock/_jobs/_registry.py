@@ -20,11 +20,12 @@ __all__ = ["Registry"]
 class Registry:
     """Jobs and elections known to one ``Locks``."""
 
-    __slots__ = ("_elections", "_jobs")
+    __slots__ = ("_elections", "_jobs", "_objects")
 
     def __init__(self) -> None:
         """Create an empty registry."""
         self._jobs: list[JobSpec] = []
+        self._objects: dict[JobSpec, object] = {}
         self._elections: dict[ElectionSpec, object | None] = {}
 
     @property
@@ -41,6 +42,31 @@ class Registry:
         """Know ``spec`` (once)."""
         if all(known is not spec for known in self._jobs):
             self._jobs.append(spec)
+
+    def add_method_job(self, spec: JobSpec, bound_to: object) -> None:
+        """Know ``spec``, a method job of the registered object ``bound_to``."""
+        self.add_job(spec)
+        self._objects[spec] = bound_to
+
+    def job(self, key: str) -> JobSpec:
+        """Return the registered job whose key is ``key``.
+
+        Raises:
+            LocksConfigurationError: none is; the message lists the registered keys.
+        """
+        for spec in self._jobs:
+            if spec.key == key:
+                return spec
+        known = ", ".join(repr(spec.key) for spec in self._jobs) or "none"
+        raise LocksConfigurationError(
+            f"No job {key!r} is registered with this Locks (registered: {known}); register the "
+            "job (locks.register(...)) on the instance that should run it, and pass its key"
+        )
+
+    def bound_args(self, spec: JobSpec) -> tuple[object, ...]:
+        """Return the arguments that bind ``spec``'s function: its object, for a method job."""
+        bound = self._objects.get(spec)
+        return () if bound is None else (bound,)
 
     def add_election(self, spec: ElectionSpec, participant: object | None) -> None:
         """Know the election ``spec``; a registered participant replaces an earlier one.

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, final
 
 from .._clock import Clock, TimerHandle
 from .._engine import Lease, Lock, LockEngine, release_logged
-from .._errors import LockStoreError
+from .._errors import LockNotAcquiredError, LocksConfigurationError, LockStoreError
 from .._event_types import (
     LeaseAcquired,
     LockHandedBack,
@@ -30,6 +30,7 @@ from .._event_types import (
     SkipReason,
 )
 from .._events import Publisher
+from .._keys import holder_name
 from ..stores._capabilities import RunOutcome
 from ..stores._job_control import RunStart, RunStartAnswer
 from ._control import JobControl
@@ -141,6 +142,11 @@ class JobRuns:
         no lock is believed held.
         """
         if self._closing:
+            if trigger == "manual":
+                raise LocksConfigurationError(
+                    f"run_now({spec.key!r}): this Locks is shutting down; run it on an instance "
+                    "that is not"
+                )
             self._skip(spec, "shutting-down")
             return None
         # every instance that sees the job's ticks watches it, the owner or not
@@ -148,6 +154,8 @@ class JobRuns:
         try:
             return await self._begin(spec, trigger)
         except LockStoreError as error:
+            if trigger == "manual":
+                raise
             _log.warning("The lock store failed at a tick of %s: %s", spec.key, error)
             self._skip(spec, "store-unavailable")
             return None
@@ -163,7 +171,7 @@ class JobRuns:
         started_ms = self._clock.now_ms()
         started_at = self.records.wall.at(started_ms)
         start = self.control.start(spec, trigger, lease_token, started_at)
-        started = await self._start(spec, start, take_run_lock=spec.no_overlap or manual)
+        started = await self._start(spec, start, manual=manual)
         if started is None:
             return None
         run_lease, answer = started
@@ -182,7 +190,11 @@ class JobRuns:
         info = RunInfo(spec.key, lock, trigger, started_at)
         failures_before = None
         if start is not None and answer is not None:
-            judged = self.control.judge_start(spec, start, answer, lock.fencing_token)
+            try:
+                judged = await self.control.judge_start(spec, start, answer, lock.fencing_token)
+            except BaseException:
+                self._abandon_start(run_lease, unlink)
+                raise
             info = replace(info, previous=judged.previous, abandoned=judged.abandoned)
             failures_before = judged.failures
         run = JobRun(spec, lock, run_lease, unlink, started_ms, info, failures_before)
@@ -207,21 +219,39 @@ class JobRuns:
         self._idle.clear()
         return run
 
+    def _abandon_start(self, run_lease: Lease | None, unlink: Callable[[], None] | None) -> None:
+        """Let go of a run cancelled before it began: its lock must not stay renewed for ever."""
+        if unlink is not None:
+            unlink()
+        if run_lease is not None:
+            self._engine.spawn(self._engine.hand_back(run_lease, 0))
+
     async def _start(
-        self, spec: JobSpec, start: RunStart | None, *, take_run_lock: bool
+        self, spec: JobSpec, start: RunStart | None, *, manual: bool
     ) -> tuple[Lease | None, RunStartAnswer | None] | None:
         """Take the run lock if asked, and start the run where the store keeps job control.
 
-        One round trip either way. Returns the run lock and the store's answer, or ``None``
-        when the tick was skipped (paused, or a run in progress).
+        One round trip either way. A manual run always takes the run lock ``<key>``. Returns
+        the run lock and the store's answer, or ``None`` when the tick was skipped (paused, or
+        a run in progress).
+
+        Raises:
+            LockNotAcquiredError: a manual run found a run in progress.
         """
         answers: list[RunStartAnswer] = []
         run_lease = None
-        if take_run_lock:
+        if spec.no_overlap or manual:
             ttl_ms = spec.no_overlap_ttl_ms or spec.one_instance_ttl_ms or self._default_ttl_ms
             acquire = None if start is None else self._engine.operator.starter(start, answers)
             taken = await self._engine.try_once(spec.key, ttl_ms, acquire=acquire)
             if not isinstance(taken, Lease) and not (answers and answers[0].pause):
+                if manual:
+                    raise LockNotAcquiredError(
+                        spec.key,
+                        0,
+                        hint=f"a run of the job holds it now ({holder_name(taken.holder)}); "
+                        "run it again once that run ended",
+                    )
                 self._skip(spec, "in-progress", holder=taken.holder)
                 return None
             run_lease = taken if isinstance(taken, Lease) else None

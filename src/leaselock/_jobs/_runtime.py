@@ -13,21 +13,27 @@ import concurrent.futures
 import enum
 import functools
 import inspect
+import logging
 import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeVar, final
 
 from .._clock import Clock
 from .._engine import CURRENT_LOCK, LockEngine
 from .._errors import LocksConfigurationError
+from .._event_types import RunTrigger
 from .._events import Publisher
 from .._forks import process_generation, refuse_if_forked
 from .._threads import call_in_loop, running_loop
 from ..stores._capabilities import RunOutcome
+from ..stores._job_control import JobPause
 from ._bindings import Bindings, Started
 from ._campaign import Campaign
 from ._cancel import CancelOnLoss
+from ._current import CURRENT_RUN
+from ._pauses import build_pause, checked_target
 from ._records import describe_error
 from ._registry import Registry
 from ._runs import JobRun, JobRuns
@@ -42,6 +48,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+_log = logging.getLogger("leaselock.jobs")
 
 
 class _Phase(enum.Enum):
@@ -63,6 +71,7 @@ class JobRuntime:
     """
 
     __slots__ = (
+        "_calls",
         "_campaigns",
         "_clock",
         "_default_ttl_ms",
@@ -93,6 +102,7 @@ class JobRuntime:
         self._runs: JobRuns | None = None
         self._campaigns: dict[ElectionSpec, Campaign] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._calls: weakref.WeakKeyDictionary[JobSpec, _Call] = weakref.WeakKeyDictionary()
 
     # --- registration ----------------------------------------------------------------------
 
@@ -143,7 +153,7 @@ class JobRuntime:
             for _, member in inspect.getmembers_static(type(target)):
                 method_spec = job_spec_of(member)
                 if method_spec is not None:
-                    self._registry.add_job(method_spec)
+                    self._registry.add_method_job(method_spec, target)
                     found = True
             if found:
                 BINDINGS.bind(target, self)
@@ -249,6 +259,50 @@ class JobRuntime:
             jobs = sorted(recorded | {spec.key for spec in self._registry.jobs})
         return await job_statuses(engine.operator, overdue, jobs)
 
+    # --- pauses ----------------------------------------------------------------------------
+
+    async def pause(
+        self, engine: LockEngine, target: object, *, note: object, until: object, by: object
+    ) -> JobPause:
+        """Pause ``target`` (a job key, or a prefix ending in ``*``) in the store, for everyone.
+
+        Raises:
+            LocksConfigurationError: a bad argument, or a store that keeps no job control.
+            LockStoreError: the store failed or did not answer in time.
+        """
+        assert self._runs is not None  # noqa: S101 -- the facade calls it once started
+        paused_by = engine.instance if by is None else by
+        pause = build_pause(
+            target, note=note, until=until, paused_by=paused_by, now=self._runs.records.wall.now()
+        )
+        await engine.operator.pause_jobs(pause)
+        _log.warning(
+            "Paused %s%s: %s",
+            pause.target,
+            "" if pause.until is None else f" until {pause.until.isoformat(timespec='seconds')}",
+            pause.note or "(no note)",
+            extra={"job": pause.target, "reason": "paused"},
+        )
+        return pause
+
+    async def resume(self, engine: LockEngine, target: object) -> JobPause | None:
+        """Remove the pause of ``target``; its next tick runs (no backlog). Returns the pause.
+
+        Raises:
+            LocksConfigurationError: a bad target, or a store that keeps no job control.
+            LockStoreError: the store failed or did not answer in time.
+        """
+        removed = await engine.operator.resume_jobs(checked_target(target))
+        if removed is not None:
+            _log.warning(
+                "Resumed %s (paused by %s: %s)",
+                removed.target,
+                removed.paused_by,
+                removed.note or "no note",
+                extra={"job": removed.target, "reason": "resumed"},
+            )
+        return removed
+
     # --- running ticks -----------------------------------------------------------------------
 
     async def run_async(
@@ -259,10 +313,22 @@ class JobRuntime:
         kwargs: Mapping[str, Any],
     ) -> T | None:
         """Run one tick of an async job from any loop: a run under its lock, or ``None``."""
-        run = await self._begin_from_any_loop(spec)
+        self._calls[spec] = _Call(function, args, kwargs)
+        return await self._run_async(spec, function, args, kwargs, "schedule")
+
+    async def _run_async(
+        self,
+        spec: JobSpec,
+        function: Callable[..., Coroutine[Any, Any, T]],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        trigger: RunTrigger,
+    ) -> T | None:
+        run = await self._begin_from_any_loop(spec, trigger)
         if run is None:
             return None
         token = CURRENT_LOCK.set(run.lock)
+        current = CURRENT_RUN.set(run.info)
         cancelled_for_loss = CancelOnLoss(run) if spec.cancel_on_loss else None
         ending = _Ending()
         try:
@@ -278,6 +344,7 @@ class JobRuntime:
         finally:
             if cancelled_for_loss is not None:
                 cancelled_for_loss.stop()
+            CURRENT_RUN.reset(current)
             CURRENT_LOCK.reset(token)
             await self._on_own_loop(self._end(run, ending))
 
@@ -294,6 +361,17 @@ class JobRuntime:
             LocksConfigurationError: not started, or called on a thread that runs an event loop
                 (waiting here would freeze it).
         """
+        self._calls[spec] = _Call(function, args, kwargs)
+        return self._run_sync(spec, function, args, kwargs, "schedule")
+
+    def _run_sync(
+        self,
+        spec: JobSpec,
+        function: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        trigger: RunTrigger,
+    ) -> T | None:
         loop = self._usable_loop()
         if running_loop() is not None:
             raise LocksConfigurationError(
@@ -302,10 +380,11 @@ class JobRuntime:
                 "this Locks' loop; make the job async, or run it in a worker thread "
                 "(asyncio.to_thread; APScheduler does this for sync jobs)"
             )
-        run = call_in_loop(loop, self._begin(spec))
+        run = call_in_loop(loop, self._begin(spec, trigger))
         if run is None:
             return None
         token = CURRENT_LOCK.set(run.lock)
+        current = CURRENT_RUN.set(run.info)
         ending = _Ending()
         try:
             return function(*args, **kwargs)
@@ -313,10 +392,31 @@ class JobRuntime:
             ending.failed(error)
             raise
         finally:
+            CURRENT_RUN.reset(current)
             CURRENT_LOCK.reset(token)
             call_in_loop(loop, self._end(run, ending))
 
-    async def _begin(self, spec: JobSpec) -> JobRun | None:
+    async def run_now(self, key: str) -> object:
+        """Run the job ``key`` once here, now, under its run lock, whatever its pause or lease.
+
+        Called with the arguments of its last tick on this instance, else with its registered
+        object (a method), else with none. Recorded with ``trigger="manual"``.
+
+        Raises:
+            LocksConfigurationError: no job ``key`` is registered with this Locks, or not
+                started.
+            LockNotAcquiredError: a run of the job holds its run lock now.
+            LockStoreError: the store failed or did not answer in time.
+        """
+        spec = self._registry.job(key)
+        call = self._calls.get(spec) or _Call(spec.function, self._registry.bound_args(spec), {})
+        if inspect.iscoroutinefunction(call.function):
+            return await self._run_async(spec, call.function, call.args, call.kwargs, "manual")
+        return await asyncio.to_thread(
+            self._run_sync, spec, call.function, call.args, call.kwargs, "manual"
+        )
+
+    async def _begin(self, spec: JobSpec, trigger: RunTrigger = "schedule") -> JobRun | None:
         self._usable_loop()
         if running_loop() is not self._loop:
             raise LocksConfigurationError(
@@ -324,17 +424,17 @@ class JobRuntime:
                 "started it, or SyncLocks from threads"
             )
         assert self._runs is not None  # noqa: S101 -- set by start()
-        return await self._runs.begin(spec)
+        return await self._runs.begin(spec, trigger)
 
     async def _end(self, run: JobRun, ending: _Ending) -> None:
         assert self._runs is not None  # noqa: S101 -- a run exists only once started
         await self._runs.end(run, ending.outcome, ending.error)
 
-    async def _begin_from_any_loop(self, spec: JobSpec) -> JobRun | None:
+    async def _begin_from_any_loop(self, spec: JobSpec, trigger: RunTrigger) -> JobRun | None:
         loop = self._usable_loop()
         if running_loop() is loop:
-            return await self._begin(spec)
-        begun = asyncio.run_coroutine_threadsafe(self._begin(spec), loop)
+            return await self._begin(spec, trigger)
+        begun = asyncio.run_coroutine_threadsafe(self._begin(spec, trigger), loop)
         try:
             return await asyncio.wrap_future(begun)
         except asyncio.CancelledError:
@@ -371,6 +471,16 @@ class JobRuntime:
             f"This Locks is {self._phase.value}, not started; use `async with locks:` "
             "or `await locks.start()` first"
         )
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """How a job was last called here: what ``run_now`` calls it with."""
+
+    function: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
 
 
 @final

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import final
 
 from .._engine import OperatorStore
 from .._keys import lease_key
 from ..stores._capabilities import JobRecord, LockInfo, RunRecord
+from ..stores._job_control import JobPause, JobState, pause_matches
 from ._overdue import OverdueWatch
 
 __all__ = ["JobStatus", "job_statuses"]
@@ -31,6 +32,9 @@ class JobStatus:
             (``on_one_instance`` jobs): the one whose ticks run it.
         expect_every: the job's ``expect_every``, where this ``Locks`` watches it.
         overdue: whether this ``Locks`` reports it overdue now.
+        paused: the pause that stops its ticks now (its own, or a prefix's), else ``None``.
+        failures: its runs in a row that raised, up to the last run.
+        missed_at: the last tick found missed (its owner never started it), else ``None``.
 
     .. versionadded:: 0.2
     """
@@ -42,6 +46,9 @@ class JobStatus:
     owner: str | None
     expect_every: timedelta | None
     overdue: bool
+    paused: JobPause | None = None
+    failures: int = 0
+    missed_at: datetime | None = None
 
     @property
     def running(self) -> bool:
@@ -59,15 +66,30 @@ async def job_statuses(
         LockStoreError: the store failed or did not answer in time.
     """
     records = {record.job: record for record in await operator.job_records(list(jobs))}
+    states: dict[str, JobState] = {}
+    pauses: list[JobPause] = []
+    if operator.keeps_job_control:
+        found, pauses = await asyncio.gather(operator.job_states(list(jobs)), operator.job_pauses())
+        states = {state.job: state for state in found}
     inspectable = operator.can_inspect
-    return list(
-        await asyncio.gather(
-            *(
-                _status(operator, overdue, job, records.get(job), inspectable=inspectable)
-                for job in jobs
-            )
+    statuses = await asyncio.gather(
+        *(
+            _status(operator, overdue, job, records.get(job), inspectable=inspectable)
+            for job in jobs
         )
     )
+    now = datetime.now(UTC)
+    return [
+        replace(
+            status,
+            paused=next(
+                (p for p in pauses if pause_matches(p.target, status.job) and p.live(now)), None
+            ),
+            failures=states[status.job].failures if status.job in states else 0,
+            missed_at=states[status.job].missed_at if status.job in states else None,
+        )
+        for status in statuses
+    ]
 
 
 async def _status(

@@ -198,9 +198,7 @@ async def test_a_store_that_cannot_record_never_fails_the_run_and_warns_once(
     assert [r.getMessage().split(" (")[0] for r in warnings] == [
         "Could not record the end of a run of feed:import"
     ]
-    assert [c.outcome for c in store.calls if c.method == "end_run"] == [
-        "InjectedFaultError"
-    ] * 3
+    assert [c.outcome for c in store.calls if c.method == "end_run"] == ["InjectedFaultError"] * 3
 
 
 async def test_a_store_without_run_records_runs_jobs_and_refuses_job_status_naming_the_fix(

@@ -1,0 +1,364 @@
+"""Jobs under an operator's hand: pauses, run_now, failure streaks, abandoned runs, missed ticks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import leaselock
+from helpers import LocksOnlyStore
+from leaselock import (
+    Event,
+    JobFailing,
+    JobMissed,
+    LockNotAcquiredError,
+    Locks,
+    LocksConfigurationError,
+    RunAbandoned,
+    TickSkipped,
+    current_lock,
+    current_run,
+)
+from leaselock.stores import InMemoryLockStore
+from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
+
+
+class Reports:
+    """Two jobs under one prefix and one outside it, counting their runs."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, str]] = []
+        self.fail = False
+
+    @leaselock.without_overlapping(key="reports:daily")
+    async def daily(self) -> int:
+        run = current_run()
+        assert run is not None
+        self.runs.append(("daily", run.trigger))
+        if self.fail:
+            raise RuntimeError("the warehouse feed is empty")
+        return run.fencing_token
+
+    @leaselock.on_one_instance(key="reports:weekly")
+    async def weekly(self) -> str:
+        self.runs.append(("weekly", "schedule"))
+        return "weekly"
+
+    @leaselock.on_one_instance(key="billing:invoices")
+    @leaselock.without_overlapping()
+    async def invoices(self) -> str:
+        self.runs.append(("invoices", "schedule"))
+        return "invoices"
+
+
+def skips_of(events: list[Event]) -> list[tuple[str, str, str | None, str | None]]:
+    return [(e.job, e.reason, e.holder, e.note) for e in events if isinstance(e, TickSkipped)]
+
+
+async def test_a_paused_prefix_skips_its_jobs_everywhere_at_one_round_trip_and_resumes_from_now(
+    clock: ManualClock,
+):
+    store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
+    here, there = Reports(), Reports()
+    events: list[Event] = []
+    async with (
+        Locks(store=store, clock=clock, instance="shop-1") as first,
+        Locks(store=store, clock=clock, instance="shop-2") as second,
+    ):
+        first.register(here)
+        second.register(there)
+        second.events.subscribe(events.append, "tick-skipped")
+        assert await there.weekly() == "weekly"
+        pause = await first.pause("reports:*", note="stock-taking", by="ops@alice")
+        assert (pause.target, pause.paused_by, pause.until) == ("reports:*", "ops@alice", None)
+
+        calls = len(store.calls)
+        assert await there.daily() is None
+        assert [c.method for c in store.calls[calls:]] == ["start_run"]
+        calls = len(store.calls)
+        assert await there.weekly() is None
+        assert [c.method for c in store.calls[calls:]] == ["start_run"]
+        assert await here.invoices() == "invoices"
+
+        statuses = {status.job: status for status in await second.jobs()}
+        assert statuses["reports:daily"].paused == pause
+        assert statuses["billing:invoices"].paused is None
+        assert await second.pauses() == [pause]
+
+        for _ in range(3):
+            await clock.advance("1m")
+            assert await there.daily() is None
+        assert await second.resume("reports:*") == pause
+        assert await second.resume("reports:*") is None
+        assert isinstance(await there.daily(), int)
+
+    assert skips_of(events)[:2] == [
+        ("reports:daily", "paused", "ops@alice", "stock-taking"),
+        ("reports:weekly", "paused", "ops@alice", "stock-taking"),
+    ]
+    # the four paused ticks were skipped, not queued: one run after the resume
+    assert there.runs == [("weekly", "schedule"), ("daily", "schedule")]
+
+
+async def test_a_pause_until_a_time_ends_by_itself(store: InMemoryLockStore, clock: ManualClock):
+    reports = Reports()
+    async with Locks(store=store, clock=clock) as locks:
+        locks.register(reports)
+        await locks.pause("reports:daily", until="1h")
+        assert await reports.daily() is None
+        await clock.advance("59m")
+        assert await reports.daily() is None
+        await clock.advance("2m")
+        assert isinstance(await reports.daily(), int)
+
+
+async def test_bad_pauses_are_refused_naming_the_fix(store: InMemoryLockStore):
+    async with Locks(store=store) as locks:
+        for target, kwargs, says in [
+            ("", {}, "prefix"),
+            (42, {}, "job's key"),
+            ("reports:*", {"note": 7}, "note=7"),
+            ("reports:*", {"until": datetime(2020, 1, 1, tzinfo=UTC)}, "not in the future"),
+            ("reports:*", {"until": datetime(2099, 1, 1)}, "no timezone"),  # noqa: DTZ001
+            ("reports:*", {"until": "soon"}, "until"),
+            ("reports:*", {"by": " "}, "who pauses"),
+        ]:
+            with pytest.raises(LocksConfigurationError, match=says):
+                await locks.pause(target, **kwargs)  # type: ignore[arg-type]
+        assert await locks.pauses() == []
+
+
+async def test_run_now_runs_a_paused_job_here_recorded_manual_and_counts_as_a_success(
+    store: InMemoryLockStore, clock: ManualClock
+):
+    reports = Reports()
+    async with Locks(store=store, clock=clock, instance="shop-1") as locks:
+        locks.register(reports)
+        await locks.pause("reports:*", note="quiet period")
+        token = await locks.run_now("reports:daily")
+        status = await locks.job_status("reports:daily")
+
+    assert reports.runs == [("daily", "manual")]
+    assert status.last_success is not None
+    assert (status.last_success.trigger, status.last_success.fencing_token) == ("manual", token)
+    assert status.paused is not None
+
+
+async def test_run_now_refuses_while_a_run_holds_the_lock_and_names_unknown_jobs(
+    store: InMemoryLockStore, clock: ManualClock
+):
+    hold_open = asyncio.Event()
+
+    @leaselock.without_overlapping(key="feed:import")
+    async def import_feed() -> str:
+        await hold_open.wait()
+        return "imported"
+
+    async with Locks(store=store, clock=clock) as locks:
+        locks.register(import_feed)
+        running = asyncio.create_task(import_feed())
+        await wait_all_tasks_blocked()
+        with pytest.raises(LockNotAcquiredError, match="a run of the job holds it now"):
+            await locks.run_now("feed:import")
+        with pytest.raises(LocksConfigurationError, match=r"No job 'feed:export'.*'feed:import'"):
+            await locks.run_now("feed:export")
+        hold_open.set()
+        assert await running == "imported"
+        assert await locks.run_now("feed:import") == "imported"
+
+
+async def test_a_failure_streak_alerts_once_and_pauses_the_job_after_its_limit(
+    store: InMemoryLockStore, clock: ManualClock
+):
+    failed: list[Event] = []
+
+    class Feed:
+        def __init__(self) -> None:
+            self.fail = True
+
+        @leaselock.without_overlapping(
+            key="feed:import", alert_after_failures=2, pause_after_failures=4
+        )
+        async def run(self) -> str:
+            if self.fail:
+                raise ValueError("supplier feed is HTML")
+            return "imported"
+
+    feed = Feed()
+    async with Locks(store=store, clock=clock, instance="shop-1") as locks:
+        locks.register(feed)
+        locks.events.subscribe(failed.append, "job-failing")
+        for _ in range(3):
+            with pytest.raises(ValueError, match="HTML"):
+                await feed.run()
+        assert [e.failures for e in failed if isinstance(e, JobFailing)] == [2]
+        feed.fail = False
+        assert await feed.run() == "imported"
+        feed.fail = True
+        for _ in range(4):
+            with pytest.raises(ValueError, match="HTML"):
+                await feed.run()
+        await wait_all_tasks_blocked()
+        assert await feed.run() is None
+        status = await locks.job_status("feed:import")
+
+    assert [(e.failures, e.paused) for e in failed if isinstance(e, JobFailing)] == [
+        (2, False),
+        (2, False),
+        (4, True),
+    ]
+    assert status.failures == 4
+    assert status.paused is not None
+    assert status.paused.paused_by == "shop-1"
+    assert "4 failed runs in a row" in status.paused.note
+
+
+async def test_the_next_run_knows_the_previous_one(store: InMemoryLockStore, clock: ManualClock):
+    seen: list[tuple[str | None, int | None]] = []
+
+    @leaselock.without_overlapping(key="orders:sync")
+    async def sync_orders() -> int:
+        run = current_run()
+        assert run is not None
+        previous = run.previous
+        seen.append((None if previous is None else previous.outcome, run.previous_token))
+        return run.fencing_token
+
+    async with Locks(store=store, clock=clock) as locks:
+        locks.register(sync_orders)
+        first = await sync_orders()
+        await clock.advance("1m")
+        await sync_orders()
+    assert current_run() is None
+    assert seen == [(None, None), ("ok", first)]
+
+
+async def test_a_run_whose_instance_died_is_recorded_abandoned_by_the_next_run(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+):
+    inner = InMemoryLockStore(clock=clock)
+    dying = FaultyStore(inner, clock=clock)
+    found: list[Event] = []
+    hold_open = asyncio.Event()
+
+    @leaselock.without_overlapping(key="stock:count", ttl="30s")
+    async def count() -> int:
+        lock = current_lock()
+        assert lock is not None
+        if lock.fencing_token == 1:
+            await hold_open.wait()
+        return lock.fencing_token
+
+    async with Locks(store=dying, clock=clock, instance="shop-1") as first:
+        first.register(count)
+        stuck = asyncio.create_task(count())
+        await wait_all_tasks_blocked()
+        # shop-1's connection dies: nothing it says reaches the store any more
+        dying.hang()
+        await clock.advance("31s")
+        async with Locks(store=inner, clock=clock, instance="shop-2") as second:
+            second.register(count)
+            second.events.subscribe(found.append, "run-abandoned")
+            with caplog.at_level(logging.WARNING, logger="leaselock"):
+                token = await count()
+            await wait_all_tasks_blocked()
+            status = await second.job_status("stock:count")
+        stuck.cancel()
+        dying.heal()
+
+    (abandoned,) = [e for e in found if isinstance(e, RunAbandoned)]
+    assert (abandoned.job, abandoned.fencing_token, abandoned.instance) == (
+        "stock:count",
+        1,
+        "shop-1",
+    )
+    assert token == 2
+    assert status.last_run is not None
+    assert (status.last_run.fencing_token, status.last_run.outcome) == (2, "ok")
+    assert "never ended: recorded as lost" in caplog.text
+    records = await inner.job_records(["stock:count"])
+    assert records[0].last_success is not None
+
+
+async def test_a_tick_the_dead_owner_never_started_is_found_missed_by_the_next_owner(
+    clock: ManualClock,
+):
+    inner = InMemoryLockStore(clock=clock)
+    dying = FaultyStore(inner, clock=clock)
+    missed: list[Event] = []
+    reports_here, reports_there = Reports(), Reports()
+    async with (
+        Locks(store=dying, clock=clock, instance="shop-1", ttl="30s") as first,
+        Locks(store=inner, clock=clock, instance="shop-2", ttl="30s") as second,
+    ):
+        first.register(reports_here)
+        second.register(reports_there)
+        second.events.subscribe(missed.append, "job-missed")
+        assert await reports_here.weekly() == "weekly"
+        await clock.advance("10s")
+        dying.hang()
+        # the 10 s tick: shop-1 owns the job but is gone, so nobody runs it
+        assert await reports_there.weekly() is None
+        await clock.advance("40s")
+        assert await reports_there.weekly() == "weekly"
+        await wait_all_tasks_blocked()
+        status = await second.job_status("reports:weekly")
+        dying.heal()
+
+    (event,) = [e for e in missed if isinstance(e, JobMissed)]
+    assert (event.job, event.holder) == ("reports:weekly", "shop-1")
+    assert status.missed_at == event.missed_at
+
+
+async def test_a_healthy_handover_reports_no_missed_tick(
+    store: InMemoryLockStore, clock: ManualClock
+):
+    missed: list[Event] = []
+    here, there = Reports(), Reports()
+    async with Locks(store=store, clock=clock, instance="shop-2", ttl="30s") as second:
+        second.register(there)
+        second.events.subscribe(missed.append, "job-missed", "run-abandoned")
+        async with Locks(store=store, clock=clock, instance="shop-1", ttl="30s") as first:
+            first.register(here)
+            assert await here.weekly() == "weekly"
+            assert await there.weekly() is None
+        await clock.advance("1m")
+        assert await there.weekly() == "weekly"
+    assert missed == []
+
+
+async def test_overdue_alerts_are_silenced_while_paused_and_count_again_from_the_resume(
+    store: InMemoryLockStore, clock: ManualClock
+):
+    overdue: list[Event] = []
+
+    @leaselock.without_overlapping(key="feed:import", expect_every="10m")
+    async def import_feed() -> str:
+        return "imported"
+
+    async with Locks(store=store, clock=clock) as locks:
+        locks.register(import_feed)
+        locks.events.subscribe(overdue.append, "job-overdue")
+        assert await import_feed() == "imported"
+        await locks.pause("feed:*", note="supplier holiday")
+        await clock.advance(timedelta(minutes=45))
+        assert overdue == []
+        await locks.resume("feed:*")
+        await clock.advance(timedelta(minutes=5))
+        assert overdue == []
+        await clock.advance(timedelta(minutes=10))
+        assert len(overdue) == 1
+
+
+async def test_a_store_without_job_control_runs_jobs_and_refuses_pauses_naming_the_fix(
+    clock: ManualClock,
+):
+    reports = Reports()
+    async with Locks(store=LocksOnlyStore(InMemoryLockStore(clock=clock)), clock=clock) as locks:
+        locks.register(reports)
+        assert isinstance(await reports.daily(), int)
+        with pytest.raises(LocksConfigurationError, match="cannot pause jobs"):
+            await locks.pause("reports:*")
