@@ -5,17 +5,16 @@ its last run, its failure streak and the open run it replaced. From those this m
 runs whose instance died (``run-abandoned``) and ticks their owner never started
 (``job-missed``), and at a run's end counts failures in a row (``job-failing``, and the pause
 of ``pause_after_failures``). What it writes besides (an abandoned run's record, a missed
-tick, a pause) happens only when something went wrong, never on a healthy tick; a store
-failure there is logged, never raised into the job.
+tick, a pause) happens only when something went wrong, never on a healthy tick, as one more
+round trip; a store failure there is logged, never raised into the job.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, final
+from typing import Final, final
 
 from .._engine import OperatorStore
 from .._errors import LocksConfigurationError, LockStoreError
@@ -57,7 +56,7 @@ class StartJudged:
 class JobControl:
     """Judges the runs of one Locks' jobs by what their starts and ends tell."""
 
-    __slots__ = ("_ended_here", "_events", "_instance", "_operator", "_skipped", "_spawn", "_wall")
+    __slots__ = ("_ended_here", "_events", "_instance", "_operator", "_skipped", "_wall")
 
     def __init__(
         self,
@@ -66,14 +65,12 @@ class JobControl:
         events: Publisher,
         *,
         instance: str,
-        spawn: Callable[[Coroutine[Any, Any, None]], None],
     ) -> None:
-        """Judge through ``operator``, timed by ``wall``; ``spawn`` runs store writes aside."""
+        """Judge through ``operator``, timed by ``wall``, reporting through ``events``."""
         self._operator = operator
         self._wall = wall
         self._events = events
         self._instance = instance
-        self._spawn = spawn
         self._skipped: dict[str, _Skipped] = {}
         self._ended_here: dict[str, int] = {}
 
@@ -143,8 +140,12 @@ class JobControl:
         """Remember a run that ended here but whose end the store missed: not abandoned."""
         self._ended_here[spec.key] = token
 
-    def failed(self, spec: JobSpec, failures_before: int, error: str | None) -> None:
-        """Count a run of ``spec`` that raised ``error``: alert, and pause, once a streak."""
+    async def failed(self, spec: JobSpec, failures_before: int, error: str | None) -> None:
+        """Count a run of ``spec`` that raised ``error``: alert, and pause, once a streak.
+
+        The pause is written before the run's caller hears of the failure (one more round trip,
+        once a streak), so the next tick anywhere finds it.
+        """
         failures = failures_before + 1
         pause_at = spec.pause_after_failures
         pausing = pause_at is not None and failures == pause_at
@@ -168,7 +169,7 @@ class JobControl:
                 self._instance,
                 self._wall.now(),
             )
-            self._spawn(self._write("pause", spec.key, pause))
+            await self._write("pause", spec.key, pause)
 
     async def _write(self, doing: str, job: str, what: RunRecord | datetime | JobPause) -> None:
         try:

@@ -38,7 +38,9 @@ class WallTime:
     def __init__(self, clock: Clock) -> None:
         """Anchor wall time to ``clock`` now."""
         self._clock = clock
-        self._started_wall = datetime.now(UTC)
+        now = datetime.now(UTC)
+        # whole milliseconds, as stores keep them: a time read back equals the one written
+        self._started_wall = now.replace(microsecond=now.microsecond // 1000 * 1000)
         self._started_ms = clock.now_ms()
 
     def at(self, clock_ms: int) -> datetime:

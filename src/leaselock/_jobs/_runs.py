@@ -119,9 +119,7 @@ class JobRuns:
         wall = WallTime(clock)
         self.records = RunRecords(engine.operator, wall, instance)
         self.overdue = OverdueWatch(engine.operator, clock, wall, events)
-        self.control = JobControl(
-            engine.operator, wall, events, instance=instance, spawn=engine.spawn
-        )
+        self.control = JobControl(engine.operator, wall, events, instance=instance)
         self._engine = engine
         self._clock = clock
         self._events = events
@@ -400,7 +398,7 @@ class JobRuns:
         if outcome == "ok":
             self.overdue.succeeded(run.spec.key)
         elif outcome == "error" and run.failures_before is not None:
-            self.control.failed(run.spec, run.failures_before, error)
+            await self.control.failed(run.spec, run.failures_before, error)
 
     async def drain(self, grace_ms: int) -> None:
         """Skip new ticks and wait up to ``grace_ms`` for runs in progress to finish.

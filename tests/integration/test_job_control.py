@@ -1,0 +1,182 @@
+"""Jobs under an operator's hand on every shipped store: a pause every instance obeys, a manual
+run, a failure streak that pauses, a dead instance's run found abandoned, and a missed tick.
+PostgreSQL and Redis run in real time on their own clocks; in-memory and SQLite on the manual
+clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import timedelta
+
+import pytest
+
+import leaselock
+from helpers import unique_key
+from leaselock import Event, JobMissed, Locks, RunAbandoned, current_run
+from leaselock.testing import FaultyStore
+from store_benches import Bench
+
+
+@asynccontextmanager
+async def shop(
+    bench: Bench, *labels: str, faulty: bool = False
+) -> AsyncIterator[tuple[list[Locks], list[FaultyStore]]]:
+    """A started Locks per label, each on a store object of its own behind a FaultyStore."""
+    stores = [FaultyStore(bench.new_store(), clock=bench.instance_clock()) for _ in labels]
+    async with AsyncExitStack() as stack:
+        yield (
+            [
+                await stack.enter_async_context(
+                    Locks(
+                        store=store if faulty else store.inner,
+                        clock=bench.instance_clock(),
+                        ttl=timedelta(milliseconds=bench.ttl_ms),
+                        instance=label,
+                    )
+                )
+                for label, store in zip(labels, stores, strict=True)
+            ],
+            stores,
+        )
+
+
+async def test_a_pause_stops_every_instance_and_a_manual_run_still_runs(bench: Bench):
+    prefix = unique_key("reports") + ":"
+    key = prefix + "daily"
+    runs: list[tuple[str, str]] = []
+
+    class Reports:
+        def __init__(self, label: str) -> None:
+            self.label = label
+
+        @leaselock.on_one_instance(key=key)
+        @leaselock.without_overlapping()
+        async def daily(self) -> int:
+            run = current_run()
+            assert run is not None
+            runs.append((self.label, run.trigger))
+            return run.fencing_token
+
+    skipped: list[Event] = []
+    async with shop(bench, "shop-3001", "shop-3002", faulty=True) as ((first, second), stores):
+        here, there = Reports("shop-3001"), Reports("shop-3002")
+        first.register(here)
+        second.register(there)
+        second.events.subscribe(skipped.append, "tick-skipped")
+        await here.daily()
+        await first.pause(prefix + "*", note="stock-taking", by="ops")
+        calls = len(stores[0].calls)
+        assert await here.daily() is None
+        assert [c.method for c in stores[0].calls[calls:]] == ["start_run"]
+        assert await there.daily() is None
+        token = await second.run_now(key)
+        assert (await first.resume(prefix + "*")) is not None
+        await bench.pass_time(10)
+        assert isinstance(await here.daily(), int)
+        status = await second.job_status(key)
+
+    assert runs == [("shop-3001", "schedule"), ("shop-3002", "manual"), ("shop-3001", "schedule")]
+    assert [(e.reason, e.holder) for e in skipped] == [("another-instance", "shop-3001")]  # type: ignore[attr-defined]
+    assert status.last_run is not None
+    assert status.last_run.fencing_token is not None
+    assert status.last_run.fencing_token > token
+    assert status.paused is None
+
+
+async def test_a_failure_streak_pauses_the_job_for_every_instance(bench: Bench):
+    key = unique_key("feed:import")
+    failing: list[Event] = []
+
+    class Feed:
+        @leaselock.without_overlapping(key=key, alert_after_failures=2, pause_after_failures=2)
+        async def run(self) -> None:
+            raise RuntimeError("supplier feed is HTML")
+
+    async with shop(bench, "shop-3001", "shop-3002") as ((first, second), _):
+        feed, other = Feed(), Feed()
+        first.register(feed)
+        second.register(other)
+        first.events.subscribe(failing.append, "job-failing")
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="HTML"):
+                await feed.run()
+            await bench.pass_time(10)
+        assert await other.run() is None
+        status = await second.job_status(key)
+
+    assert [(e.failures, e.paused) for e in failing] == [(2, True)]  # type: ignore[attr-defined]
+    assert status.paused is not None
+    assert status.failures == 2
+
+
+async def test_a_dead_instances_run_is_found_abandoned_by_the_next_run(bench: Bench):
+    key = unique_key("stock:count")
+    hold_open, started = asyncio.Event(), asyncio.Event()
+    found: list[Event] = []
+
+    class Count:
+        def __init__(self, holds: bool) -> None:
+            self.holds = holds
+
+        @leaselock.without_overlapping(key=key)
+        async def run(self) -> int:
+            run = current_run()
+            assert run is not None
+            if self.holds:
+                started.set()
+                await hold_open.wait()
+            return run.fencing_token
+
+    async with shop(bench, "shop-3001", "shop-3002", faulty=True) as ((first, second), stores):
+        dying, survivor = Count(holds=True), Count(holds=False)
+        first.register(dying)
+        second.register(survivor)
+        second.events.subscribe(found.append, "run-abandoned")
+        stuck = asyncio.create_task(dying.run())
+        await asyncio.wait_for(started.wait(), 10)
+        # shop-3001's network goes: nothing it sends reaches the store any more
+        stores[0].hang()
+        assert await survivor.run() is None
+        await bench.pass_time(bench.ttl_ms + 200)
+        token = await survivor.run()
+        status = await second.job_status(key)
+        stuck.cancel()
+        stores[0].heal()
+
+    assert [(e.job, e.instance) for e in found if isinstance(e, RunAbandoned)] == [
+        (key, "shop-3001")
+    ]
+    assert isinstance(token, int)
+    assert status.last_run is not None
+    assert (status.last_run.fencing_token, status.last_run.outcome) == (token, "ok")
+
+
+async def test_a_tick_its_dead_owner_never_started_is_reported_missed(bench: Bench):
+    key = unique_key("feed:poll")
+    found: list[Event] = []
+
+    class Owner:
+        @leaselock.on_one_instance(key=key)
+        async def poll(self) -> str:
+            return "polled"
+
+    async with shop(bench, "shop-3001", "shop-3002", faulty=True) as ((first, second), stores):
+        owner, survivor = Owner(), Owner()
+        first.register(owner)
+        second.register(survivor)
+        second.events.subscribe(found.append, "job-missed")
+        assert await owner.poll() == "polled"
+        await bench.pass_time(1200)
+        stores[0].hang()
+        # the owner is gone before this tick: nobody runs it
+        assert await survivor.poll() is None
+        await bench.pass_time(bench.ttl_ms + 200)
+        assert await survivor.poll() == "polled"
+        status = await second.job_status(key)
+        stores[0].heal()
+
+    (missed,) = [e for e in found if isinstance(e, JobMissed)]
+    assert (missed.job, missed.holder) == (key, "shop-3001")
+    assert status.missed_at == missed.missed_at
