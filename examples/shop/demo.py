@@ -4,11 +4,12 @@ It migrates and seeds a fresh database, starts the shop on ports 3001-3003 (or `
 with a stock reconciliation every two seconds and a lock ttl of six seconds, then tells what
 happens, with the log lines that show it: one instance runs the reconciliation and leads the
 warehouse feed; two admin exports sent at once to two instances export the orders once; the
-owner killed with SIGKILL is replaced after the ttl; the next owner's scheduler stops while its
-process lives, and it lets go so the other takes over, the overdue alert raised and cleared; the
-owner after that, stopped with SIGTERM, hands over at once; the accounting system booked each
-invoice exactly once. It ends with the jobs' run records and the locks table, stops every
-process it started, and removes what it made.
+owner killed with SIGKILL is replaced after the ttl, and the tick it never ran is reported missed;
+the next owner's scheduler stops while its process lives, and it lets go so the other takes over,
+the overdue alert raised and cleared; an operator pauses the reconciliation for every instance,
+runs it once by hand and resumes it; the owner after that, stopped with SIGTERM, hands over at
+once; the accounting system booked each invoice exactly once. It ends with the jobs' run records
+and the locks table, stops every process it started, and removes what it made.
 
 ``make demo`` uses a SQLite file in a temporary directory (orders and locks in one file).
 ``make demo DATABASE_URL=postgresql://... REDIS_URL=redis://...`` runs on real servers: a new
@@ -74,6 +75,10 @@ LOW_STOCK: Final = re.compile(r"^Low stock:")
 HANDED_BACK_IDLE: Final = re.compile(rf'^Handed back "{RECONCILIATION}:owner".*owner_idle')
 OVERDUE: Final = re.compile(rf"^{RECONCILIATION} is overdue")
 RECOVERED: Final = re.compile(rf"^{RECONCILIATION} ran successfully again")
+MISSED: Final = re.compile(rf"^{RECONCILIATION} missed its tick")
+PAUSED: Final = re.compile(rf"^Paused {RECONCILIATION}")
+SKIPPED_PAUSED: Final = re.compile(rf"^Skipped {RECONCILIATION}: it is paused")
+RESUMED: Final = re.compile(rf"^Resumed {RECONCILIATION}")
 LAST_WORDS: Final = re.compile(r"^(Stepped down|Disconnected|Application shutdown complete)")
 READY: Final = re.compile(r"^Application startup complete")
 # "2026-11-29 08:24:38,858 INFO    leaselock: Leading ..." -> the message
@@ -438,6 +443,7 @@ async def tell(stores: Stores, ports: tuple[int, int, int]) -> None:
         await story.two_admin_exports_at_once()
         await story.kill_the_owner()
         await story.pause_the_owners_scheduler()
+        await story.pause_run_and_resume()
         await story.stop_the_next_owner()
         await story.count_the_bookings()
         await story.show_the_locks()
@@ -567,8 +573,10 @@ class Story:
         for instance, line in sorted(((owner, taken), (leader, led)), key=lambda hit: hit[1].at):
             evidence(instance, line, since=killed_at)
         missed = sum(len(i.matching(SKIPPED_ELSEWHERE, since=killed_at)) for i in survivors)
-        say(f'   Meanwhile {missed} ticks were skipped ("it runs on another instance"): missed '
-            "ticks are not caught up.")  # fmt: skip
+        say(f'   Meanwhile {missed} ticks were skipped ("it runs on another instance"). The new '
+            "owner's first run finds")  # fmt: skip
+        say(f"   that {self.first.name} never started the last of them, records it and warns:")
+        evidence(*await self.shops.wait_for(MISSED, [owner], since=killed_at), since=killed_at)
         alerts = [(i, line) for i in survivors for line in i.matching(OVERDUE, since=killed_at)]
         if alerts:
             say(f"   No run succeeded for over {EXPECT_RECONCILED_EVERY} (its expect_every), so "
@@ -618,11 +626,49 @@ class Story:
             "it now skips.")  # fmt: skip
         self.owner = other
 
+    async def pause_run_and_resume(self) -> None:
+        """7. Pause the reconciliation through one instance, run it by hand, resume it."""
+        owner = self.owner
+        [other] = [i for i in self.shops.instances if i.running and i is not owner]
+        say()
+        say("7. An operator pauses the reconciliation (kept in the lock store, so for every")
+        say("   instance), runs it once by hand, and resumes it")
+        job_url = f"http://127.0.0.1:{other.port}/admin/jobs/{RECONCILIATION}"
+        headers = {"x-admin-token": self.admin_token}
+        async with httpx.AsyncClient(timeout=10) as http:
+            since = time.monotonic()
+            paused = await http.post(
+                f"{job_url}/pause", headers=headers, json={"note": "stock-taking in aisle 7"}
+            )
+            paused.raise_for_status()
+            say(f"   POST :{other.port}/admin/jobs/{RECONCILIATION}/pause -> {paused.status_code}")
+            evidence(*await self.shops.wait_for(PAUSED, [other], since=since), since=since)
+            say(f"   {owner.name} owns the job; its next tick is skipped, saying by whom and why:")
+            evidence(*await self.shops.wait_for(SKIPPED_PAUSED, [owner], since=since), since=since)
+            ran_at = time.monotonic()
+            ran = await http.post(f"{job_url}/run", headers=headers)
+            ran.raise_for_status()
+            say(f"   POST :{other.port}/admin/jobs/{RECONCILIATION}/run -> {ran.status_code}: "
+                f"it runs on {other.name} now, paused or not, under its run lock:")  # fmt: skip
+            evidence(*await self.shops.wait_for(RECONCILED, [other], since=ran_at), since=since)
+            status = await http.get(f"http://127.0.0.1:{other.port}/admin/jobs", headers=headers)
+            status.raise_for_status()
+            [job] = [job for job in status.json() if job["job"] == RECONCILIATION]
+            say(f"   GET /admin/jobs: paused by {job['paused']['paused_by']} "
+                f"({job['paused']['note']!r}); last run {job['last_run']['outcome']} on "
+                f"{job['last_run']['instance']}")  # fmt: skip
+            resumed_at = time.monotonic()
+            resumed = await http.post(f"{job_url}/resume", headers=headers)
+            resumed.raise_for_status()
+            say(f"   POST :{other.port}/admin/jobs/{RECONCILIATION}/resume -> "
+                f"{resumed.status_code}; nothing is replayed, the next tick runs:")  # fmt: skip
+            evidence(*await self.shops.wait_for(RECONCILED, [owner], since=resumed_at), since=since)
+
     async def stop_the_next_owner(self) -> None:
-        """7. SIGTERM the new owner: it hands back at once, the last instance takes over."""
+        """8. SIGTERM the new owner: it hands back at once, the last instance takes over."""
         owner = self.owner
         say()
-        say(f"7. {owner.name} is stopped with SIGTERM: a graceful shutdown hands over at once")
+        say(f"8. {owner.name} is stopped with SIGTERM: a graceful shutdown hands over at once")
         stopped_at = time.monotonic()
         code = await self.shops.stop(owner, signal.SIGTERM)
         [last] = [instance for instance in self.shops.instances if instance.running]
@@ -637,9 +683,9 @@ class Story:
             "over at its next tick.")  # fmt: skip
 
     async def count_the_bookings(self) -> None:
-        """8. The ledger of the accounting system: each placed order booked once."""
+        """9. The ledger of the accounting system: each placed order booked once."""
         say()
-        say("8. What the accounting system booked")
+        say("9. What the accounting system booked")
         text = await asyncio.to_thread(self.ledger.read_text)
         booked = [json.loads(line) for line in text.splitlines()]
         times = Counter(entry["order_id"] for entry in booked)
@@ -651,9 +697,9 @@ class Story:
         say("   Each placed order's invoice exactly once, across three processes and two failures.")
 
     async def show_the_locks(self) -> None:
-        """9. The run records and the locks table while the last instance runs, then after."""
+        """10. The run records and the locks table while the last instance runs, then after."""
         say()
-        say(f"9. The jobs' run records, as {self.last.name} reads them from the lock store")
+        say(f"10. The jobs' run records, as {self.last.name} reads them from the lock store")
         async with httpx.AsyncClient(timeout=10) as http:
             answer = await http.get(
                 f"http://127.0.0.1:{self.last.port}/admin/jobs",
@@ -676,7 +722,7 @@ class Story:
 async def draw_the_timeline(event_logs: Path) -> None:
     """10. ``leaselock timeline`` of the instances' event logs, kept after the demo."""
     say()
-    say("10. Who held which lock when: leaselock timeline")
+    say("11. Who held which lock when: leaselock timeline")
     logs = sorted(await asyncio.to_thread(lambda: list(event_logs.glob("*.jsonl"))))
     drawn = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -724,6 +770,9 @@ def show_jobs(jobs: list[dict[str, Any]]) -> None:
         say(f"      last success: {run(job['last_success'])}")
         overdue = "yes" if job["overdue"] else "no"
         say(f"      owner now:    {job['owner'] or '-'}; overdue: {overdue}")
+        missed = job["missed_at"] or "-"
+        paused = "-" if job["paused"] is None else f"by {job['paused']['paused_by']}"
+        say(f"      missed tick:  {missed}; paused: {paused}; failures in a row: {job['failures']}")
 
 
 def show_locks(rows: list[LockRow]) -> None:

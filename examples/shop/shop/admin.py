@@ -1,6 +1,7 @@
-"""The admin endpoints: export invoices, see every job's runs, pause this instance's scheduler.
+"""The admin endpoints: export invoices, see every job's runs, steer the jobs, pause a scheduler.
 
-The export runs under the nightly run's lock; the runs come from the lock store's run records.
+The export runs under the nightly run's lock; the runs come from the lock store's run records;
+a job paused here is paused on every instance (the pause is kept in the lock store).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Annotated, Final, Literal
 from fastapi import APIRouter, Depends, Header, HTTPException, Request, status
 from pydantic import BaseModel
 
-from leaselock import LockNotAcquiredError
-from leaselock.stores import RunRecord
+from leaselock import LockNotAcquiredError, LocksConfigurationError
+from leaselock.stores import JobPause, RunRecord
 
 from .jobs import INVOICE_EXPORT_KEY, ExportResult
 from .state import shop_of
@@ -75,8 +76,25 @@ class JobRun(BaseModel):
     fencing_token: int | None
 
 
+class Pause(BaseModel):
+    """A pause of a job (or of every job under a prefix ending in ``*``) on every instance."""
+
+    target: str
+    note: str
+    paused_by: str
+    paused_at: datetime
+    until: datetime | None
+
+
+class PauseRequest(BaseModel):
+    """Why the job is paused, and for how long (``"2h"``; none: until resumed)."""
+
+    note: str = ""
+    until: str | None = None
+
+
 class JobState(BaseModel):
-    """A job's last run, last success, and where it runs now."""
+    """A job's last run, last success, where it runs now, and what an operator should know."""
 
     job: str
     last_run: JobRun | None
@@ -84,6 +102,21 @@ class JobState(BaseModel):
     owner: str | None
     running_on: str | None
     overdue: bool
+    paused: Pause | None
+    failures: int
+    missed_at: datetime | None
+
+
+def _pause(pause: JobPause | None) -> Pause | None:
+    if pause is None:
+        return None
+    return Pause(
+        target=pause.target,
+        note=pause.note,
+        paused_by=pause.paused_by,
+        paused_at=pause.paused_at,
+        until=pause.until,
+    )
 
 
 def _run(record: RunRecord | None) -> JobRun | None:
@@ -110,9 +143,52 @@ async def jobs(request: Request) -> list[JobState]:
             owner=status.owner,
             running_on=status.running_on,
             overdue=status.overdue,
+            paused=_pause(status.paused),
+            failures=status.failures,
+            missed_at=status.missed_at,
         )
         for status in await shop_of(request.app).locks.jobs()
     ]
+
+
+@router.post("/admin/jobs/{key}/pause", dependencies=[Depends(require_admin_token)])
+async def pause_job(request: Request, key: str, asked: PauseRequest) -> Pause:
+    """Pause the job ``key`` (or every job under ``prefix*``) on every instance.
+
+    Every instance skips its ticks from the next one, saying who paused it and why, until
+    ``/resume`` (or ``until``); its overdue alert is silenced meanwhile.
+    """
+    try:
+        pause = await shop_of(request.app).locks.pause(
+            key, note=asked.note, until=asked.until, by="admin API"
+        )
+    except LocksConfigurationError as error:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(error)) from error
+    paused = _pause(pause)
+    assert paused is not None  # noqa: S101 -- a pause was just made
+    return paused
+
+
+@router.post("/admin/jobs/{key}/resume", dependencies=[Depends(require_admin_token)])
+async def resume_job(request: Request, key: str) -> dict[str, Pause | None]:
+    """Resume ``key`` (as it was paused): it runs from its next tick, no backlog replayed."""
+    return {"resumed": _pause(await shop_of(request.app).locks.resume(key))}
+
+
+@router.post("/admin/jobs/{key}/run", dependencies=[Depends(require_admin_token)])
+async def run_job(request: Request, key: str) -> dict[str, str]:
+    """Run the job ``key`` once, now, on this instance, even while it is paused.
+
+    It runs under its run lock, so never beside a scheduled run of it: 409 while one is in
+    progress; 404 for a job this shop does not have.
+    """
+    try:
+        result = await shop_of(request.app).locks.run_now(key)
+    except LockNotAcquiredError as error:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=str(error)) from error
+    except LocksConfigurationError as error:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=str(error)) from error
+    return {"job": key, "ran": "ok", "result": repr(result)}
 
 
 @router.post("/admin/scheduler/{action}", dependencies=[Depends(require_admin_token)])

@@ -1,4 +1,5 @@
-"""7. The jobs' run records through the admin API, and a scheduler paused and resumed."""
+"""7. The jobs' run records through the admin API, jobs paused, resumed and run by hand, and a
+scheduler paused and resumed."""
 
 from __future__ import annotations
 
@@ -40,3 +41,42 @@ async def test_a_paused_scheduler_fires_nothing_until_resumed(cluster: Cluster) 
     assert job.next_run_time is not None
     unknown = await instance.client.post("/admin/scheduler/stop", headers=HEADERS)
     assert unknown.status_code == 422
+
+
+async def test_a_job_paused_through_one_instance_is_skipped_by_all_run_by_hand_and_resumed(
+    cluster: Cluster,
+) -> None:
+    first, second = await cluster.start_many(2)
+    key = "inventory:stock-reconciliation"
+    paused = await second.client.post(
+        f"/admin/jobs/{key}/pause", headers=HEADERS, json={"note": "stock-taking"}
+    )
+    assert paused.status_code == 200
+    assert (paused.json()["note"], paused.json()["paused_by"]) == ("stock-taking", "admin API")
+
+    assert await cluster.fire(STOCK_RECONCILIATION_JOB, first, second) == [None, None]
+    listed = {
+        job["job"]: job for job in (await first.client.get("/admin/jobs", headers=HEADERS)).json()
+    }
+    assert listed[key]["paused"]["note"] == "stock-taking"
+    assert listed[key]["last_run"] is None
+
+    ran = await first.client.post(f"/admin/jobs/{key}/run", headers=HEADERS)
+    assert ran.status_code == 200
+    status = await first.locks.job_status(key)
+    assert status.last_run is not None
+    assert (status.last_run.trigger, status.last_run.instance) == ("manual", first.name)
+
+    resumed = await first.client.post(f"/admin/jobs/{key}/resume", headers=HEADERS)
+    assert resumed.json()["resumed"]["target"] == key
+    ran_again = await cluster.fire(STOCK_RECONCILIATION_JOB, first, second)
+    assert sum(result is not None for result in ran_again) == 1
+
+    unknown = await first.client.post("/admin/jobs/no-such-job/run", headers=HEADERS)
+    assert unknown.status_code == 404
+    bad = await first.client.post(
+        f"/admin/jobs/{key}/pause", headers=HEADERS, json={"until": "soon"}
+    )
+    assert bad.status_code == 422
+    refused = await first.client.post(f"/admin/jobs/{key}/pause", json={})
+    assert refused.status_code == 403
