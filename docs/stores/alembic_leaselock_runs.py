@@ -61,6 +61,8 @@ def upgrade() -> None:
         sa.Column("failures", sa.Integer(), nullable=False, server_default="0"),
         # milliseconds since the Unix epoch, on the instance's clock that found the tick missed
         sa.Column("missed_at_ms", sa.BigInteger(), nullable=True),
+        # a trigger noted during a run (overlap="buffer_one"): one more run after it
+        sa.Column("buffered", sa.Boolean(), nullable=False, server_default=sa.false()),
         schema=SCHEMA,
         if_not_exists=True,
     )

@@ -25,13 +25,14 @@ __all__ = [
     "LocksConfigurationError",
 ]
 
-DetectedBy = Literal["renewal", "deadline", "shutdown", "max_run"]
+DetectedBy = Literal["renewal", "deadline", "shutdown", "max_run", "replaced"]
 """How a loss was noticed.
 
 ``"renewal"``: the store refused a renewal (someone else holds the key, or the lease expired there).
 ``"deadline"``: ``ttl`` passed since the last renewal the store confirmed (e.g. it was unreachable).
 ``"shutdown"``: the :class:`~leaselock.Locks` closed while the lock was still held.
 ``"max_run"``: a job's run outlived its ``max_run`` cap; its run lock was given up.
+``"replaced"``: a newer run of a job with ``overlap="replace"`` took its run lock.
 """
 
 
@@ -88,6 +89,7 @@ class LockLostError(LockError):
             "deadline": "no renewal was confirmed within its ttl (store unreachable or slow)",
             "shutdown": "its Locks was closed while it was still held",
             "max_run": "the run outlived its max_run cap, so its run lock was given up",
+            "replaced": 'a newer run of its job took its run lock (overlap="replace")',
         }[detected_by]
         super().__init__(
             f"Lost lock {key!r} (fencing token {fencing_token}): {how}. "

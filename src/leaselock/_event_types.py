@@ -60,9 +60,9 @@ EventType: TypeAlias = Literal[
 SkipReason: TypeAlias = Literal[
     "another-instance", "in-progress", "paused", "store-unavailable", "shutting-down"
 ]
-RunTrigger: TypeAlias = Literal["schedule", "manual", "recover"]
+RunTrigger: TypeAlias = Literal["schedule", "manual", "buffered"]
 """Why a run started: its scheduler's tick, ``Locks.run_now()`` (an operator), or a tick that
-re-ran a run whose instance died (``recover=True``)."""
+came while the last run ran (``overlap="buffer_one"``), run right after it."""
 
 
 def _utc_now() -> datetime:
@@ -221,6 +221,7 @@ class LockLost(_EventFields):
             "deadline": "no renewal was confirmed within its ttl",
             "shutdown": "its Locks closed while it was held",
             "max_run": "the run outlived its max_run cap",
+            "replaced": 'a newer run of its job took it (overlap="replace")',
         }[self.detected_by]
         return (
             f'Lost lock "{self.key}" (fencing token {self.fencing_token}), '
@@ -416,24 +417,21 @@ class RunAbandoned(_EventFields):
     """A run of ``job`` never ended: its instance died or lost its lock while it ran.
 
     The next run found it open, its lock gone, and recorded it ``"lost"``
-    (``detected_by="abandoned"``). ``fencing_token`` and ``owner`` are the dead run's;
-    ``started_at`` when it started; ``recovered`` whether this run re-runs it
-    (``recover=True``).
+    (``detected_by="abandoned"``); that run's ``current_run().abandoned`` is it.
+    ``fencing_token`` and ``owner`` are the dead run's; ``started_at`` when it started.
     """
 
     type: Literal["run-abandoned"] = "run-abandoned"
     job: str
     started_at: datetime
-    recovered: bool = False
     level: ClassVar[int] = logging.WARNING
 
     def message(self) -> str:
         """Return the log line."""
         started = self.started_at.isoformat(timespec="seconds")
-        again = "; running it again now" if self.recovered else ""
         return (
             f"A run of {self.job} started {started} on {self.instance or 'another instance'} "
-            f"(fencing token {self.fencing_token}) never ended: recorded as lost{again}"
+            f"(fencing token {self.fencing_token}) never ended: recorded as lost"
         )
 
 

@@ -21,7 +21,15 @@ from ._event_log import EventLog
 from ._events import Events, Publisher
 from ._forks import process_generation, refuse_if_forked
 from ._hold import LockHold
-from ._jobs import F, JobDecorator, JobRuntime, JobStatus, election_decorator, job_decorator
+from ._jobs import (
+    F,
+    JobDecorator,
+    JobRuntime,
+    JobStatus,
+    Overlap,
+    election_decorator,
+    job_decorator,
+)
 from ._keys import default_instance, validate_instance, validate_key
 from ._redact import redact_secrets
 from ._telemetry import telemetry_for
@@ -472,6 +480,7 @@ class Locks:
         expect_every: Duration | None = None,
         alert_after_failures: int | None = None,
         pause_after_failures: int | None = None,
+        overlap: Overlap = "skip",
     ) -> JobDecorator:
         """Never let the decorated job overlap itself, on any instance.
 
@@ -496,6 +505,13 @@ class Locks:
             expect_every: a dead-man's switch, as for :meth:`on_one_instance`.
             alert_after_failures: as for :meth:`on_one_instance`.
             pause_after_failures: as for :meth:`on_one_instance`.
+            overlap: what a tick that finds a run in progress does: ``"skip"`` (the default);
+                ``"buffer_one"``: one more run right after the running one, on its instance
+                (many ticks meanwhile make one run); ``"replace"``: the tick's run takes the
+                run lock with a greater token, the running run's signal aborts
+                (``detected_by="replaced"`` in this process, ``"renewal"`` on another instance,
+                at its next renewal), an async run is cancelled, and its late writes are refused
+                by fencing.
 
         Raises:
             LocksConfigurationError: a bad argument (now), or a key conflict (at start).
@@ -511,6 +527,7 @@ class Locks:
             expect_every=expect_every,
             alert_after_failures=alert_after_failures,
             pause_after_failures=pause_after_failures,
+            overlap=overlap,
         )
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:

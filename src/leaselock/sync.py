@@ -21,7 +21,7 @@ from ._engine import CURRENT_LOCK, Lock, LockSignal, release_logged
 from ._errors import LockNotAcquiredError, LocksConfigurationError
 from ._events import Events
 from ._forks import process_generation, refuse_if_forked
-from ._jobs import CURRENT_RUNTIME, F, JobDecorator, JobStatus
+from ._jobs import CURRENT_RUNTIME, F, JobDecorator, JobStatus, Overlap
 from ._locks import Locks, runtime_of
 from ._threads import Portal
 from .stores._capabilities import LockInfo
@@ -342,6 +342,7 @@ class SyncLocks:
         expect_every: Duration | None = None,
         alert_after_failures: int | None = None,
         pause_after_failures: int | None = None,
+        overlap: Overlap = "skip",
     ) -> JobDecorator:
         """Bind a job that never overlaps itself; see ``Locks.without_overlapping``.
 
@@ -356,6 +357,7 @@ class SyncLocks:
             expect_every=expect_every,
             alert_after_failures=alert_after_failures,
             pause_after_failures=pause_after_failures,
+            overlap=overlap,
         )
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:

@@ -112,8 +112,8 @@ class RoundRobinStore:
     async def start_run(self, start: RunStart) -> RunStartAnswer:
         return await next(self._next).start_run(start)
 
-    async def end_run(self, run: RunRecord) -> None:
-        await next(self._next).end_run(run)
+    async def end_run(self, run: RunRecord) -> bool:
+        return await next(self._next).end_run(run)
 
     async def note_missed(self, job: str, missed_at: datetime) -> None:
         await next(self._next).note_missed(job, missed_at)

@@ -160,15 +160,20 @@ class OperatorStore:
             raise self._out_of_shape("start_run", answer, "a RunStartAnswer")
         return answer
 
-    async def end_run(self, run: RunRecord) -> None:
+    async def end_run(self, run: RunRecord) -> bool:
         """Record ``run``'s end and close it (job control); see ``SupportsJobControl``.
+
+        Returns whether a trigger was noted during it (the job runs once more).
 
         Raises:
             LocksConfigurationError: the store keeps no job control.
-            LockStoreError: the store failed or did not answer in time.
+            LockStoreError: the store failed, did not answer in time, or answered out of shape.
         """
         store = self._job_control()
-        await self._call("end_run", lambda: store.end_run(run))
+        served = await self._call("end_run", lambda: store.end_run(run))
+        if not isinstance(served, bool):
+            raise self._out_of_shape("end_run", served, "True or False")
+        return served
 
     async def note_missed(self, job: str, missed_at: datetime) -> None:
         """Record a missed tick of ``job``.

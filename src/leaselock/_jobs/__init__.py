@@ -8,6 +8,7 @@ from ._current import RunInfo, current_run
 from ._decorators import F, JobDecorator, job_decorator, on_one_instance, without_overlapping
 from ._election import election_decorator, leader_election
 from ._runtime import CURRENT_RUNTIME, JobRuntime, current_runtime, resolve_runtime
+from ._spec import Overlap
 from ._status import JobStatus
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "JobDecorator",
     "JobRuntime",
     "JobStatus",
+    "Overlap",
     "RunInfo",
     "current_run",
     "current_runtime",

@@ -22,9 +22,9 @@ from .._event_types import JobFailing, JobMissed, RunAbandoned, RunTrigger
 from .._events import Publisher
 from .._keys import holder_name
 from ..stores._capabilities import RunRecord
-from ..stores._job_control import JobPause, OpenRun, RunStart, RunStartAnswer
+from ..stores._job_control import JobPause, OpenRun, RunStart, RunStartAnswer, WhenBusy
 from ._records import WallTime
-from ._spec import JobSpec
+from ._spec import JobSpec, Overlap
 
 __all__ = ["JobControl", "StartJudged"]
 
@@ -33,6 +33,11 @@ _log = logging.getLogger("leaselock.jobs")
 # instances firing the same tick differ by less than this: a run started this much before a
 # skipped tick still ran that tick
 SAME_TICK: Final = timedelta(seconds=1)
+_WHEN_BUSY: Final[dict[Overlap, WhenBusy]] = {
+    "skip": "skip",
+    "buffer_one": "buffer",
+    "replace": "replace",
+}
 
 
 @final
@@ -86,7 +91,9 @@ class JobControl:
         if not self.kept:
             return None
         opened = OpenRun(self._instance, token, started_at, trigger)
-        return RunStart(spec.key, opened, ignore_pause=trigger == "manual")
+        manual = trigger == "manual"
+        busy = "skip" if manual else _WHEN_BUSY[spec.overlap]
+        return RunStart(spec.key, opened, ignore_pause=manual, when_busy=busy)
 
     def skipped_elsewhere(self, spec: JobSpec, holder: str | None) -> None:
         """Remember a tick skipped because another instance owns ``spec``."""
@@ -107,6 +114,8 @@ class JobControl:
             opened is not None
             and opened.fencing_token != token
             and (opened.instance, opened.fencing_token) != (self._instance, ended_here)
+            # a run this start replaced records its own end, if it lives to
+            and spec.overlap != "replace"
         ):
             abandoned = _abandoned(spec.key, opened, start.open_run.started_at)
             self._events.emit(

@@ -23,14 +23,14 @@ class RunInfo:
         job: the job's key.
         lock: the run's lock (``current_lock()``): its signal, its fencing token.
         trigger: why it runs: ``"schedule"`` (a tick), ``"manual"`` (``Locks.run_now``) or
-            ``"recover"`` (re-running a run whose instance died, ``recover=True``).
+            ``"buffered"`` (a tick that came during the previous run, ``overlap="buffer_one"``).
         started_at: when it started (UTC).
         previous: the job's last finished run before this one, anywhere (its outcome,
             ``ended_at`` and ``fencing_token``), or ``None`` (none recorded, or the store
             keeps no run records). For "process everything since the last success", use
             ``Locks.job_status(job)``'s ``last_success`` or this run's ``previous``.
         abandoned: a run of the job that never ended (its instance died), found by this run's
-            start and recorded as lost, else ``None``.
+            start and recorded as lost, else ``None``: its work may be half done.
 
     .. versionadded:: 0.2
     """

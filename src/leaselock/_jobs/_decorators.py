@@ -18,7 +18,7 @@ from .._durations import Duration, parse_ttl, parse_wait
 from .._errors import LocksConfigurationError
 from .._keys import refuse_function_as_key, validate_key
 from ._runtime import JobRuntime, resolve_runtime
-from ._spec import JOB_ATTRIBUTE, JobKind, JobOptions, JobSpec
+from ._spec import JOB_ATTRIBUTE, OVERLAPS, JobKind, JobOptions, JobSpec, Overlap
 
 __all__ = [
     "F",
@@ -62,6 +62,7 @@ def job_decorator(
     expect_every: Duration | None = None,
     alert_after_failures: int | None = None,
     pause_after_failures: int | None = None,
+    overlap: Overlap = "skip",
 ) -> JobDecorator:
     """Return the decorator of ``kind`` (``runtime`` given: the bound form)."""
     refuse_function_as_key(key, f"@{'locks' if runtime is not None else 'leaselock'}.{kind}", "()")
@@ -69,6 +70,11 @@ def job_decorator(
     ttl_ms = None if ttl is None else parse_ttl(ttl)
     if not isinstance(cancel_on_loss, bool):
         raise LocksConfigurationError(f"cancel_on_loss={cancel_on_loss!r}; pass True or False")
+    if overlap not in OVERLAPS:
+        raise LocksConfigurationError(
+            f'overlap={overlap!r}; pass "skip" (a tick during a run is skipped), "buffer_one" '
+            '(one more run right after it) or "replace" (the running run is stopped)'
+        )
     options = JobOptions(
         min_hold_ms=None if min_hold is None else parse_wait(min_hold, name="min_hold"),
         max_run_ms=None if max_run is None else parse_ttl(max_run, name="max_run"),
@@ -79,6 +85,7 @@ def job_decorator(
         ),
         alert_after_failures=_failures(alert_after_failures, "alert_after_failures"),
         pause_after_failures=_failures(pause_after_failures, "pause_after_failures"),
+        overlap=overlap,
     )
 
     def decorate(function: F) -> F:
@@ -203,6 +210,7 @@ def without_overlapping(
     expect_every: Duration | None = None,
     alert_after_failures: int | None = None,
     pause_after_failures: int | None = None,
+    overlap: Overlap = "skip",
 ) -> JobDecorator:
     """Mark a job that never overlaps itself; bound by ``locks.register`` or the current Locks.
 
@@ -223,6 +231,13 @@ def without_overlapping(
         expect_every: a dead-man's switch, as for :func:`on_one_instance`.
         alert_after_failures: as for :func:`on_one_instance`.
         pause_after_failures: as for :func:`on_one_instance`.
+        overlap: what a tick that finds a run in progress does: ``"skip"`` (the default);
+            ``"buffer_one"``: one more run starts right after the running one ends, on its
+            instance (ticks meanwhile make one run, not a backlog); ``"replace"``: the tick
+            takes the run lock with a greater token, the running run's signal aborts
+            (``detected_by="replaced"`` when it runs in this process, ``"renewal"`` when
+            elsewhere, at its next renewal), an async run is cancelled, and its late writes are
+            refused by fencing. Both need a store that keeps job control (every shipped one).
 
     .. versionadded:: 0.1
     .. versionchanged:: 0.2 ``min_hold``, ``max_run``, ``cancel_on_loss``, ``expect_every``,
@@ -239,4 +254,5 @@ def without_overlapping(
         expect_every=expect_every,
         alert_after_failures=alert_after_failures,
         pause_after_failures=pause_after_failures,
+        overlap=overlap,
     )

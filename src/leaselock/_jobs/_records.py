@@ -7,6 +7,7 @@ keep a record never fails the run: the failure is logged, and the job goes on.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, final
 
@@ -16,7 +17,7 @@ from .._errors import LocksConfigurationError, LockStoreError
 from .._event_types import RunTrigger
 from ..stores._capabilities import RunOutcome, RunRecord
 
-__all__ = ["MAX_ERROR_CHARS", "RunRecords", "WallTime", "describe_error"]
+__all__ = ["MAX_ERROR_CHARS", "Recorded", "RunRecords", "WallTime", "describe_error"]
 
 MAX_ERROR_CHARS: Final = 500
 """A recorded error's ``"Type: message"`` is cut to this many characters."""
@@ -59,6 +60,15 @@ def describe_error(error: BaseException) -> str:
 
 
 @final
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A run's end as the store kept it, and whether a tick was noted during the run."""
+
+    run: RunRecord
+    buffered: bool
+
+
+@final
 class RunRecords:
     """Keeps each run's end in the store of one Locks."""
 
@@ -87,11 +97,12 @@ class RunRecords:
         error: str | None,
         trigger: RunTrigger = "schedule",
         closes_open_run: bool = False,
-    ) -> RunRecord | None:
-        """Keep one run's end in the store; return the record, or ``None`` if it was not kept.
+    ) -> Recorded | None:
+        """Keep one run's end in the store; return what was kept, or ``None`` if it was not.
 
         With ``closes_open_run`` (its start opened it, on a store that keeps job control), the
-        same round trip closes the open run and counts the failure streak.
+        same round trip closes the open run, counts the failure streak, and says whether a tick
+        was noted during the run.
 
         Never raises for a store failure: it is logged (a WARNING at the first failure of a
         streak, then DEBUG until one succeeds), and the job goes on.
@@ -108,9 +119,10 @@ class RunRecords:
             error=error,
             trigger=trigger,
         )
+        buffered = False
         try:
             if closes_open_run:
-                await self._operator.end_run(run)
+                buffered = await self._operator.end_run(run)
             else:
                 await self._operator.record_run(run)
         except (LockStoreError, LocksConfigurationError) as failure:
@@ -126,4 +138,4 @@ class RunRecords:
             self._failing = True
             return None
         self._failing = False
-        return run
+        return Recorded(run, buffered)

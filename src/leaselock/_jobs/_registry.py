@@ -108,6 +108,23 @@ class Registry:
         self._check_ttls(min_ttl_ms)
         self._check_keys()
 
+    def check_overlaps(self, store: object, *, keeps_job_control: bool) -> None:
+        """Refuse an ``overlap`` policy the store cannot keep.
+
+        Raises:
+            LocksConfigurationError: a job asks for ``"buffer_one"`` or ``"replace"`` and the
+                store keeps no job control.
+        """
+        if keeps_job_control:
+            return
+        for spec in self._jobs:
+            if spec.overlap != "skip":
+                raise LocksConfigurationError(
+                    f'{spec.describe()} has overlap="{spec.overlap}", which needs a store that '
+                    f"keeps job control (leaselock.stores.SupportsJobControl), and {store!r} "
+                    'does not; use a shipped store, or overlap="skip"'
+                )
+
     def _check_ttls(self, min_ttl_ms: int) -> None:
         for spec in self._jobs:
             for ttl_ms in (spec.one_instance_ttl_ms, spec.no_overlap_ttl_ms):

@@ -217,6 +217,12 @@ class JobRuns:
         self._idle.clear()
         return run
 
+    def _stop_replaced(self, spec: JobSpec, token: int | None) -> None:
+        """A newer run took the run lock: the run it replaced aborts now, if it runs here."""
+        for run in list(self._active):
+            if run.spec is spec and run.run_lease is not None and run.lock.fencing_token == token:
+                self._engine.give_up(run.run_lease, "replaced")
+
     def _abandon_start(self, run_lease: Lease | None, unlink: Callable[[], None] | None) -> None:
         """Let go of a run cancelled before it began: its lock must not stay renewed for ever."""
         if unlink is not None:
@@ -259,6 +265,8 @@ class JobRuns:
         if answer is not None and answer.pause is not None:
             self._skip(spec, "paused", holder=answer.pause.paused_by, note=answer.pause.note)
             return None
+        if answer is not None and answer.open_run is not None and spec.overlap == "replace":
+            self._stop_replaced(spec, answer.open_run.fencing_token)
         return run_lease, answer
 
     def _capper(self, run: JobRun) -> Callable[[], Awaitable[None]]:
@@ -338,12 +346,14 @@ class JobRuns:
 
         return let_go
 
-    async def end(self, run: JobRun, outcome: RunOutcome, error: str | None) -> None:
+    async def end(self, run: JobRun, outcome: RunOutcome, error: str | None) -> bool:
         """End ``run``: release its run lock (a failure is logged), then record how it went.
 
         The lease is kept. A run whose lock was lost meanwhile is recorded ``"lost"`` whatever
         it returned. With ``min_hold``, a run that ended sooner keeps its run lock at the store
         for the rest of it (one last renewal, no waiting), so duplicates of its tick skip.
+        Returns whether a tick came during it for a job with ``overlap="buffer_one"``: the
+        caller runs the job once more.
         """
         ended_ms = self._clock.now_ms()
         if run.lock.signal.reason is not None:
@@ -356,7 +366,7 @@ class JobRuns:
             if run.run_lease is not None:
                 keep_ms = (run.spec.min_hold_ms or 0) - (ended_ms - run.started_ms)
                 await self._engine.hand_back(run.run_lease, keep_ms)
-            await self._record_end(run, outcome, error, ended_ms)
+            buffered = await self._record_end(run, outcome, error, ended_ms)
             telemetry = self._engine.telemetry
             if telemetry is not None:
                 telemetry.job_ran(run.spec.key, outcome, (ended_ms - run.started_ms) / 1000)
@@ -366,11 +376,15 @@ class JobRuns:
             self._active.discard(run)
             if not self._active:
                 self._idle.set()
+        return buffered and run.spec.overlap == "buffer_one" and not self._closing
 
     async def _record_end(
         self, run: JobRun, outcome: RunOutcome, error: str | None, ended_ms: int
-    ) -> None:
-        """Keep the run's end in the store, tell its events, and count its failure streak."""
+    ) -> bool:
+        """Keep the run's end in the store, tell its events, and count its failure streak.
+
+        Returns whether a tick was noted during the run (``overlap="buffer_one"``).
+        """
         recorded = await self.records.record(
             run.spec.key,
             fencing_token=run.lock.fencing_token,
@@ -399,6 +413,7 @@ class JobRuns:
             self.overdue.succeeded(run.spec.key)
         elif outcome == "error" and run.failures_before is not None:
             await self.control.failed(run.spec, run.failures_before, error)
+        return recorded is not None and recorded.buffered
 
     async def drain(self, grace_ms: int) -> None:
         """Skip new ticks and wait up to ``grace_ms`` for runs in progress to finish.

@@ -169,6 +169,8 @@ class JobRuntime:
     def _serve_late_registrations(self) -> None:
         """Check, watch and campaign for what was registered after the start."""
         self._registry.check(self._min_ttl_ms)
+        if self._engine is not None:
+            self._check_overlaps(self._engine)
         if self._runs is not None:
             for job in self._registry.jobs:
                 self._runs.overdue.watch(job)
@@ -182,6 +184,7 @@ class JobRuntime:
 
         What this context starts next (a scheduler, its jobs' tasks) runs under this runtime.
         """
+        self._check_overlaps(engine)
         self._engine = engine
         self._loop = asyncio.get_running_loop()
         self._generation = process_generation()
@@ -198,6 +201,11 @@ class JobRuntime:
         _STARTED.add(self)
         CURRENT_RUNTIME.set(self)
         await asyncio.gather(*(campaign.start() for campaign in self._new_campaigns()))
+
+    def _check_overlaps(self, engine: LockEngine) -> None:
+        self._registry.check_overlaps(
+            engine.store.inner, keeps_job_control=engine.operator.keeps_job_control
+        )
 
     async def close(self, grace_ms: int) -> None:
         """Step down from elections, let runs finish (up to ``grace_ms``), hand leases back."""
@@ -329,7 +337,9 @@ class JobRuntime:
             return None
         token = CURRENT_LOCK.set(run.lock)
         current = CURRENT_RUN.set(run.info)
-        cancelled_for_loss = CancelOnLoss(run) if spec.cancel_on_loss else None
+        # a replaced run stops: its work is the newer run's now
+        cancels = spec.cancel_on_loss or spec.overlap == "replace"
+        cancelled_for_loss = CancelOnLoss(run) if cancels else None
         ending = _Ending()
         try:
             return await function(*args, **kwargs)
@@ -346,7 +356,8 @@ class JobRuntime:
                 cancelled_for_loss.stop()
             CURRENT_RUN.reset(current)
             CURRENT_LOCK.reset(token)
-            await self._on_own_loop(self._end(run, ending))
+            if await self._on_own_loop(self._end(run, ending)):
+                self._run_again(spec, function, args, kwargs)
 
     def run_sync(
         self,
@@ -394,7 +405,37 @@ class JobRuntime:
         finally:
             CURRENT_RUN.reset(current)
             CURRENT_LOCK.reset(token)
-            call_in_loop(loop, self._end(run, ending))
+            if call_in_loop(loop, self._end(run, ending)):
+                self._run_again(spec, function, args, kwargs)
+
+    def _run_again(
+        self,
+        spec: JobSpec,
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        """Start the one run a tick during the last one asked for (``overlap="buffer_one"``).
+
+        It runs on this runtime's loop (a sync job in a worker thread), recorded
+        ``trigger="buffered"``; what it raises is logged, as no scheduler waits for it.
+        """
+
+        async def again() -> None:
+            try:
+                if inspect.iscoroutinefunction(function):
+                    await self._run_async(spec, function, args, kwargs, "buffered")
+                else:
+                    await asyncio.to_thread(
+                        self._run_sync, spec, function, args, kwargs, "buffered"
+                    )
+            except Exception:  # noqa: BLE001 -- no scheduler waits for this run: it is logged
+                _log.exception(
+                    "The run of %s that a tick during the last one asked for raised", spec.key
+                )
+
+        loop = self._usable_loop()
+        loop.call_soon_threadsafe(lambda: self._spawn(again()))
 
     async def run_now(self, key: str) -> object:
         """Run the job ``key`` once here, now, under its run lock, whatever its pause or lease.
@@ -426,9 +467,9 @@ class JobRuntime:
         assert self._runs is not None  # noqa: S101 -- set by start()
         return await self._runs.begin(spec, trigger)
 
-    async def _end(self, run: JobRun, ending: _Ending) -> None:
+    async def _end(self, run: JobRun, ending: _Ending) -> bool:
         assert self._runs is not None  # noqa: S101 -- a run exists only once started
-        await self._runs.end(run, ending.outcome, ending.error)
+        return await self._runs.end(run, ending.outcome, ending.error)
 
     async def _begin_from_any_loop(self, spec: JobSpec, trigger: RunTrigger) -> JobRun | None:
         loop = self._usable_loop()

@@ -13,15 +13,19 @@ __all__ = [
     "DEFAULT_ALERT_AFTER_FAILURES",
     "ELECTION_ATTRIBUTE",
     "JOB_ATTRIBUTE",
+    "OVERLAPS",
     "ElectionSpec",
     "JobKind",
     "JobOptions",
     "JobSpec",
+    "Overlap",
     "election_spec_of",
     "job_spec_of",
 ]
 
 JobKind = Literal["on_one_instance", "without_overlapping"]
+Overlap = Literal["skip", "buffer_one", "replace"]
+OVERLAPS: tuple[Overlap, ...] = ("skip", "buffer_one", "replace")
 
 JOB_ATTRIBUTE = "__leaselock_job__"
 DEFAULT_ALERT_AFTER_FAILURES = 3
@@ -40,6 +44,7 @@ class JobOptions:
     expect_every_ms: int | None = None
     alert_after_failures: int | None = None
     pause_after_failures: int | None = None
+    overlap: Overlap = "skip"
 
 
 @final
@@ -60,6 +65,7 @@ class JobSpec:
     expect_every_ms: int | None = None
     alert_after_failures: int = DEFAULT_ALERT_AFTER_FAILURES
     pause_after_failures: int | None = None
+    overlap: Overlap = "skip"
 
     @property
     def key(self) -> str:
@@ -99,6 +105,7 @@ class JobSpec:
                 raise _twice(kind, self)
             self.no_overlap, self.no_overlap_ttl_ms = True, ttl_ms
             self.min_hold_ms, self.max_run_ms = chosen.min_hold_ms, chosen.max_run_ms
+            self.overlap = chosen.overlap
         self.cancel_on_loss = self.cancel_on_loss or chosen.cancel_on_loss
         if chosen.alert_after_failures is not None:
             self.alert_after_failures = chosen.alert_after_failures

@@ -97,6 +97,8 @@ def lock_tables(
         sa.Column("open_run", postgresql.JSONB(), nullable=True),
         sa.Column("failures", sa.Integer(), nullable=False, server_default="0"),
         sa.Column("missed_at_ms", sa.BigInteger(), nullable=True),
+        # a trigger noted during a run (overlap="buffer_one"): one more run after it
+        sa.Column("buffered", sa.Boolean(), nullable=False, server_default=sa.false()),
         schema=schema,
     )
     return sa.Table(

@@ -53,7 +53,8 @@ class RunRecord:
         ended_at: when it ended (the same clock).
         outcome: how it ended, see :data:`RunOutcome`.
         error: ``"TypeName: message"`` when the outcome is ``"error"``, else ``None``.
-        trigger: why it started: ``"schedule"``, ``"manual"`` (``run_now``) or ``"recover"``.
+        trigger: why it started: ``"schedule"``, ``"manual"`` (``run_now``) or ``"buffered"``
+            (a tick that came during the previous run, ``overlap="buffer_one"``).
         detected_by: for a ``"lost"`` run, how the loss was noticed (``"abandoned"``: the
             next run found it never ended), else ``None``.
     """
@@ -125,7 +126,9 @@ class SupportsRunRecords(Protocol):
     async def record_run(self, run: RunRecord) -> None:
         """Keep ``run`` as the job's last run, and as its last success if it went well.
 
-        One round trip.
+        Unless the run kept there started later than ``run``, or in the same millisecond with a
+        greater token (a run that was replaced, or ended late, does not hide a newer one). One
+        round trip.
         """
         ...
 
@@ -166,9 +169,23 @@ def from_epoch_ms(ms: int) -> datetime:
 
 
 def with_run(record: JobRecord | None, run: RunRecord) -> JobRecord:
-    """Return ``record`` with ``run`` kept as its last run (and last success when it went well)."""
-    last_success = record.last_success if record is not None else None
-    return JobRecord(run.job, run, run if run.outcome == "ok" else last_success)
+    """Return ``record`` with ``run`` kept as its last run (and last success when it went well).
+
+    A run that started before the one kept (or in the same millisecond with a smaller token)
+    stays out: a replaced or late run ending last does not hide the newer one.
+    """
+    last = None if record is None else record.last_run
+    success = None if record is None else record.last_success
+    if last is None or _order(run) >= _order(last):
+        last = run
+    if run.outcome == "ok" and (success is None or _order(run) >= _order(success)):
+        success = run
+    return JobRecord(run.job, last, success)
+
+
+def _order(run: RunRecord) -> tuple[datetime, int]:
+    # runs that started in the same millisecond: the greater token is the newer run
+    return run.started_at, -1 if run.fencing_token is None else run.fencing_token
 
 
 def run_row(run: RunRecord) -> dict[str, object]:
@@ -228,7 +245,7 @@ def run_from_row(row: Sequence[object]) -> RunRecord:
         ended_at=from_epoch_ms(int(cast("int", ended_at_ms))),
         outcome=_outcome(outcome),
         error=None if error is None else str(error),
-        trigger=trigger if trigger in ("manual", "recover") else "schedule",
+        trigger=cast("RunTrigger", trigger if trigger in get_args(RunTrigger) else "schedule"),
         detected_by=None if detected_by is None else str(detected_by),
     )
 

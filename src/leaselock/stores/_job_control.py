@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, cast, final, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, cast, final, get_args, runtime_checkable
 
 from .._event_types import RunTrigger
 from ._capabilities import RunRecord, epoch_ms, from_epoch_ms
@@ -25,12 +25,18 @@ __all__ = [
     "RunStart",
     "RunStartAnswer",
     "SupportsJobControl",
+    "WhenBusy",
     "open_run_from_json",
     "open_run_json",
     "pause_from_json",
     "pause_json",
     "pause_matches",
 ]
+
+
+WhenBusy: TypeAlias = Literal["skip", "buffer", "replace"]
+"""What a start does when a live lock holds its run lock: nothing (``"skip"``); note one trigger
+for the holder's end (``"buffer"``); or take the lock from it (``"replace"``)."""
 
 
 @final
@@ -67,7 +73,7 @@ class OpenRun:
         instance: the label of the instance running it.
         fencing_token: its token.
         started_at: when it started (UTC, the running instance's clock).
-        trigger: why it started: ``"schedule"``, ``"manual"`` or ``"recover"``.
+        trigger: why it started: ``"schedule"``, ``"manual"`` or ``"buffered"``.
     """
 
     instance: str
@@ -90,6 +96,9 @@ class RunStart:
         owner: the owner id of the lock to take.
         ttl_ms: its ttl.
         ignore_pause: start even if paused (a manual run).
+        when_busy: what to do when a live lock holds ``take_key``: ``"skip"`` (write nothing),
+            ``"buffer"`` (remember one trigger, which the holder's :meth:`end_run` answers),
+            ``"replace"`` (take it anyway, with a greater token: the holder's renewals fail).
     """
 
     job: str
@@ -98,6 +107,7 @@ class RunStart:
     owner: str = ""
     ttl_ms: int = 0
     ignore_pause: bool = False
+    when_busy: WhenBusy = "skip"
 
 
 @final
@@ -154,17 +164,21 @@ class SupportsJobControl(Protocol):
 
         Unless ``start.ignore_pause``, a live :class:`JobPause` whose target matches the job
         stops the start: nothing is taken or written. Else, when ``start.take_key`` is given,
-        it is acquired as :meth:`~leaselock.stores.LockStore.acquire` would; if that fails,
-        nothing is written. Else ``start.open_run`` (with the token taken, if any) becomes the
-        job's open run. The answer carries the state from before the start.
+        it is acquired as :meth:`~leaselock.stores.LockStore.acquire` would; if a live lock
+        holds it, ``start.when_busy`` says what happens: ``"skip"`` writes nothing, ``"buffer"``
+        notes one trigger for the job, ``"replace"`` takes the key anyway with a greater token.
+        A start that goes on makes ``start.open_run`` (with the token taken, if any) the job's
+        open run and clears a noted trigger. The answer carries the state from before the start.
         """
         ...
 
-    async def end_run(self, run: RunRecord) -> None:
+    async def end_run(self, run: RunRecord) -> bool:
         """Record ``run`` as ``record_run`` does, close it if it is the open run, and count it.
 
         The open run is cleared when its token and start are ``run``'s; the failure streak
-        grows by one for ``"error"``, goes to 0 for ``"ok"``, and is kept otherwise.
+        grows by one for ``"error"``, goes to 0 for ``"ok"``, and is kept otherwise. Returns
+        whether a trigger was noted (``when_busy="buffer"``) while ``run`` was the open run,
+        clearing it: the caller runs the job once more.
         """
         ...
 
@@ -253,5 +267,5 @@ def open_run_from_json(text: str | bytes | None) -> OpenRun | None:
         instance=str(kept.get("instance") or ""),
         fencing_token=None if token is None else int(token),
         started_at=from_epoch_ms(int(kept["started_at_ms"])),
-        trigger=cast("RunTrigger", trigger if trigger in ("manual", "recover") else "schedule"),
+        trigger=cast("RunTrigger", trigger if trigger in get_args(RunTrigger) else "schedule"),
     )

@@ -20,7 +20,8 @@ CREATE TABLE IF NOT EXISTS {jobs} (
     pause jsonb,
     open_run jsonb,
     failures integer NOT NULL DEFAULT 0,
-    missed_at_ms bigint
+    missed_at_ms bigint,
+    buffered boolean NOT NULL DEFAULT false
 )"""
 
 # no input, no output: the columns a runs table made by an earlier leaselock lacks
@@ -31,12 +32,15 @@ ALTER TABLE {runs}
 
 # $1 job, $2 run lock key (NULL: no lock to take), $3 owner, $4 ttl_ms, $5 the open run as JSON
 # (its token is filled in here), $6 the run's token when no lock is taken, $7 ignore pauses,
-# $8 now as epoch ms (the caller's wall clock, which a pause's until_ms is on)
+# $8 now as epoch ms (the caller's wall clock, which a pause's until_ms is on), $9 when busy:
+# 'skip', 'buffer' or 'replace'
 # -> one row: (token taken, holder of the lock that kept it out, pause target, pause, the job's
 # open run before, its failures, its last run's columns). A live pause stops everything; else
 # the lock is taken as ACQUIRE_SQL takes it (one statement: the row lock decides one winner, the
-# row's own token is the floor); the open run is written only if the lock was taken, or none was
-# asked for. Every read in the outer SELECT sees the state from before the statement.
+# row's own token is the floor), or from a live holder with 'replace'; a busy 'buffer' start
+# notes one trigger; the open run is written (and a noted trigger cleared) only if the lock was
+# taken, or none was asked for. Every read in the outer SELECT sees the state from before the
+# statement.
 START_RUN_SQL: Final = """\
 WITH paused AS (
     SELECT name, pause FROM {jobs}
@@ -56,6 +60,7 @@ WITH paused AS (
            fencing_token = greatest(nextval({sequence_name}), existing.fencing_token + 1),
            expires_at = excluded.expires_at
      WHERE existing.owner IS NULL OR existing.expires_at <= clock_timestamp()
+        OR CAST($9 AS text) = 'replace'
     RETURNING existing.fencing_token
 ), opened AS (
     INSERT INTO {jobs} AS kept (name, open_run)
@@ -65,7 +70,14 @@ WITH paused AS (
                                                 CAST($6 AS bigint))), 'null'::jsonb))
      WHERE NOT EXISTS (SELECT FROM paused)
        AND (CAST($2 AS text) IS NULL OR EXISTS (SELECT FROM taken))
-    ON CONFLICT (name) DO UPDATE SET open_run = excluded.open_run
+    ON CONFLICT (name) DO UPDATE SET open_run = excluded.open_run, buffered = false
+    RETURNING 1
+), noted AS (
+    INSERT INTO {jobs} AS kept (name, buffered)
+    SELECT CAST($1 AS text), true
+     WHERE CAST($9 AS text) = 'buffer' AND CAST($2 AS text) IS NOT NULL
+       AND NOT EXISTS (SELECT FROM paused) AND NOT EXISTS (SELECT FROM taken)
+    ON CONFLICT (name) DO UPDATE SET buffered = true
     RETURNING 1
 )
 SELECT (SELECT fencing_token FROM taken),
@@ -79,22 +91,26 @@ SELECT (SELECT fencing_token FROM taken),
   FROM (SELECT) AS one
   LEFT JOIN {runs} AS last ON last.job = CAST($1 AS text) AND last.kind = 'last'"""
 
-# the input of RECORD_RUN_SQL -> one row (true). Records the run, clears the job's open run if it is
-# this one (same token and start), and counts the failure streak: +1 for "error", 0 for "ok".
+# the input of RECORD_RUN_SQL -> one row: whether a trigger was noted while the run was open.
+# Records the run, clears the job's open run if it is this one (same token and start) with the
+# trigger noted meanwhile, and counts the failure streak: +1 for "error", 0 for "ok".
 END_RUN_SQL: Final = """\
 WITH recorded AS (
 {record_run}
+), prior AS (
+    SELECT open_run->'token' = coalesce(to_jsonb(CAST($3 AS bigint)), 'null'::jsonb)
+           AND CAST(open_run->>'started_at_ms' AS bigint) = CAST($4 AS bigint) AS closes,
+           buffered
+      FROM {jobs} WHERE name = CAST($1 AS text)
 )
 INSERT INTO {jobs} AS kept (name, failures)
 VALUES (CAST($1 AS text), CASE WHEN CAST($6 AS text) = 'error' THEN 1 ELSE 0 END)
 ON CONFLICT (name) DO UPDATE
-   SET open_run = CASE
-           WHEN kept.open_run->'token' = coalesce(to_jsonb(CAST($3 AS bigint)), 'null'::jsonb)
-            AND CAST(kept.open_run->>'started_at_ms' AS bigint) = CAST($4 AS bigint)
-           THEN NULL ELSE kept.open_run END,
+   SET open_run = CASE WHEN (SELECT closes FROM prior) THEN NULL ELSE kept.open_run END,
+       buffered = CASE WHEN (SELECT closes FROM prior) THEN false ELSE kept.buffered END,
        failures = CASE CAST($6 AS text) WHEN 'ok' THEN 0
                        WHEN 'error' THEN kept.failures + 1 ELSE kept.failures END
-RETURNING true"""
+RETURNING coalesce((SELECT closes AND buffered FROM prior), false)"""
 
 # $1 job, $2 missed tick as epoch ms -> one row (true)
 NOTE_MISSED_SQL: Final = """\

@@ -123,7 +123,9 @@ SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
 
 # $1 job, $2 instance, $3 fencing_token (NULL: none), $4 started_at_ms, $5 ended_at_ms,
 # $6 outcome, $7 error, $8 trigger, $9 detected_by -> the kinds written. One statement: the
-# job's "last" row, and its "success" row when the outcome is "ok".
+# job's "last" row, and its "success" row when the outcome is "ok", each unless the run kept
+# there started later, or in the same millisecond with a greater token (a replaced or late run
+# does not hide a newer one).
 RECORD_RUN_SQL: Final = """\
 INSERT INTO {runs} AS kept
        (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error, trigger,
@@ -138,6 +140,9 @@ SELECT CAST($1 AS text), kind, CAST($2 AS text), CAST($3 AS bigint), CAST($4 AS 
        started_at_ms = excluded.started_at_ms, ended_at_ms = excluded.ended_at_ms,
        outcome = excluded.outcome, error = excluded.error, trigger = excluded.trigger,
        detected_by = excluded.detected_by
+ WHERE excluded.started_at_ms > kept.started_at_ms
+    OR (excluded.started_at_ms = kept.started_at_ms
+        AND coalesce(excluded.fencing_token, -1) >= coalesce(kept.fencing_token, -1))
 RETURNING kind"""
 
 # no input -> (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error,

@@ -1,7 +1,8 @@
 """The job-control half of RedisLockStore: its Lua scripts, and how their replies read.
 
 Two hashes beside the runs hash: ``<prefix>jobs`` (fields ``open:<job>``, ``failures:<job>``,
-``missed:<job>``) and ``<prefix>pauses`` (one field per pause target, its pause as JSON).
+``missed:<job>``, ``buffered:<job>``) and ``<prefix>pauses`` (one field per pause target, its
+pause as JSON).
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ START_RUN: Final = script(
 -- KEYS[4] = run lock key, KEYS[5] = fencing-token counter (both absent: no lock to take)
 -- ARGV[1] = job, ARGV[2] = owner, ARGV[3] = ttl_ms, ARGV[4] = the open run as JSON up to its
 -- token, ARGV[5] = the run's token when no lock is taken ('' for none), ARGV[6] = '1' to ignore
--- pauses, ARGV[7] = now as epoch ms (the caller's wall clock, that of a pause's until_ms)
+-- pauses, ARGV[7] = now as epoch ms (the caller's wall clock, that of a pause's until_ms),
+-- ARGV[8] = when busy: 'skip', 'buffer' (note one trigger) or 'replace' (take it anyway)
 -- -> {status, token or holder, pause target, pause, open run before, last run, failures}, status
---    'paused' (nothing written), 'busy' (the lock is held: nothing written), 'started'
+--    'paused' (nothing written), 'busy' (the lock is held: nothing written but a noted
+--    trigger), 'started'
 local job = ARGV[1]
 local open_before = redis.call('HGET', KEYS[2], 'open:' .. job)
 local last = redis.call('HGET', KEYS[3], 'last:' .. job)
@@ -79,7 +82,12 @@ if ARGV[6] ~= '1' then
 end
 local token = ARGV[5]
 if #KEYS == 5 then
-  if not redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3], 'NX') then
+  if ARGV[8] == 'replace' then
+    redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
+  elseif not redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3], 'NX') then
+    if ARGV[8] == 'buffer' then
+      redis.call('HSET', KEYS[2], 'buffered:' .. job, '1')
+    end
     return {'busy', redis.call('GET', KEYS[4]), false, false, open_before, last, failures}
   end
   token = string.format('%d', redis.call('INCR', KEYS[5]))
@@ -88,6 +96,7 @@ if token == '' then
   token = 'null'
 end
 redis.call('HSET', KEYS[2], 'open:' .. job, ARGV[4] .. token .. '}')
+redis.call('HDEL', KEYS[2], 'buffered:' .. job)
 return {'started', token, false, false, open_before, last, failures}
 """,
 )
@@ -97,22 +106,42 @@ END_RUN: Final = script(
     """
 -- KEYS[1] = runs hash, KEYS[2] = jobs hash
 -- ARGV[1] = job, ARGV[2] = the run as JSON, ARGV[3] = '1' if it went well, ARGV[4] = its
--- outcome, ARGV[5] = the open run as START_RUN kept it for this run
--- -> 1. Records the run, clears the open run if it is this one, counts the failure streak.
+-- outcome, ARGV[5] = the open run as START_RUN kept it for this run, ARGV[6] = its started_at_ms,
+-- ARGV[7] = its token (-1: none)
+-- -> 1 if a trigger was noted while this run was open (cleared now), else 0. Records the run
+--    (unless the run kept started later), clears the open run if it is this one, counts the
+--    failure streak.
 local job = ARGV[1]
-redis.call('HSET', KEYS[1], 'last:' .. job, ARGV[2])
+local served = 0
+local function keep(field)
+  local kept = redis.call('HGET', KEYS[1], field)
+  if kept then
+    local was = cjson.decode(kept)
+    local started, token = tonumber(ARGV[6]), tonumber(ARGV[7])
+    local was_token = was['fencing_token']
+    if was_token == cjson.null then
+      was_token = -1
+    end
+    if was.started_at_ms > started or (was.started_at_ms == started and was_token > token) then
+      return
+    end
+  end
+  redis.call('HSET', KEYS[1], field, ARGV[2])
+end
+keep('last:' .. job)
 if ARGV[3] == '1' then
-  redis.call('HSET', KEYS[1], 'success:' .. job, ARGV[2])
+  keep('success:' .. job)
 end
 if redis.call('HGET', KEYS[2], 'open:' .. job) == ARGV[5] then
   redis.call('HDEL', KEYS[2], 'open:' .. job)
+  served = redis.call('HDEL', KEYS[2], 'buffered:' .. job)
 end
 if ARGV[4] == 'ok' then
   redis.call('HDEL', KEYS[2], 'failures:' .. job)
 elseif ARGV[4] == 'error' then
   redis.call('HINCRBY', KEYS[2], 'failures:' .. job, 1)
 end
-return 1
+return served
 """,
 )
 

@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS {jobs} (
     pause        TEXT,
     open_run     TEXT,
     failures     INTEGER NOT NULL DEFAULT 0,
-    missed_at_ms INTEGER
+    missed_at_ms INTEGER,
+    buffered     INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID
 """
 
@@ -47,8 +48,8 @@ RUN_COLUMNS_ADDED: Final = (
 # -> (name, pause) of every pause kept
 _PAUSES: Final = "SELECT name, pause FROM {jobs} WHERE pause IS NOT NULL ORDER BY name"
 
-# :job -> (open_run, failures, missed_at_ms) or nothing
-_STATE: Final = "SELECT open_run, failures, missed_at_ms FROM {jobs} WHERE name = :job"
+# :job -> (open_run, failures, missed_at_ms, buffered) or nothing
+_STATE: Final = "SELECT open_run, failures, missed_at_ms, buffered FROM {jobs} WHERE name = :job"
 
 # -> (name, open_run, failures, missed_at_ms) of every job with a state
 _STATES: Final = """
@@ -64,16 +65,24 @@ SELECT job, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error,
 FROM {runs} WHERE job = :job AND kind = 'last'
 """
 
-# :job :open_run -> nothing
+# :job :open_run -> nothing; a noted trigger is served by this run
 _OPEN: Final = """
 INSERT INTO {jobs} (name, open_run) VALUES (:job, :open_run)
-ON CONFLICT (name) DO UPDATE SET open_run = excluded.open_run
+ON CONFLICT (name) DO UPDATE SET open_run = excluded.open_run, buffered = 0
 """
 
-# :job :open_run :failures -> nothing
+# :job :open_run :failures :buffered -> nothing
 _ENDED: Final = """
-INSERT INTO {jobs} (name, open_run, failures) VALUES (:job, :open_run, :failures)
-ON CONFLICT (name) DO UPDATE SET open_run = excluded.open_run, failures = excluded.failures
+INSERT INTO {jobs} (name, open_run, failures, buffered)
+VALUES (:job, :open_run, :failures, :buffered)
+ON CONFLICT (name) DO UPDATE SET
+    open_run = excluded.open_run, failures = excluded.failures, buffered = excluded.buffered
+"""
+
+# :job -> nothing; one trigger noted while the run lock is held
+_BUFFER: Final = """
+INSERT INTO {jobs} (name, buffered) VALUES (:job, 1)
+ON CONFLICT (name) DO UPDATE SET buffered = 1
 """
 
 # :job :missed_at_ms -> nothing
@@ -81,6 +90,9 @@ _MISSED: Final = """
 INSERT INTO {jobs} (name, missed_at_ms) VALUES (:job, :missed_at_ms)
 ON CONFLICT (name) DO UPDATE SET missed_at_ms = excluded.missed_at_ms
 """
+
+# :key :now_ms -> nothing; a live lock ends now (its holder's renewals fail), its row stays
+_EXPIRE: Final = "UPDATE {locks} SET expires_at_ms = :now_ms WHERE key = :key"
 
 # :target :pause -> nothing
 _PAUSE: Final = """
@@ -101,10 +113,11 @@ Take = Callable[[sqlite3.Connection, int, str, str, int], "int | NotAcquired"]
 class SQLiteJobControl:
     """The job-control statements of one store's tables, run on its worker thread."""
 
-    __slots__ = ("_sql",)
+    __slots__ = ("_expire_sql", "_sql")
 
     def __init__(self, names: dict[str, str]) -> None:
-        """Fill in the quoted ``jobs`` and ``runs`` table names of ``names``."""
+        """Fill in the quoted ``locks``, ``jobs`` and ``runs`` table names of ``names``."""
+        self._expire_sql = _EXPIRE.format_map(names)
         self._sql = {
             name: sql.format_map(names)
             for name, sql in {
@@ -114,6 +127,7 @@ class SQLiteJobControl:
                 "last_run": _LAST_RUN,
                 "open": _OPEN,
                 "ended": _ENDED,
+                "buffer": _BUFFER,
                 "missed": _MISSED,
                 "pause": _PAUSE,
                 "resume": _RESUME,
@@ -139,7 +153,13 @@ class SQLiteJobControl:
         token = start.open_run.fencing_token
         if start.take_key is not None:
             result = take(db, now_ms, start.take_key, start.owner, start.ttl_ms)
+            if isinstance(result, NotAcquired) and start.when_busy == "replace":
+                # expired by hand: the row and its token stay, the floor of the next one
+                db.execute(self._expire_sql, {"key": start.take_key, "now_ms": now_ms})
+                result = take(db, now_ms, start.take_key, start.owner, start.ttl_ms)
             if isinstance(result, NotAcquired):
+                if start.when_busy == "buffer":
+                    db.execute(self._sql["buffer"], {"job": start.job})
                 return RunStartAnswer(result, None, open_run, last_run, failures)
             taken, token = Acquired(result), result
         db.execute(
@@ -147,23 +167,30 @@ class SQLiteJobControl:
         )
         return RunStartAnswer(taken, None, open_run, last_run, failures)
 
-    def end(self, db: sqlite3.Connection, run: RunRecord) -> None:
+    def end(self, db: sqlite3.Connection, run: RunRecord) -> bool:
         """Close ``run`` if it is the open run, and count it in the failure streak.
 
-        The run itself is recorded by the caller, in the same transaction.
+        The run itself is recorded by the caller, in the same transaction. Returns whether a
+        trigger was noted while it was the open run (cleared now).
         """
         state = db.execute(self._sql["state"], {"job": run.job}).fetchone()
         kept = None if state is None else state[0]
         failures = 0 if state is None else int(state[1])
+        buffered = state is not None and bool(state[3])
         opened = open_run_from_json(kept)
+        served = False
         if (
             opened is not None
             and opened.fencing_token == run.fencing_token
             and opened.started_at == run.started_at
         ):
-            kept = None
+            kept, served, buffered = None, buffered, False
         failures = {"ok": 0, "error": failures + 1}.get(run.outcome, failures)
-        db.execute(self._sql["ended"], {"job": run.job, "open_run": kept, "failures": failures})
+        db.execute(
+            self._sql["ended"],
+            {"job": run.job, "open_run": kept, "failures": failures, "buffered": int(buffered)},
+        )
+        return served
 
     def note_missed(self, db: sqlite3.Connection, job: str, missed_at: datetime) -> None:
         """Record the missed tick of ``job``."""

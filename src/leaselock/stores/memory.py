@@ -40,7 +40,16 @@ class InMemoryLockStore:
     .. versionadded:: 0.1
     """
 
-    __slots__ = ("_clock", "_guard", "_jobs", "_last_token", "_pauses", "_rows", "_states")
+    __slots__ = (
+        "_buffered",
+        "_clock",
+        "_guard",
+        "_jobs",
+        "_last_token",
+        "_pauses",
+        "_rows",
+        "_states",
+    )
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         """Create an empty store whose expiries are measured on ``clock``.
@@ -55,6 +64,7 @@ class InMemoryLockStore:
         self._jobs: dict[str, JobRecord] = {}
         self._states: dict[str, JobState] = {}
         self._pauses: dict[str, JobPause] = {}
+        self._buffered: set[str] = set()
         self._guard = threading.Lock()
 
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
@@ -113,27 +123,40 @@ class InMemoryLockStore:
             token = start.open_run.fencing_token
             if start.take_key is not None:
                 taken = self._acquire(start.take_key, start.owner, start.ttl_ms)
+                if isinstance(taken, NotAcquired) and start.when_busy == "replace":
+                    self._rows.pop(start.take_key)
+                    taken = self._acquire(start.take_key, start.owner, start.ttl_ms)
                 if isinstance(taken, NotAcquired):
+                    if start.when_busy == "buffer":
+                        self._buffered.add(start.job)
                     return RunStartAnswer(taken, None, before.open_run, last_run, before.failures)
                 token = taken.fencing_token
             opened = replace(start.open_run, fencing_token=token)
             self._states[start.job] = replace(before, open_run=opened)
+            self._buffered.discard(start.job)
             return RunStartAnswer(taken, None, before.open_run, last_run, before.failures)
 
-    async def end_run(self, run: RunRecord) -> None:
-        """Record ``run``, close it if it is the open run, and count the failure streak."""
+    async def end_run(self, run: RunRecord) -> bool:
+        """Record ``run``, close it if it is the open run, and count the failure streak.
+
+        Returns whether a trigger was noted while it was the open run (cleared now).
+        """
         with self._guard:
             self._jobs[run.job] = with_run(self._jobs.get(run.job), run)
             state = self._states.get(run.job) or JobState(run.job, None, 0, None)
             opened = state.open_run
+            buffered = False
             if (
                 opened is not None
                 and opened.fencing_token == run.fencing_token
                 and opened.started_at == run.started_at
             ):
                 opened = None
+                buffered = run.job in self._buffered
+                self._buffered.discard(run.job)
             failures = {"ok": 0, "error": state.failures + 1}.get(run.outcome, state.failures)
             self._states[run.job] = replace(state, open_run=opened, failures=failures)
+            return buffered
 
     async def note_missed(self, job: str, missed_at: datetime) -> None:
         """Record that the tick of ``missed_at`` of ``job`` was never started."""

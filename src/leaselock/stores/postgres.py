@@ -337,6 +337,7 @@ class PostgresLockStore:
                 opened.fencing_token,
                 start.ignore_pause,
                 epoch_ms(opened.started_at),
+                start.when_busy,
             ),
         )
         if row is None:
@@ -355,9 +356,10 @@ class PostgresLockStore:
         taken = NotAcquired(holder) if token is None else Acquired(self._token(token))
         return replace(answer, taken=taken)
 
-    async def end_run(self, run: RunRecord) -> None:
+    async def end_run(self, run: RunRecord) -> bool:
         """Record ``run``, close it if it is the open run, and count it: one statement."""
-        await self._fetch(self._sql.jobs.end_run, _run_arguments(run))
+        row = await self._fetchrow(self._sql.jobs.end_run, _run_arguments(run))
+        return row is not None and bool(row[0])
 
     async def note_missed(self, job: str, missed_at: datetime) -> None:
         """Record that the tick of ``missed_at`` of ``job`` was never started."""

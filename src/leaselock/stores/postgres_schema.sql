@@ -47,5 +47,6 @@ CREATE TABLE IF NOT EXISTS "leaselock_locks_jobs" (
     pause jsonb,
     open_run jsonb,
     failures integer NOT NULL DEFAULT 0,
-    missed_at_ms bigint
+    missed_at_ms bigint,
+    buffered boolean NOT NULL DEFAULT false
 );

@@ -169,11 +169,28 @@ RECORD_RUN: Final = script(
     "record_run",
     """
 -- KEYS[1] = runs hash
--- ARGV[1] = "last:<job>", ARGV[2] = the run as JSON, ARGV[3] = "success:<job>" if it went well
--- -> 1
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+-- ARGV[1] = "last:<job>", ARGV[2] = the run as JSON, ARGV[3] = "success:<job>" if it went well,
+-- ARGV[4] = its started_at_ms, ARGV[5] = its token (-1: none)
+-- -> 1. Each field is written unless the run kept there started later (the same millisecond:
+--    has a greater token).
+local function keep(field)
+  local kept = redis.call('HGET', KEYS[1], field)
+  if kept then
+    local was = cjson.decode(kept)
+    local started, token = tonumber(ARGV[4]), tonumber(ARGV[5])
+    local was_token = was['fencing_token']
+    if was_token == cjson.null then
+      was_token = -1
+    end
+    if was.started_at_ms > started or (was.started_at_ms == started and was_token > token) then
+      return
+    end
+  end
+  redis.call('HSET', KEYS[1], field, ARGV[2])
+end
+keep(ARGV[1])
 if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[1], ARGV[3], ARGV[2])
+  keep(ARGV[3])
 end
 return 1
 """,
@@ -462,7 +479,16 @@ class RedisLockStore:
         """Keep ``run`` as its job's last run, and its last success if it went well; one trip."""
         value = json.dumps(run_row(run), ensure_ascii=False, separators=(",", ":"))
         success = SUCCESS_FIELD + run.job if run.outcome == "ok" else ""
-        await self._run(RECORD_RUN, 1, self._runs_key, LAST_FIELD + run.job, value, success)
+        await self._run(
+            RECORD_RUN,
+            1,
+            self._runs_key,
+            LAST_FIELD + run.job,
+            value,
+            success,
+            epoch_ms(run.started_at),
+            -1 if run.fencing_token is None else run.fencing_token,
+        )
 
     async def start_run(self, start: RunStart) -> RunStartAnswer:
         """Start a run unless paused, taking its lock if asked: one script, one round trip."""
@@ -482,13 +508,14 @@ class RedisLockStore:
             token,
             "1" if start.ignore_pause else "0",
             epoch_ms(opened.started_at),
+            start.when_busy,
         )
         return start_answer(reply, took=start.take_key is not None)
 
-    async def end_run(self, run: RunRecord) -> None:
+    async def end_run(self, run: RunRecord) -> bool:
         """Record ``run``, close it if it is the open run, and count it: one script."""
         value = json.dumps(run_row(run), ensure_ascii=False, separators=(",", ":"))
-        await self._run(
+        served: int = await self._run(
             END_RUN,
             2,
             self._runs_key,
@@ -498,7 +525,10 @@ class RedisLockStore:
             "1" if run.outcome == "ok" else "0",
             run.outcome,
             closing_open_run(run),
+            epoch_ms(run.started_at),
+            -1 if run.fencing_token is None else run.fencing_token,
         )
+        return served == 1
 
     async def note_missed(self, job: str, missed_at: datetime) -> None:
         """Record that the tick of ``missed_at`` of ``job`` was never started."""

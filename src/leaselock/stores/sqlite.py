@@ -157,6 +157,10 @@ ON CONFLICT (job, kind) DO UPDATE SET
     error = excluded.error,
     trigger = excluded.trigger,
     detected_by = excluded.detected_by
+-- a run that started before the one kept (same millisecond: a smaller token) does not hide it
+WHERE excluded.started_at_ms > {runs}.started_at_ms
+   OR (excluded.started_at_ms = {runs}.started_at_ms
+       AND coalesce(excluded.fencing_token, -1) >= coalesce({runs}.fencing_token, -1))
 """
 
 # -> (job, kind, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error, trigger,
@@ -411,14 +415,14 @@ class SQLiteLockStore:
             "start_run", lambda db, now_ms: self._jobs.start(db, now_ms, start, self._take)
         )
 
-    async def end_run(self, run: RunRecord) -> None:
+    async def end_run(self, run: RunRecord) -> bool:
         """Record ``run``, close it if it is the open run, and count it, in ONE transaction."""
 
-        def end(db: sqlite3.Connection, _now_ms: int) -> None:
+        def end(db: sqlite3.Connection, _now_ms: int) -> bool:
             self._record(db, run)
-            self._jobs.end(db, run)
+            return self._jobs.end(db, run)
 
-        await self._call("end_run", end)
+        return await self._call("end_run", end)
 
     async def note_missed(self, job: str, missed_at: datetime) -> None:
         """Record that the tick of ``missed_at`` of ``job`` was never started."""

@@ -38,7 +38,14 @@ from ..stores._capabilities import (
     SupportsInspection,
     SupportsRunRecords,
 )
-from ..stores._job_control import JobPause, JobState, OpenRun, RunStart, SupportsJobControl
+from ..stores._job_control import (
+    JobPause,
+    JobState,
+    OpenRun,
+    RunStart,
+    SupportsJobControl,
+    WhenBusy,
+)
 from ..stores._protocol import (
     MAX_FENCING_TOKEN,
     Acquired,
@@ -604,6 +611,21 @@ async def run_records_keep_last_and_last_success(c: _Check) -> None:
     )
 
 
+@_case("a run that started before the one kept, recorded after it, does not hide it", RUN_RECORDS)
+async def late_run_records_keep_the_newer_run(c: _Check) -> None:
+    assert isinstance(c.store, SupportsRunRecords)  # noqa: S101 -- required capability
+    job = c.key()
+    newer = _run(c, job, "ok", at=5, token=7)
+    await c.store.record_run(newer)
+    await c.store.record_run(_run(c, job, "ok", at=4, token=6))
+    await c.store.record_run(_run(c, job, "lost", at=3, token=5))
+    (record,) = await c.store.job_records([job])
+    c.expect(
+        record.last_run == newer and record.last_success == newer,
+        f"runs that started earlier, recorded after a newer one, replaced it: {record}",
+    )
+
+
 @_case("concurrent runs of one job leave one whole run as its last", RUN_RECORDS, CONCURRENT)
 async def run_records_whole_under_concurrency(c: _Check) -> None:
     assert isinstance(c.store, SupportsRunRecords)  # noqa: S101 -- required capability
@@ -697,11 +719,18 @@ async def _state(c: _Check, job: str) -> JobState:
 
 
 def _start(
-    c: _Check, job: str, *, at: int, take: str | None, token: int | None = None, **options: bool
+    c: _Check,
+    job: str,
+    *,
+    at: int,
+    take: str | None,
+    token: int | None = None,
+    ignore_pause: bool = False,
+    when_busy: WhenBusy = "skip",
 ) -> RunStart:
     owner = c.owner()
     run = OpenRun(f"shop-\u732b-{at}", token, _RUN_STARTED + timedelta(minutes=at))
-    return RunStart(job, run, take, owner, LONG_TTL_MS, **options)
+    return RunStart(job, run, take, owner, LONG_TTL_MS, ignore_pause, when_busy)
 
 
 @_case(
@@ -812,6 +841,59 @@ async def one_start_wins(c: _Check) -> None:
     c.expect(
         state.open_run is not None and state.open_run.fencing_token == won[0],
         f"the open run is not the winner's (token {won[0]}): {state}",
+    )
+
+
+@_case(
+    "a start on a busy run lock notes one trigger (buffer) for the holder's end, or takes the "
+    "lock with a greater token (replace)",
+    JOB_CONTROL,
+    RUN_RECORDS,
+    CONCURRENT,
+)
+async def busy_starts_buffer_or_replace(c: _Check) -> None:
+    assert isinstance(c.store, SupportsJobControl)  # noqa: S101 -- required capability
+    job, key = c.key("job"), c.key("run lock")
+    first = _start(c, job, at=1, take=key)
+    token = c.token((await c.store.start_run(first)).taken, "the first start")
+    busy = await asyncio.gather(
+        *(
+            c.store.start_run(_start(c, job, at=2, take=key, when_busy="buffer"))
+            for _ in range(c.callers)
+        )
+    )
+    for answer in busy:
+        c.refused(answer.taken, "a buffered start on a held run lock")
+    ended = _run(c, job, "ok", at=1, token=token)
+    ended = replace(ended, started_at=first.open_run.started_at, instance=first.open_run.instance)
+    c.answer(await c.store.end_run(ended), expected=True, doing="the holder's end after triggers")
+    c.answer(await c.store.end_run(ended), expected=False, doing="the same end again")
+    c.answer(await c.store.release(key, first.owner), expected=True, doing="the holder's release")
+
+    holder = _start(c, job, at=3, take=key)
+    held = c.token((await c.store.start_run(holder)).taken, "a start after the release")
+    replacing = [_start(c, job, at=4, take=key, when_busy="replace") for _ in range(c.callers)]
+    answers = await asyncio.gather(*(c.store.start_run(start) for start in replacing))
+    tokens = [c.token(answer.taken, "a replacing start") for answer in answers]
+    c.expect(
+        len(set(tokens)) == len(tokens) and min(tokens) > held,
+        f"replacing starts took tokens {sorted(tokens)} after {held}: not all distinct and greater",
+    )
+    c.answer(
+        await c.store.renew(key, holder.owner, LONG_TTL_MS),
+        expected=False,
+        doing="the replaced holder's renewal",
+    )
+    last = replacing[tokens.index(max(tokens))]
+    c.answer(
+        await c.store.renew(key, last.owner, LONG_TTL_MS),
+        expected=True,
+        doing="the renewal of the start with the greatest token",
+    )
+    state = await _state(c, job)
+    c.expect(
+        state.open_run is not None and state.open_run.fencing_token == max(tokens),
+        f"the open run is not the last replacing start's: {state}",
     )
 
 

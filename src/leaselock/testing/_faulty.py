@@ -481,13 +481,13 @@ class FaultyStore:
         key = start.take_key if start.take_key is not None else start.job
         return await self._call("start_run", key, start.owner, start.ttl_ms or None, reach)
 
-    async def end_run(self, run: RunRecord) -> None:
+    async def end_run(self, run: RunRecord) -> bool:
         """Call the inner store's ``end_run`` (key: the job; owner: the instance label)."""
 
-        async def reach(_: list[Fault]) -> None:
-            await self._job_control().end_run(run)
+        async def reach(_: list[Fault]) -> bool:
+            return await self._job_control().end_run(run)
 
-        await self._call("end_run", run.job, run.instance, None, reach)
+        return await self._call("end_run", run.job, run.instance, None, reach)
 
     async def note_missed(self, job: str, missed_at: datetime) -> None:
         """Call the inner store's ``note_missed`` (key: the job)."""
