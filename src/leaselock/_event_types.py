@@ -60,9 +60,10 @@ EventType: TypeAlias = Literal[
 SkipReason: TypeAlias = Literal[
     "another-instance", "in-progress", "paused", "store-unavailable", "shutting-down"
 ]
-RunTrigger: TypeAlias = Literal["schedule", "manual", "buffered"]
-"""Why a run started: its scheduler's tick, ``Locks.run_now()`` (an operator), or a tick that
-came while the last run ran (``overlap="buffer_one"``), run right after it."""
+RunTrigger: TypeAlias = Literal["schedule", "manual", "buffered", "catch-up", "recover"]
+"""Why a run started: its scheduler's tick; ``Locks.run_now()`` (an operator); a tick that came
+while the last run ran (``overlap="buffer_one"``), run right after it; a tick its dead owner
+never ran (``catch_up="latest"``); or a run whose instance died, run again (``recover=True``)."""
 
 
 def _utc_now() -> datetime:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar, final, overload
+from typing import Any, Literal, TypeVar, final, overload
 
 from ._clock import Clock, SystemClock
 from ._durations import MIN_REAL_TTL_MS, Duration, check_ttl_floor, parse_ttl, parse_wait
@@ -424,6 +424,9 @@ class Locks:
         expect_every: Duration | None = None,
         alert_after_failures: int | None = None,
         pause_after_failures: int | None = None,
+        catch_up: Literal["latest"] | None = None,
+        catch_up_window: Duration | None = None,
+        recover: bool = False,
     ) -> JobDecorator:
         """Run the decorated job on ONE instance of the application.
 
@@ -453,6 +456,15 @@ class Locks:
                 ``job-failing`` event (ERROR), once per streak.
             pause_after_failures: after this many runs in a row raised, pause the job in the
                 store (:meth:`pause`): every instance skips it until an operator resumes it.
+            catch_up: ``"latest"``: a tick skipped because another instance owns the job is
+                looked at again once that owner's lease would have expired; if the owner never
+                started it (it died), the job runs once now (``trigger="catch-up"``, and a
+                ``job-missed`` event): never once per missed tick.
+            catch_up_window: how old a missed tick may be to be caught up (default
+                ``expect_every``; one of the two is needed with ``catch_up``).
+            recover: a run whose instance died is run again at once by an instance that
+                skipped a tick meanwhile (``trigger="recover"``, ``current_run().abandoned``
+                the dead run), rather than at the next tick.
 
         Raises:
             LocksConfigurationError: a bad argument (now), or a key conflict (at start).
@@ -467,6 +479,9 @@ class Locks:
             expect_every=expect_every,
             alert_after_failures=alert_after_failures,
             pause_after_failures=pause_after_failures,
+            catch_up=catch_up,
+            catch_up_window=catch_up_window,
+            recover=recover,
         )
 
     def without_overlapping(
@@ -481,6 +496,7 @@ class Locks:
         alert_after_failures: int | None = None,
         pause_after_failures: int | None = None,
         overlap: Overlap = "skip",
+        recover: bool = False,
     ) -> JobDecorator:
         """Never let the decorated job overlap itself, on any instance.
 
@@ -512,6 +528,9 @@ class Locks:
                 (``detected_by="replaced"`` in this process, ``"renewal"`` on another instance,
                 at its next renewal), an async run is cancelled, and its late writes are refused
                 by fencing.
+            recover: as for :meth:`on_one_instance`: a tick skipped while a run was in
+                progress is looked at again after the run lock's ttl, and a run that never ended
+                runs again.
 
         Raises:
             LocksConfigurationError: a bad argument (now), or a key conflict (at start).
@@ -528,6 +547,7 @@ class Locks:
             alert_after_failures=alert_after_failures,
             pause_after_failures=pause_after_failures,
             overlap=overlap,
+            recover=recover,
         )
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from datetime import datetime
 from types import TracebackType
-from typing import TypeVar, final
+from typing import Literal, TypeVar, final
 
 from ._clock import Clock
 from ._durations import Duration, parse_wait
@@ -317,6 +317,9 @@ class SyncLocks:
         expect_every: Duration | None = None,
         alert_after_failures: int | None = None,
         pause_after_failures: int | None = None,
+        catch_up: Literal["latest"] | None = None,
+        catch_up_window: Duration | None = None,
+        recover: bool = False,
     ) -> JobDecorator:
         """Bind a job to run on ONE instance; see :meth:`leaselock.Locks.on_one_instance`.
 
@@ -330,6 +333,9 @@ class SyncLocks:
             expect_every=expect_every,
             alert_after_failures=alert_after_failures,
             pause_after_failures=pause_after_failures,
+            catch_up=catch_up,
+            catch_up_window=catch_up_window,
+            recover=recover,
         )
 
     def without_overlapping(
@@ -343,6 +349,7 @@ class SyncLocks:
         alert_after_failures: int | None = None,
         pause_after_failures: int | None = None,
         overlap: Overlap = "skip",
+        recover: bool = False,
     ) -> JobDecorator:
         """Bind a job that never overlaps itself; see ``Locks.without_overlapping``.
 
@@ -358,6 +365,7 @@ class SyncLocks:
             alert_after_failures=alert_after_failures,
             pause_after_failures=pause_after_failures,
             overlap=overlap,
+            recover=recover,
         )
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:

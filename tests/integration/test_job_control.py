@@ -180,3 +180,118 @@ async def test_a_tick_its_dead_owner_never_started_is_reported_missed(bench: Ben
     (missed,) = [e for e in found if isinstance(e, JobMissed)]
     assert (missed.job, missed.holder) == (key, "shop-3001")
     assert status.missed_at == missed.missed_at
+
+
+async def test_ticks_during_a_run_buffer_one_more_run_and_a_replacing_tick_fences_the_old_one(
+    bench: Bench,
+):
+    buffered_key, replaced_key = unique_key("invoices:export"), unique_key("stock:count")
+    hold_open, started, second_run = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    runs: list[tuple[str, str, int]] = []
+
+    class Jobs:
+        def __init__(self, label: str) -> None:
+            self.label = label
+
+        async def work(self) -> int:
+            run = current_run()
+            assert run is not None
+            runs.append((self.label, run.trigger, run.fencing_token))
+            if len(runs) == 1:
+                started.set()
+                await hold_open.wait()
+            else:
+                second_run.set()
+            return run.fencing_token
+
+        @leaselock.without_overlapping(key=buffered_key, overlap="buffer_one")
+        async def export(self) -> int:
+            return await self.work()
+
+        @leaselock.without_overlapping(key=replaced_key, overlap="replace")
+        async def count(self) -> int:
+            return await self.work()
+
+    async with shop(bench, "shop-3001", "shop-3002") as ((first, second), _):
+        here, there = Jobs("shop-3001"), Jobs("shop-3002")
+        first.register(here)
+        second.register(there)
+        running = asyncio.create_task(here.export())
+        await asyncio.wait_for(started.wait(), 10)
+        assert await there.export() is None
+        assert await there.export() is None
+        hold_open.set()
+        await running
+        # the buffered run starts on its own, on the instance whose run ended
+        await asyncio.wait_for(second_run.wait(), 10)
+        buffered = list(runs)
+
+        hold_open.clear()
+        started.clear()
+        runs.clear()
+        replaced = asyncio.create_task(here.count())
+        await asyncio.wait_for(started.wait(), 10)
+        newer = await there.count()
+        await bench.pass_time(bench.ttl_ms)
+        with pytest.raises(leaselock.LockLostError):
+            await asyncio.wait_for(replaced, 10)
+        status = await second.job_status(replaced_key)
+
+    assert [(label, trigger) for label, trigger, _ in buffered] == [
+        ("shop-3001", "schedule"),
+        ("shop-3001", "buffered"),
+    ]
+    assert newer > runs[0][2]
+    assert status.last_run is not None
+    assert status.last_run.fencing_token == newer
+
+
+async def test_catch_up_and_recover_run_what_a_dead_instance_left(bench: Bench):
+    poll_key, count_key = unique_key("feed:poll"), unique_key("stock:count")
+    hold_open, started, all_ran = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    ran: list[tuple[str, str]] = []
+    window = timedelta(minutes=5)
+
+    def note(label: str, trigger: str) -> None:
+        ran.append((label, trigger))
+        if len(ran) == 3:
+            all_ran.set()
+
+    class Jobs:
+        def __init__(self, label: str, holds: bool) -> None:
+            self.label, self.holds = label, holds
+
+        @leaselock.on_one_instance(key=poll_key, catch_up="latest", catch_up_window=window)
+        async def poll(self) -> None:
+            run = current_run()
+            assert run is not None
+            note(self.label, run.trigger)
+
+        @leaselock.without_overlapping(key=count_key, recover=True)
+        async def count(self) -> None:
+            run = current_run()
+            assert run is not None
+            if self.holds:
+                started.set()
+                await hold_open.wait()
+            note(self.label, run.trigger)
+
+    async with shop(bench, "shop-3001", "shop-3002", faulty=True) as ((first, second), stores):
+        dying, survivor = Jobs("shop-3001", holds=True), Jobs("shop-3002", holds=False)
+        first.register(dying)
+        second.register(survivor)
+        await dying.poll()
+        stuck = asyncio.create_task(dying.count())
+        await asyncio.wait_for(started.wait(), 10)
+        await bench.pass_time(1200)
+        # shop-3001's network goes: its lease and its run lock expire, nothing ends its run
+        stores[0].hang()
+        assert await survivor.poll() is None
+        assert await survivor.count() is None
+        await bench.pass_time(bench.ttl_ms + 400)
+        # the second looks run the job on their own, on this instance's loop
+        await asyncio.wait_for(all_ran.wait(), 10)
+        stuck.cancel()
+        stores[0].heal()
+
+    assert sorted(ran[1:]) == [("shop-3002", "catch-up"), ("shop-3002", "recover")]

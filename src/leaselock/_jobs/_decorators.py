@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Coroutine
-from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar, cast, overload
 
 from .._durations import Duration, parse_ttl, parse_wait
 from .._errors import LocksConfigurationError
@@ -63,6 +63,9 @@ def job_decorator(
     alert_after_failures: int | None = None,
     pause_after_failures: int | None = None,
     overlap: Overlap = "skip",
+    catch_up: Literal["latest"] | None = None,
+    catch_up_window: Duration | None = None,
+    recover: bool = False,
 ) -> JobDecorator:
     """Return the decorator of ``kind`` (``runtime`` given: the bound form)."""
     refuse_function_as_key(key, f"@{'locks' if runtime is not None else 'leaselock'}.{kind}", "()")
@@ -70,6 +73,13 @@ def job_decorator(
     ttl_ms = None if ttl is None else parse_ttl(ttl)
     if not isinstance(cancel_on_loss, bool):
         raise LocksConfigurationError(f"cancel_on_loss={cancel_on_loss!r}; pass True or False")
+    if catch_up not in {None, "latest"}:
+        raise LocksConfigurationError(
+            f'catch_up={catch_up!r}; pass "latest" (run the most recent tick its dead owner '
+            "missed, once) or None"
+        )
+    if not isinstance(recover, bool):
+        raise LocksConfigurationError(f"recover={recover!r}; pass True or False")
     if overlap not in OVERLAPS:
         raise LocksConfigurationError(
             f'overlap={overlap!r}; pass "skip" (a tick during a run is skipped), "buffer_one" '
@@ -86,6 +96,11 @@ def job_decorator(
         alert_after_failures=_failures(alert_after_failures, "alert_after_failures"),
         pause_after_failures=_failures(pause_after_failures, "pause_after_failures"),
         overlap=overlap,
+        catch_up=catch_up == "latest",
+        catch_up_window_ms=(
+            None if catch_up_window is None else parse_ttl(catch_up_window, name="catch_up_window")
+        ),
+        recover=recover,
     )
 
     def decorate(function: F) -> F:
@@ -156,6 +171,9 @@ def on_one_instance(
     expect_every: Duration | None = None,
     alert_after_failures: int | None = None,
     pause_after_failures: int | None = None,
+    catch_up: Literal["latest"] | None = None,
+    catch_up_window: Duration | None = None,
+    recover: bool = False,
 ) -> JobDecorator:
     """Mark a job that runs on ONE instance; bound by ``locks.register`` or the current Locks.
 
@@ -179,6 +197,14 @@ def on_one_instance(
             ``job-failing`` event (ERROR), once per streak.
         pause_after_failures: after this many runs in a row raised, pause the job in the store
             (every instance skips it) until an operator resumes it.
+        catch_up: ``"latest"``: a tick skipped because its owner runs it is looked at again once
+            the owner's lease would have expired; if the owner never started it (it died), the
+            job runs once now (``trigger="catch-up"``), never once per missed tick.
+        catch_up_window: how old a missed tick may be to be caught up (default:
+            ``expect_every``; one of the two is needed with ``catch_up``).
+        recover: a run whose instance died is run again at once, by the instance that skipped
+            a tick meanwhile (``trigger="recover"``; ``current_run().abandoned`` is the dead
+            run, ``previous_token`` its token), instead of at the next tick.
 
     Raises:
         LocksConfigurationError: a bad argument.
@@ -197,6 +223,9 @@ def on_one_instance(
         expect_every=expect_every,
         alert_after_failures=alert_after_failures,
         pause_after_failures=pause_after_failures,
+        catch_up=catch_up,
+        catch_up_window=catch_up_window,
+        recover=recover,
     )
 
 
@@ -211,6 +240,7 @@ def without_overlapping(
     alert_after_failures: int | None = None,
     pause_after_failures: int | None = None,
     overlap: Overlap = "skip",
+    recover: bool = False,
 ) -> JobDecorator:
     """Mark a job that never overlaps itself; bound by ``locks.register`` or the current Locks.
 
@@ -238,6 +268,8 @@ def without_overlapping(
             (``detected_by="replaced"`` when it runs in this process, ``"renewal"`` when
             elsewhere, at its next renewal), an async run is cancelled, and its late writes are
             refused by fencing. Both need a store that keeps job control (every shipped one).
+        recover: as for :func:`on_one_instance`: a tick skipped while a run was in progress
+            is looked at again after the run lock's ttl; if that run never ended, it runs again.
 
     .. versionadded:: 0.1
     .. versionchanged:: 0.2 ``min_hold``, ``max_run``, ``cancel_on_loss``, ``expect_every``,
@@ -255,4 +287,5 @@ def without_overlapping(
         alert_after_failures=alert_after_failures,
         pause_after_failures=pause_after_failures,
         overlap=overlap,
+        recover=recover,
     )

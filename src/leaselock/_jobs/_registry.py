@@ -108,21 +108,34 @@ class Registry:
         self._check_ttls(min_ttl_ms)
         self._check_keys()
 
-    def check_overlaps(self, store: object, *, keeps_job_control: bool) -> None:
-        """Refuse an ``overlap`` policy the store cannot keep.
+    def check_job_control(self, store: object, *, keeps_job_control: bool) -> None:
+        """Refuse an ``overlap``, ``catch_up`` or ``recover`` the store cannot keep.
 
         Raises:
-            LocksConfigurationError: a job asks for ``"buffer_one"`` or ``"replace"`` and the
-                store keeps no job control.
+            LocksConfigurationError: a job asks for one and the store keeps no job control, or
+                asks to catch up with no window.
         """
-        if keeps_job_control:
-            return
         for spec in self._jobs:
-            if spec.overlap != "skip":
+            if spec.catch_up and not (spec.catch_up_window_ms or spec.expect_every_ms):
                 raise LocksConfigurationError(
-                    f'{spec.describe()} has overlap="{spec.overlap}", which needs a store that '
-                    f"keeps job control (leaselock.stores.SupportsJobControl), and {store!r} "
-                    'does not; use a shipped store, or overlap="skip"'
+                    f'{spec.describe()} has catch_up="latest" but no catch_up_window and no '
+                    "expect_every: pass catch_up_window=..., how old a missed tick may be to be "
+                    "caught up"
+                )
+            asks = [
+                name
+                for name, asked in (
+                    (f'overlap="{spec.overlap}"', spec.overlap != "skip"),
+                    ('catch_up="latest"', spec.catch_up),
+                    ("recover=True", spec.recover),
+                )
+                if asked
+            ]
+            if asks and not keeps_job_control:
+                raise LocksConfigurationError(
+                    f"{spec.describe()} has {', '.join(asks)}, which needs a store that keeps "
+                    f"job control (leaselock.stores.SupportsJobControl), and {store!r} does "
+                    "not; use a shipped store, or leave them out"
                 )
 
     def _check_ttls(self, min_ttl_ms: int) -> None:

@@ -35,6 +35,7 @@ from ..stores._capabilities import RunOutcome
 from ..stores._job_control import RunStart, RunStartAnswer
 from ._control import JobControl
 from ._current import RunInfo
+from ._follow_ups import FollowUps, RunAgain
 from ._overdue import OverdueWatch
 from ._records import RunRecords, WallTime
 from ._skips import Skips
@@ -99,9 +100,11 @@ class JobRuns:
         "_events",
         "_guards",
         "_idle",
+        "_last_skip",
         "_leases",
         "_skips",
         "control",
+        "follow_ups",
         "overdue",
         "records",
     )
@@ -120,6 +123,7 @@ class JobRuns:
         self.records = RunRecords(engine.operator, wall, instance)
         self.overdue = OverdueWatch(engine.operator, clock, wall, events)
         self.control = JobControl(engine.operator, wall, events, instance=instance)
+        self.follow_ups = FollowUps(engine.operator, clock, wall, default_ttl_ms=default_ttl_ms)
         self._engine = engine
         self._clock = clock
         self._events = events
@@ -131,14 +135,31 @@ class JobRuns:
         self._idle.set()
         self._closing = False
         self._skips = Skips(clock, events, engine.telemetry)
+        self._last_skip: dict[str, SkipReason] = {}
 
-    async def begin(self, spec: JobSpec, trigger: RunTrigger = "schedule") -> JobRun | None:
+    async def begin(
+        self,
+        spec: JobSpec,
+        trigger: RunTrigger = "schedule",
+        run_again: RunAgain | None = None,
+    ) -> JobRun | None:
         """Turn a tick into a run, or skip it (``None``) and say why.
 
         A ``"manual"`` run (``run_now``) ignores pauses and the lease: it runs here, under the
         run lock ``<key>``. A store failure skips the tick: it never reaches the scheduler, and
-        no lock is believed held.
+        no lock is believed held. ``run_again`` runs the job later, should a second look at a
+        skipped tick find it must (``catch_up``, ``recover``).
         """
+        if trigger == "schedule":
+            self.follow_ups.ticked(spec, self._clock.now_ms())
+        self._last_skip.pop(spec.key, None)
+        run = await self._begin_or_skip(spec, trigger)
+        skipped = self._last_skip.get(spec.key)
+        if run is None and skipped is not None and run_again is not None:
+            self.follow_ups.after_skip(spec, skipped, run_again)
+        return run
+
+    async def _begin_or_skip(self, spec: JobSpec, trigger: RunTrigger) -> JobRun | None:
         if self._closing:
             if trigger == "manual":
                 raise LocksConfigurationError(
@@ -422,6 +443,7 @@ class JobRuns:
         """
         self._closing = True
         self.overdue.close()
+        self.follow_ups.close()
         if not self._active:
             return
         grace_over = asyncio.get_running_loop().create_future()
@@ -485,6 +507,7 @@ class JobRuns:
         holder: str | None = None,
         note: str | None = None,
     ) -> None:
+        self._last_skip[spec.key] = reason
         owned = self._leases.get(spec.key)
         self._skips.skip(
             spec,

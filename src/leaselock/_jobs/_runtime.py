@@ -170,7 +170,7 @@ class JobRuntime:
         """Check, watch and campaign for what was registered after the start."""
         self._registry.check(self._min_ttl_ms)
         if self._engine is not None:
-            self._check_overlaps(self._engine)
+            self._check_job_control(self._engine)
         if self._runs is not None:
             for job in self._registry.jobs:
                 self._runs.overdue.watch(job)
@@ -184,7 +184,7 @@ class JobRuntime:
 
         What this context starts next (a scheduler, its jobs' tasks) runs under this runtime.
         """
-        self._check_overlaps(engine)
+        self._check_job_control(engine)
         self._engine = engine
         self._loop = asyncio.get_running_loop()
         self._generation = process_generation()
@@ -202,8 +202,8 @@ class JobRuntime:
         CURRENT_RUNTIME.set(self)
         await asyncio.gather(*(campaign.start() for campaign in self._new_campaigns()))
 
-    def _check_overlaps(self, engine: LockEngine) -> None:
-        self._registry.check_overlaps(
+    def _check_job_control(self, engine: LockEngine) -> None:
+        self._registry.check_job_control(
             engine.store.inner, keeps_job_control=engine.operator.keeps_job_control
         )
 
@@ -332,7 +332,8 @@ class JobRuntime:
         kwargs: Mapping[str, Any],
         trigger: RunTrigger,
     ) -> T | None:
-        run = await self._begin_from_any_loop(spec, trigger)
+        again = self._again(spec, function, args, kwargs) if trigger == "schedule" else None
+        run = await self._begin_from_any_loop(spec, trigger, again)
         if run is None:
             return None
         token = CURRENT_LOCK.set(run.lock)
@@ -357,7 +358,7 @@ class JobRuntime:
             CURRENT_RUN.reset(current)
             CURRENT_LOCK.reset(token)
             if await self._on_own_loop(self._end(run, ending)):
-                self._run_again(spec, function, args, kwargs)
+                self._run_again(spec, function, args, kwargs, "buffered")
 
     def run_sync(
         self,
@@ -391,7 +392,8 @@ class JobRuntime:
                 "this Locks' loop; make the job async, or run it in a worker thread "
                 "(asyncio.to_thread; APScheduler does this for sync jobs)"
             )
-        run = call_in_loop(loop, self._begin(spec, trigger))
+        again = self._again(spec, function, args, kwargs) if trigger == "schedule" else None
+        run = call_in_loop(loop, self._begin(spec, trigger, again))
         if run is None:
             return None
         token = CURRENT_LOCK.set(run.lock)
@@ -406,7 +408,17 @@ class JobRuntime:
             CURRENT_RUN.reset(current)
             CURRENT_LOCK.reset(token)
             if call_in_loop(loop, self._end(run, ending)):
-                self._run_again(spec, function, args, kwargs)
+                self._run_again(spec, function, args, kwargs, "buffered")
+
+    def _again(
+        self,
+        spec: JobSpec,
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> Callable[[RunTrigger], None]:
+        """Return how a later look at this tick runs the job again, for ``trigger``."""
+        return functools.partial(self._run_again, spec, function, args, kwargs)
 
     def _run_again(
         self,
@@ -414,25 +426,22 @@ class JobRuntime:
         function: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
+        trigger: RunTrigger,
     ) -> None:
-        """Start the one run a tick during the last one asked for (``overlap="buffer_one"``).
+        """Start a run no scheduler fired: buffered, caught up, or recovering a dead run.
 
-        It runs on this runtime's loop (a sync job in a worker thread), recorded
-        ``trigger="buffered"``; what it raises is logged, as no scheduler waits for it.
+        It runs on this runtime's loop (a sync job in a worker thread), recorded with
+        ``trigger``; what it raises is logged, as no scheduler waits for it.
         """
 
         async def again() -> None:
             try:
                 if inspect.iscoroutinefunction(function):
-                    await self._run_async(spec, function, args, kwargs, "buffered")
+                    await self._run_async(spec, function, args, kwargs, trigger)
                 else:
-                    await asyncio.to_thread(
-                        self._run_sync, spec, function, args, kwargs, "buffered"
-                    )
+                    await asyncio.to_thread(self._run_sync, spec, function, args, kwargs, trigger)
             except Exception:  # noqa: BLE001 -- no scheduler waits for this run: it is logged
-                _log.exception(
-                    "The run of %s that a tick during the last one asked for raised", spec.key
-                )
+                _log.exception("The %s run of %s raised", trigger, spec.key)
 
         loop = self._usable_loop()
         loop.call_soon_threadsafe(lambda: self._spawn(again()))
@@ -457,7 +466,12 @@ class JobRuntime:
             self._run_sync, spec, call.function, call.args, call.kwargs, "manual"
         )
 
-    async def _begin(self, spec: JobSpec, trigger: RunTrigger = "schedule") -> JobRun | None:
+    async def _begin(
+        self,
+        spec: JobSpec,
+        trigger: RunTrigger = "schedule",
+        run_again: Callable[[RunTrigger], None] | None = None,
+    ) -> JobRun | None:
         self._usable_loop()
         if running_loop() is not self._loop:
             raise LocksConfigurationError(
@@ -465,17 +479,22 @@ class JobRuntime:
                 "started it, or SyncLocks from threads"
             )
         assert self._runs is not None  # noqa: S101 -- set by start()
-        return await self._runs.begin(spec, trigger)
+        return await self._runs.begin(spec, trigger, run_again)
 
     async def _end(self, run: JobRun, ending: _Ending) -> bool:
         assert self._runs is not None  # noqa: S101 -- a run exists only once started
         return await self._runs.end(run, ending.outcome, ending.error)
 
-    async def _begin_from_any_loop(self, spec: JobSpec, trigger: RunTrigger) -> JobRun | None:
+    async def _begin_from_any_loop(
+        self,
+        spec: JobSpec,
+        trigger: RunTrigger,
+        run_again: Callable[[RunTrigger], None] | None,
+    ) -> JobRun | None:
         loop = self._usable_loop()
         if running_loop() is loop:
-            return await self._begin(spec, trigger)
-        begun = asyncio.run_coroutine_threadsafe(self._begin(spec, trigger), loop)
+            return await self._begin(spec, trigger, run_again)
+        begun = asyncio.run_coroutine_threadsafe(self._begin(spec, trigger, run_again), loop)
         try:
             return await asyncio.wrap_future(begun)
         except asyncio.CancelledError:

@@ -45,6 +45,9 @@ class JobOptions:
     alert_after_failures: int | None = None
     pause_after_failures: int | None = None
     overlap: Overlap = "skip"
+    catch_up: bool = False
+    catch_up_window_ms: int | None = None
+    recover: bool = False
 
 
 @final
@@ -66,6 +69,9 @@ class JobSpec:
     alert_after_failures: int = DEFAULT_ALERT_AFTER_FAILURES
     pause_after_failures: int | None = None
     overlap: Overlap = "skip"
+    catch_up: bool = False
+    catch_up_window_ms: int | None = None
+    recover: bool = False
 
     @property
     def key(self) -> str:
@@ -100,6 +106,7 @@ class JobSpec:
                 raise _twice(kind, self)
             self.one_instance, self.one_instance_ttl_ms = True, ttl_ms
             self.owner_idle_ms = chosen.owner_idle_ms
+            self.catch_up, self.catch_up_window_ms = chosen.catch_up, chosen.catch_up_window_ms
         else:
             if self.no_overlap:
                 raise _twice(kind, self)
@@ -107,6 +114,7 @@ class JobSpec:
             self.min_hold_ms, self.max_run_ms = chosen.min_hold_ms, chosen.max_run_ms
             self.overlap = chosen.overlap
         self.cancel_on_loss = self.cancel_on_loss or chosen.cancel_on_loss
+        self.recover = self.recover or chosen.recover
         if chosen.alert_after_failures is not None:
             self.alert_after_failures = chosen.alert_after_failures
         if chosen.pause_after_failures is not None:

@@ -362,3 +362,143 @@ async def test_a_store_without_job_control_runs_jobs_and_refuses_pauses_naming_t
         assert isinstance(await reports.daily(), int)
         with pytest.raises(LocksConfigurationError, match="cannot pause jobs"):
             await locks.pause("reports:*")
+
+
+async def test_catch_up_runs_the_latest_tick_a_dead_owner_missed_once_after_its_lease_expired(
+    clock: ManualClock,
+):
+    inner = InMemoryLockStore(clock=clock)
+    dying = FaultyStore(inner, clock=clock)
+    seen: list[Event] = []
+
+    class Feed:
+        def __init__(self) -> None:
+            self.runs: list[str] = []
+
+        @leaselock.on_one_instance(key="feed:poll", catch_up="latest", catch_up_window="5m")
+        async def poll(self) -> str:
+            run = current_run()
+            assert run is not None
+            self.runs.append(run.trigger)
+            return run.trigger
+
+    owner, survivor = Feed(), Feed()
+    async with (
+        Locks(store=dying, clock=clock, instance="shop-1", ttl="30s") as first,
+        Locks(store=inner, clock=clock, instance="shop-2", ttl="30s") as second,
+    ):
+        first.register(owner)
+        second.register(survivor)
+        second.events.subscribe(seen.append, "job-missed", "run-started")
+        assert await owner.poll() == "schedule"
+        await clock.advance("1m")
+        dying.hang()
+        # three ticks while the dead owner's lease lives on: one catch-up, for the latest
+        for _ in range(3):
+            assert await survivor.poll() is None
+            await clock.advance("5s")
+        await clock.advance("40s")
+        await wait_all_tasks_blocked()
+        dying.heal()
+
+    assert survivor.runs == ["catch-up"]
+    assert [e.type for e in seen] == ["job-missed", "run-started"]
+
+
+async def test_catch_up_leaves_a_tick_the_living_owner_ran(
+    store: InMemoryLockStore, clock: ManualClock
+):
+    class Feed:
+        def __init__(self) -> None:
+            self.runs = 0
+
+        @leaselock.on_one_instance(key="feed:poll", catch_up="latest", expect_every="5m")
+        async def poll(self) -> None:
+            self.runs += 1
+
+    owner, other = Feed(), Feed()
+    async with (
+        Locks(store=store, clock=clock, instance="shop-1", ttl="30s") as first,
+        Locks(store=store, clock=clock, instance="shop-2", ttl="30s") as second,
+    ):
+        first.register(owner)
+        second.register(other)
+        await owner.poll()
+        assert await other.poll() is None
+        await clock.advance("40s")
+        await wait_all_tasks_blocked()
+        for _ in range(3):
+            await owner.poll()
+            assert await other.poll() is None
+            await clock.advance("40s")
+            await wait_all_tasks_blocked()
+
+    assert (owner.runs, other.runs) == (4, 0)
+
+
+async def test_recover_runs_a_dead_instances_run_again_at_once_with_its_token(
+    clock: ManualClock,
+):
+    inner = InMemoryLockStore(clock=clock)
+    dying = FaultyStore(inner, clock=clock)
+    hold_open = asyncio.Event()
+    recovered: list[tuple[str, int | None, int | None]] = []
+
+    class Count:
+        def __init__(self, holds: bool) -> None:
+            self.holds = holds
+
+        @leaselock.without_overlapping(key="stock:count", recover=True)
+        async def run(self) -> None:
+            run = current_run()
+            assert run is not None
+            if self.holds:
+                await hold_open.wait()
+            abandoned = run.abandoned
+            recovered.append(
+                (
+                    run.trigger,
+                    None if abandoned is None else abandoned.fencing_token,
+                    run.previous_token,
+                )
+            )
+
+    dead, alive = Count(holds=True), Count(holds=False)
+    async with (
+        Locks(store=dying, clock=clock, instance="shop-1", ttl="30s") as first,
+        Locks(store=inner, clock=clock, instance="shop-2", ttl="30s") as second,
+    ):
+        first.register(dead)
+        second.register(alive)
+        stuck = asyncio.create_task(dead.run())
+        await wait_all_tasks_blocked()
+        dying.hang()
+        assert await alive.run() is None
+        await clock.advance("31s")
+        await wait_all_tasks_blocked()
+        stuck.cancel()
+        dying.heal()
+
+    assert recovered == [("recover", 1, 1)]
+
+
+async def test_catch_up_and_recover_are_checked_at_start(clock: ManualClock):
+    @leaselock.on_one_instance(key="feed:poll", catch_up="latest")
+    async def poll() -> None:
+        return None
+
+    locks = Locks(store=InMemoryLockStore(clock=clock), clock=clock)
+    locks.register(poll)
+    with pytest.raises(LocksConfigurationError, match="catch_up_window"):
+        await locks.start()
+    with pytest.raises(LocksConfigurationError, match='pass "latest"'):
+        leaselock.on_one_instance(key="x", catch_up="all")  # type: ignore[arg-type]
+
+    @leaselock.without_overlapping(key="stock:count", recover=True)
+    async def count() -> None:
+        return None
+
+    bare = Locks(store=LocksOnlyStore(InMemoryLockStore(clock=clock)), clock=clock)
+    bare.register(count)
+    with pytest.raises(LocksConfigurationError, match=r"recover=True.*job control"):
+        await bare.start()
