@@ -100,7 +100,7 @@ def not_the_sqlite_lock_stores(
 ) -> bool:
     """Alembic's ``include_object`` on SQLite: leave out leaselock's tables.
 
-    SQLiteLockStore makes its own two tables in the shop's file when it opens it; the lock table
+    SQLiteLockStore makes its own tables in the shop's file when it opens it; the lock table
     in the shop's metadata (``lock_tables``) is PostgreSQL's.
     """
     return not (type_ == "table" and name is not None and name.startswith("leaselock_locks"))
