@@ -10,6 +10,7 @@ import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -474,6 +475,29 @@ async def test_a_release_through_another_store_object_is_heard(
         await releaser.release(key, owner)
         assert await asyncio.wait_for(heard.get(), 5) == key
         assert heard.empty()
+
+
+@pytest.mark.redis
+async def test_a_release_on_another_database_with_the_same_prefix_is_not_heard(
+    redis_url: str, prefix: str
+) -> None:
+    key, owner = unique_key("database"), unique_key("owner")
+    parts = urlsplit(redis_url)
+    other_url = urlunsplit(parts._replace(path="/2" if parts.path == "/1" else "/1"))
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as listener,
+        opened(RedisLockStore.from_url(other_url, prefix=prefix)) as elsewhere,
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as releaser,
+        listener.watch_releases(heard.put_nowait),
+    ):
+        await elsewhere.acquire(key, owner, ONE_MINUTE_MS)
+        await elsewhere.release(key, owner)
+        await releaser.acquire(key + ":here", owner, ONE_MINUTE_MS)
+        await releaser.release(key + ":here", owner)
+        assert await asyncio.wait_for(heard.get(), 5) == key + ":here"
+        assert heard.empty()
+    forget(other_url, prefix)
 
 
 @pytest.mark.redis

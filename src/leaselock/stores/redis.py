@@ -5,8 +5,8 @@ Every method is one Lua script run with EVALSHA (one round trip, atomic on the s
 - ``<prefix>lock:<key>``: the lock, holding its owner, with ``PX`` expiry measured by Redis;
 - ``<prefix>fencing-token``: the one counter every acquisition increments. No lock key can be
   equal to it: lock keys all start with ``<prefix>lock:``, the counter does not;
-- channel ``<prefix>released``: every release publishes its key there, so waiters in other
-  processes wake at once;
+- channel ``<prefix>released@db<n>``: every release publishes its key there, so waiters in other
+  processes wake at once (``<n>`` is the database number: pub/sub spans every database);
 - ``<prefix>runs``: one hash of job run records, fields ``last:<job>`` and ``success:<job>``,
   each a JSON object (one key, so a cluster keeps it in one slot).
 
@@ -259,7 +259,13 @@ class RedisLockStore:
                 "redis.asyncio.Redis(...) (not the blocking redis.Redis, and not RedisCluster, "
                 "which RedisLockStore does not support), or use RedisLockStore.from_url(url)"
             )
-        self._setup(prefix, client=client, url=None, options={})
+        self._setup(
+            prefix,
+            client=client,
+            url=None,
+            options={},
+            database=_database(client.connection_pool.connection_kwargs),
+        )
 
     @classmethod
     def from_url(
@@ -304,7 +310,13 @@ class RedisLockStore:
                 "redis.asyncio.BlockingConnectionPool accepts"
             ) from None
         store = cls.__new__(cls)
-        store._setup(prefix, client=None, url=url, options=options)  # noqa: SLF001 -- same class
+        store._setup(  # noqa: SLF001 -- same class
+            prefix,
+            client=None,
+            url=url,
+            options=options,
+            database=_database(pool.connection_kwargs),
+        )
         store._server = _describe(pool)  # noqa: SLF001 -- same class
         return store
 
@@ -315,12 +327,15 @@ class RedisLockStore:
         client: redis.asyncio.Redis | None,
         url: str | None,
         options: Mapping[str, object],
+        database: int,
     ) -> None:
         _check_prefix(prefix)
         self._prefix = prefix
         self._lock_prefix = prefix + LOCKS_SEGMENT
         self._counter_key = prefix + COUNTER_NAME
-        self._channel = prefix + CHANNEL_NAME
+        # pub/sub is one namespace for every database of a server: the channel names the
+        # database, or stores with one prefix on two databases would wake each other's waiters
+        self._channel = f"{prefix}{CHANNEL_NAME}@db{database}"
         self._runs_key = prefix + RUNS_NAME
         self._jobs_key = prefix + JOBS_NAME
         self._pauses_key = prefix + PAUSES_NAME
@@ -808,6 +823,12 @@ def _lock_info(key: str, owner: object, left: object) -> LockInfo | None:
 def _glob_escaped(text: str) -> str:
     """Return ``text`` with SCAN's pattern characters escaped, so it matches only itself."""
     return "".join("\\" + char if char in "*?[]\\" else char for char in text)
+
+
+def _database(connection_kwargs: Mapping[str, object]) -> int:
+    """The database number a client's connections select (0 unless told otherwise)."""
+    database = connection_kwargs.get("db", 0)
+    return int(database) if isinstance(database, int | str) else 0
 
 
 def _text(value: object, encoding: str = "utf-8") -> str:
