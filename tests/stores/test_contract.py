@@ -155,6 +155,7 @@ def contract_postgres_url(postgres_url: str) -> Iterator[str]:
         try:
             await connection.execute(f'DROP TABLE IF EXISTS "{PG_TABLE}"')
             await connection.execute(f'DROP TABLE IF EXISTS "{PG_TABLE}_runs"')
+            await connection.execute(f'DROP TABLE IF EXISTS "{PG_TABLE}_jobs"')
             await connection.execute(f'DROP SEQUENCE IF EXISTS "{PG_SEQUENCE}"')
         finally:
             await connection.close()

@@ -17,7 +17,7 @@ import pytest
 
 from helpers import TokensAsText, unique_key, wait_for_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
-from leaselock.stores import Acquired
+from leaselock.stores import Acquired, NotAcquired
 from leaselock.stores.postgres import PostgresLockStore
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -56,6 +56,7 @@ class Scratch:
             for table, sequence in self._names:
                 await connection.execute(f'DROP TABLE IF EXISTS "{table}"')
                 await connection.execute(f'DROP TABLE IF EXISTS "{table}_runs"')
+                await connection.execute(f'DROP TABLE IF EXISTS "{table}_jobs"')
                 await connection.execute(f'DROP SEQUENCE IF EXISTS "{sequence}"')
         finally:
             await connection.close()
@@ -152,6 +153,38 @@ async def test_a_release_keeps_the_row_with_its_token_and_clears_the_owner(
     assert row is not None
     assert row["owner"] is None
     assert row["fencing_token"] == taken.fencing_token
+
+
+async def test_a_refused_acquire_writes_nothing_no_row_lock_and_no_token_drawn(
+    store: PostgresLockStore, scratch: Scratch
+) -> None:
+    key = unique_key("busy")
+    taken = await store.acquire(key, "holder", 60_000)
+    assert isinstance(taken, Acquired)
+
+    async def row_and_sequence() -> tuple[object, ...]:
+        connection = await asyncpg.connect(scratch.url)
+        try:
+            # xmax names the last transaction that locked or updated the row; a refused acquire
+            # that took the row lock would set it
+            row = await connection.fetchrow(
+                f"SELECT xmax::text, owner, fencing_token FROM {store._sql.table} WHERE key = $1",
+                key,
+            )
+            drawn = await connection.fetchval(f"SELECT last_value FROM {store._sql.sequence}")
+        finally:
+            await connection.close()
+        assert row is not None
+        return (*row, drawn)
+
+    before = await row_and_sequence()
+    refused = await asyncio.gather(*(store.acquire(key, f"waiter-{n}", 60_000) for n in range(20)))
+    assert all(isinstance(answer, NotAcquired) and answer.holder == "holder" for answer in refused)
+    assert await row_and_sequence() == before
+    assert await store.release(key, "holder")
+    again = await store.acquire(key, "waiter-0", 60_000)
+    assert isinstance(again, Acquired)
+    assert again.fencing_token > taken.fencing_token
 
 
 # --- the server's clock --------------------------------------------------------------------
@@ -310,16 +343,16 @@ async def test_the_alembic_downgrade_drops_the_table_and_the_sequence(scratch: S
 
     await migrate(scratch.url, migrations, "downgrade")
 
-    assert await describe(scratch.url, table, sequence) == ([], [], [], [], [])
+    assert await describe(scratch.url, table, sequence) == ([], [], [], [], [], [], [])
 
 
 async def describe(url: str, table: str, sequence: str) -> tuple[list[Any], ...]:
-    """Columns and constraints (named relative to the lock table) of the lock table and of
-    the runs table, and the sequence's settings."""
+    """Columns and constraints (named relative to the lock table) of the lock table, the runs
+    table and the jobs table, and the sequence's settings."""
     connection = await asyncpg.connect(url)
     try:
         described = []
-        for name in (table, f"{table}_runs"):
+        for name in (table, f"{table}_runs", f"{table}_jobs"):
             columns = await connection.fetch(
                 "SELECT column_name, data_type, is_nullable, collation_name "
                 "FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position",

@@ -39,8 +39,9 @@ ALTER TABLE {runs}
 # the lock is taken as ACQUIRE_SQL takes it (one statement: the row lock decides one winner, the
 # row's own token is the floor), or from a live holder with 'replace'; a busy 'buffer' start
 # notes one trigger; the open run is written (and a noted trigger cleared) only if the lock was
-# taken, or none was asked for. Every read in the outer SELECT sees the state from before the
-# statement.
+# taken, or none was asked for. A lock seen live in the snapshot is not written to (as in
+# ACQUIRE_SQL): a busy 'skip' start writes nothing. Every read in the outer SELECT sees the
+# state from before the statement.
 START_RUN_SQL: Final = """\
 WITH paused AS (
     SELECT name, pause FROM {jobs}
@@ -50,11 +51,15 @@ WITH paused AS (
        AND (pause->>'until_ms' IS NULL
             OR CAST(pause->>'until_ms' AS bigint) > CAST($8 AS bigint))
      ORDER BY name LIMIT 1
+), live AS (
+    SELECT FROM {table}
+     WHERE key = CAST($2 AS text) AND owner IS NOT NULL AND expires_at > clock_timestamp()
 ), taken AS (
     INSERT INTO {table} AS existing (key, owner, fencing_token, expires_at)
     SELECT CAST($2 AS text), CAST($3 AS text), nextval({sequence_name}),
            clock_timestamp() + CAST($4 AS bigint) * INTERVAL '1 millisecond'
      WHERE CAST($2 AS text) IS NOT NULL AND NOT EXISTS (SELECT FROM paused)
+       AND (CAST($9 AS text) = 'replace' OR NOT EXISTS (SELECT FROM live))
     ON CONFLICT (key) DO UPDATE
        SET owner = excluded.owner,
            fencing_token = greatest(nextval({sequence_name}), existing.fencing_token + 1),

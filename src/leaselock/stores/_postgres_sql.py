@@ -51,20 +51,26 @@ _SCHEMA_LOCK_KEY: Final = int.from_bytes(b"leaseloc", "big")
 # literals
 
 # $1 key, $2 owner, $3 ttl_ms (bigint) -> fencing_token: one row if taken, none if a live lock
-# holds the key. Owner check and write are ONE statement: the row lock taken by ON CONFLICT makes
-# exactly one of any concurrent callers win. A new key takes the INSERT path and the token drawn in
-# VALUES; a released or expired row takes the UPDATE path, whose token is drawn in SET after the
-# row lock, with the row's own token as its floor: a sequence that went back (restore, failover)
-# cannot hand the key an old token. VALUES draws a number on every call, even when the UPDATE path
-# runs or nothing is taken: that only burns sequence numbers. RETURNING gives the written row's
-# token on both paths. Expiry is measured on the server's clock_timestamp(), never now(), which
-# stands still for a whole transaction. -> (token, NULL) when taken, else (NULL, the holder's
-# owner as the statement's snapshot saw it: for messages only, never for a decision).
+# holds the key. A key seen live in the statement's snapshot is refused with nothing written: no
+# row lock, no sequence number, no WAL, no commit flush, so waiters' retries cost a read (it
+# was held at that moment: a refusal is always true when made). A key seen free goes to the
+# write, where owner check and write are ONE statement: the row lock taken by ON CONFLICT makes
+# exactly one of any concurrent callers win. A new key takes the INSERT path and the token drawn
+# in its SELECT; a released or expired row takes the UPDATE path, whose token is drawn in SET
+# after the row lock, with the row's own token as its floor: a sequence that went back (restore,
+# failover) cannot hand the key an old token. RETURNING gives the written row's token on both
+# paths. Expiry is measured on the server's clock_timestamp(), never now(), which stands still
+# for a whole transaction. -> (token, NULL) when taken, else (NULL, the holder's owner as the
+# statement's snapshot saw it: for messages only, never for a decision).
 ACQUIRE_SQL: Final = """\
-WITH taken AS (
+WITH live AS (
+SELECT FROM {table}
+ WHERE key = CAST($1 AS text) AND owner IS NOT NULL AND expires_at > clock_timestamp()
+), taken AS (
 INSERT INTO {table} AS existing (key, owner, fencing_token, expires_at)
-VALUES ($1, $2, nextval({sequence_name}),
-        clock_timestamp() + CAST($3 AS bigint) * INTERVAL '1 millisecond')
+SELECT CAST($1 AS text), CAST($2 AS text), nextval({sequence_name}),
+       clock_timestamp() + CAST($3 AS bigint) * INTERVAL '1 millisecond'
+ WHERE NOT EXISTS (SELECT FROM live)
 ON CONFLICT (key) DO UPDATE
    SET owner = excluded.owner,
        fencing_token = greatest(nextval({sequence_name}), existing.fencing_token + 1),
@@ -74,7 +80,7 @@ RETURNING existing.fencing_token
 )
 SELECT fencing_token, NULL::text FROM taken
 UNION ALL
-SELECT NULL, owner FROM {table} WHERE key = $1 AND NOT EXISTS (SELECT FROM taken)"""
+SELECT NULL, owner FROM {table} WHERE key = CAST($1 AS text) AND NOT EXISTS (SELECT FROM taken)"""
 
 # $1 key, $2 owner, $3 ttl_ms (bigint) -> one row if owner held a live lock (now renewed), else none
 RENEW_SQL: Final = """\
