@@ -86,9 +86,7 @@ class OperatorStore:
         """
         store = self._run_records()
         records = await self._call("job_records", lambda: store.job_records(jobs))
-        if not isinstance(records, list) or not all(isinstance(r, JobRecord) for r in records):
-            raise self._out_of_shape("job_records", records, "a list of JobRecord")
-        return records
+        return self._list_of("job_records", records, JobRecord)
 
     async def read_lock(self, key: str) -> LockInfo | None:
         """Return ``key``'s lock as the store sees it, or ``None``.
@@ -111,9 +109,7 @@ class OperatorStore:
         """
         store = self._inspection()
         found = await self._call("list_locks", lambda: store.list_locks(prefix, limit))
-        if not isinstance(found, list) or not all(isinstance(i, LockInfo) for i in found):
-            raise self._out_of_shape("list_locks", found, "a list of LockInfo")
-        return found
+        return self._list_of("list_locks", found, LockInfo)
 
     async def break_lock(self, key: str) -> LockInfo | None:
         """Free ``key`` whoever holds it; return what held it.
@@ -217,9 +213,7 @@ class OperatorStore:
         """
         store = self._job_control()
         found = await self._call("job_pauses", store.job_pauses)
-        if not isinstance(found, list) or not all(isinstance(p, JobPause) for p in found):
-            raise self._out_of_shape("job_pauses", found, "a list of JobPause")
-        return found
+        return self._list_of("job_pauses", found, JobPause)
 
     async def job_states(self, jobs: Sequence[str] | None) -> list[JobState]:
         """Return the states of ``jobs`` (every job when ``None``).
@@ -230,9 +224,7 @@ class OperatorStore:
         """
         store = self._job_control()
         found = await self._call("job_states", lambda: store.job_states(jobs))
-        if not isinstance(found, list) or not all(isinstance(s, JobState) for s in found):
-            raise self._out_of_shape("job_states", found, "a list of JobState")
-        return found
+        return self._list_of("job_states", found, JobState)
 
     def _job_control(self) -> SupportsJobControl:
         if not isinstance(self._store, SupportsJobControl):
@@ -282,6 +274,11 @@ class OperatorStore:
     def _one_lock(self, method: str, answer: object) -> LockInfo | None:
         if answer is not None and not isinstance(answer, LockInfo):
             raise self._out_of_shape(method, answer, "a LockInfo or None")
+        return answer
+
+    def _list_of(self, method: str, answer: object, kind: type[T]) -> list[T]:
+        if not isinstance(answer, list) or not all(isinstance(item, kind) for item in answer):
+            raise self._out_of_shape(method, answer, f"a list of {kind.__name__}")
         return answer
 
     def _out_of_shape(self, method: str, answer: object, expected: str) -> LockStoreError:

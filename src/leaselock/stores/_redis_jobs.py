@@ -21,7 +21,7 @@ from ._job_control import (
     pause_from_json,
 )
 from ._protocol import Acquired, NotAcquired
-from ._redis_scripts import script
+from ._redis_scripts import KEEP_NEWER_RUN, script
 
 __all__ = [
     "END_RUN",
@@ -103,7 +103,8 @@ return {'started', token, false, false, open_before, last, failures}
 
 END_RUN: Final = script(
     "end_run",
-    """
+    KEEP_NEWER_RUN
+    + """
 -- KEYS[1] = runs hash, KEYS[2] = jobs hash
 -- ARGV[1] = job, ARGV[2] = the run as JSON, ARGV[3] = '1' if it went well, ARGV[4] = its
 -- outcome, ARGV[5] = the open run as START_RUN kept it for this run, ARGV[6] = its started_at_ms,
@@ -113,24 +114,10 @@ END_RUN: Final = script(
 --    failure streak.
 local job = ARGV[1]
 local served = 0
-local function keep(field)
-  local kept = redis.call('HGET', KEYS[1], field)
-  if kept then
-    local was = cjson.decode(kept)
-    local started, token = tonumber(ARGV[6]), tonumber(ARGV[7])
-    local was_token = was['fencing_token']
-    if was_token == cjson.null then
-      was_token = -1
-    end
-    if was.started_at_ms > started or (was.started_at_ms == started and was_token > token) then
-      return
-    end
-  end
-  redis.call('HSET', KEYS[1], field, ARGV[2])
-end
-keep('last:' .. job)
+local started, token = tonumber(ARGV[6]), tonumber(ARGV[7])
+keep(KEYS[1], 'last:' .. job, ARGV[2], started, token)
 if ARGV[3] == '1' then
-  keep('success:' .. job)
+  keep(KEYS[1], 'success:' .. job, ARGV[2], started, token)
 end
 if redis.call('HGET', KEYS[2], 'open:' .. job) == ARGV[5] then
   redis.call('HDEL', KEYS[2], 'open:' .. job)

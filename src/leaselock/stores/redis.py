@@ -47,7 +47,7 @@ from ._redis_jobs import (
     pauses_from_fields,
     start_answer,
 )
-from ._redis_scripts import Script, script
+from ._redis_scripts import KEEP_NEWER_RUN, Script, script
 
 try:
     import redis.asyncio
@@ -167,30 +167,17 @@ return {owner, left}
 
 RECORD_RUN: Final = script(
     "record_run",
-    """
+    KEEP_NEWER_RUN
+    + """
 -- KEYS[1] = runs hash
 -- ARGV[1] = "last:<job>", ARGV[2] = the run as JSON, ARGV[3] = "success:<job>" if it went well,
 -- ARGV[4] = its started_at_ms, ARGV[5] = its token (-1: none)
 -- -> 1. Each field is written unless the run kept there started later (the same millisecond:
 --    has a greater token).
-local function keep(field)
-  local kept = redis.call('HGET', KEYS[1], field)
-  if kept then
-    local was = cjson.decode(kept)
-    local started, token = tonumber(ARGV[4]), tonumber(ARGV[5])
-    local was_token = was['fencing_token']
-    if was_token == cjson.null then
-      was_token = -1
-    end
-    if was.started_at_ms > started or (was.started_at_ms == started and was_token > token) then
-      return
-    end
-  end
-  redis.call('HSET', KEYS[1], field, ARGV[2])
-end
-keep(ARGV[1])
+local started, token = tonumber(ARGV[4]), tonumber(ARGV[5])
+keep(KEYS[1], ARGV[1], ARGV[2], started, token)
 if ARGV[3] ~= '' then
-  keep(ARGV[3])
+  keep(KEYS[1], ARGV[3], ARGV[2], started, token)
 end
 return 1
 """,
