@@ -1,7 +1,7 @@
 """``leaselock watch``: a live feed of who takes, releases and loses the locks under a prefix.
 
-It reads the store's view of the locks every ``--every`` (250 ms), and at once when the store
-announces a release (PostgreSQL and Redis do), and prints what changed between two readings: an
+It reads the store's view of the locks every ``--every`` (250 ms) and prints what changed
+between two readings: an
 acquisition, a release, an expiry, or a handover to another owner, each with its token. A lock
 taken and freed between two readings is not seen. Ctrl-C (or SIGTERM) ends it cleanly.
 """
@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -20,7 +19,6 @@ from .._durations import parse_wait
 from .._errors import LocksConfigurationError
 from .._locks import Locks
 from ..stores._capabilities import LockInfo
-from ..stores._protocol import SupportsReleaseNotifications
 from ._arguments import add_url_argument
 from ._operate import add_redis_prefix_argument, cli_locks, out
 
@@ -65,25 +63,19 @@ def _run_watch(arguments: argparse.Namespace) -> int:
 
 async def _watch(arguments: argparse.Namespace, every_ms: int) -> None:
     stop = asyncio.Event()
-    woken = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signal_number, stop.set)
     prefix: str = arguments.prefix
 
-    def on_release(key: str) -> None:
-        if key.startswith(prefix):
-            woken.set()
-
-    async with cli_locks(arguments) as locks, _releases_heard(locks, on_release):
+    async with cli_locks(arguments) as locks:
         seen = await _live(locks, prefix)
         under = f"the locks under {prefix!r}" if prefix else "every lock"
         out(f"Watching {under} (Ctrl-C to stop)...", flush=True)
         for line in describe_all(seen):
             out(line, flush=True)
         while not stop.is_set():
-            await _sleep_until(stop, woken, every_ms)
-            woken.clear()
+            await _sleep_until(stop, every_ms)
             now = await _live(locks, prefix)
             for line in changes(seen, now, every_ms):
                 out(line, flush=True)
@@ -95,23 +87,9 @@ async def _live(locks: Locks, prefix: str) -> dict[str, LockInfo]:
     return {info.key: info for info in await locks.inspect(prefix) if info.live}
 
 
-@contextlib.asynccontextmanager
-async def _releases_heard(locks: Locks, on_release: Callable[[str], None]) -> AsyncIterator[None]:
-    store = locks.store
-    if isinstance(store, SupportsReleaseNotifications):
-        async with store.watch_releases(on_release):
-            yield
-    else:
-        yield
-
-
-async def _sleep_until(stop: asyncio.Event, woken: asyncio.Event, every_ms: int) -> None:
-    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(woken.wait())]
-    try:
-        await asyncio.wait(waits, timeout=every_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiting in waits:
-            waiting.cancel()
+async def _sleep_until(stop: asyncio.Event, every_ms: int) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), every_ms / 1000)
 
 
 def describe_all(live: dict[str, LockInfo]) -> list[str]:

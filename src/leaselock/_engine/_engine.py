@@ -25,7 +25,7 @@ from .._event_types import (
 )
 from .._events import Publisher
 from .._telemetry import Telemetry
-from ..stores._protocol import Acquired, SupportsReleaseNotifications
+from ..stores._protocol import Acquired, ReleaseFollower, SupportsReleaseNotifications
 from ._bounded import StoreCallTimeoutError, bounded
 from ._checked_store import AcquireCall, CheckedStore
 from ._lease import Lease, LeaseState
@@ -75,6 +75,7 @@ class LockEngine:
         "_closed",
         "_events",
         "_exit_stack",
+        "_follower",
         "_held",
         "_instance",
         "_renewal",
@@ -111,6 +112,7 @@ class LockEngine:
         self._background: set[asyncio.Task[None]] = set()
         self._waiters: set[Waiter] = set()
         self._exit_stack = AsyncExitStack()
+        self._follower: ReleaseFollower | None = None
         self._closed = False
         self._acquiring = 0
         self._acquires_done = asyncio.Event()
@@ -126,10 +128,10 @@ class LockEngine:
         return frozenset(self._held)
 
     async def start(self) -> None:
-        """Listen for releases elsewhere, where the store can tell."""
+        """Get ready to hear of releases elsewhere, where the store can tell."""
         if isinstance(self.store.inner, SupportsReleaseNotifications):
-            await self._exit_stack.enter_async_context(
-                self.store.inner.watch_releases(self._released_elsewhere)
+            self._follower = await self._exit_stack.enter_async_context(
+                self.store.inner.follow_releases(self._released_elsewhere)
             )
 
     async def acquire(
@@ -178,6 +180,7 @@ class LockEngine:
             store=self.store.inner,
             give_up_at_ms=give_up_at_ms,
             last_error=first.error,
+            follow=None if self._follower is None else self._follower.following,
         )
         self._waiters.add(waiter)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import final
 
@@ -65,6 +66,8 @@ class Waiter:
         store: whose releases wake this waiter (by identity).
         give_up_at_ms: when the wait ends.
         last_error: the failure of the attempt made before waiting, if any.
+        follow: asks the store to tell this process of ``key``'s releases while entered, for
+            a store that tells only the processes that follow a key; ``None`` for the others.
     """
 
     __slots__ = (
@@ -72,6 +75,7 @@ class Waiter:
         "_attempt_once",
         "_attempts",
         "_clock",
+        "_follow",
         "_give_up_at_ms",
         "_hand_back",
         "_in_flight",
@@ -94,6 +98,7 @@ class Waiter:
         store: object,
         give_up_at_ms: int,
         last_error: LockStoreError | None,
+        follow: Callable[[str], AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
         """Prepare to wait for ``key``; :meth:`wait` starts."""
         self._key = key
@@ -109,6 +114,7 @@ class Waiter:
         self._again = False
         self._timer: TimerHandle | None = None
         self._last_error = last_error
+        self._follow = follow
 
     async def wait(self, signal: LockSignal | None) -> Won | None:
         """Wait until an attempt wins (its :class:`Won`), or the wait ends (``None``).
@@ -119,6 +125,9 @@ class Waiter:
         """
         WAKEUPS.add(self._store, self._key, self, self._wake)
         remove_callback = signal.add_callback(self._abort) if signal is not None else None
+        if self._follow is not None:
+            # apart from the wait: retries go on while the store subscribes (however slowly)
+            self._spawn(self._following(self._follow))
         self._arm()
         try:
             won = await self._outcome
@@ -134,6 +143,11 @@ class Waiter:
         if won is None and self._last_error is not None:
             raise self._last_error
         return won
+
+    async def _following(self, follow: Callable[[str], AbstractAsyncContextManager[None]]) -> None:
+        """Follow the key's releases until the wait ends; a release in between meets a retry."""
+        async with follow(self._key):
+            await asyncio.wait([self._outcome])
 
     def _hand_back_unclaimed(self) -> None:
         """Settle the outcome for a caller that leaves early; hand back a win it will not take."""

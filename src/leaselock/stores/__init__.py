@@ -25,6 +25,7 @@ from ._protocol import Acquired as Acquired
 from ._protocol import AcquireResult as AcquireResult
 from ._protocol import LockStore as LockStore
 from ._protocol import NotAcquired as NotAcquired
+from ._protocol import ReleaseFollower as ReleaseFollower
 from ._protocol import Renewal as Renewal
 from ._protocol import SupportsBatchRenew as SupportsBatchRenew
 from ._protocol import SupportsLifecycle as SupportsLifecycle
@@ -51,6 +52,7 @@ __all__ = [
     "OpenRun",
     "PostgresLockStore",
     "RedisLockStore",
+    "ReleaseFollower",
     "Renewal",
     "RunOutcome",
     "RunRecord",

@@ -18,6 +18,7 @@ __all__ = [
     "Acquired",
     "LockStore",
     "NotAcquired",
+    "ReleaseFollower",
     "Renewal",
     "SupportsBatchRenew",
     "SupportsLifecycle",
@@ -101,14 +102,36 @@ class SupportsBatchRenew(Protocol):
         ...
 
 
+class ReleaseFollower(Protocol):
+    """Hears the releases of the keys it is told to follow, for one :meth:`follow_releases`."""
+
+    def following(self, key: str) -> AbstractAsyncContextManager[None]:
+        """Hear ``key``'s releases, by any process, while entered.
+
+        Entering returns once every release from then on will be heard, or once the store
+        gave up trying (a warning is logged; waiters then find the key free by retrying). It
+        raises no store error: notifications only make waiters wake sooner.
+        """
+        ...
+
+
 @runtime_checkable
 class SupportsReleaseNotifications(Protocol):
-    """A store that can tell every process when a key is released, so waiters wake at once."""
+    """A store that tells a process of a release only when that process follows the key.
 
-    def watch_releases(
+    A release reaches the processes that wait on its key, and no others, so what each
+    process receives does not grow with the size of the fleet.
+    """
+
+    def follow_releases(
         self, on_release: Callable[[str], None]
-    ) -> AbstractAsyncContextManager[None]:
-        """Call ``on_release(key)`` on this event loop for every release, while entered."""
+    ) -> AbstractAsyncContextManager[ReleaseFollower]:
+        """Call ``on_release(key)`` on this loop for releases of the keys followed, while entered.
+
+        Opens nothing until a key is followed. A key may also be heard when no follower of it
+        is left (a release in flight while it was unfollowed): callers treat a release as a
+        hint to look again, never as a grant.
+        """
         ...
 
 

@@ -5,8 +5,9 @@ Every method is one Lua script run with EVALSHA (one round trip, atomic on the s
 - ``<prefix>lock:<key>``: the lock, holding its owner, with ``PX`` expiry measured by Redis;
 - ``<prefix>fencing-token``: the one counter every acquisition increments. No lock key can be
   equal to it: lock keys all start with ``<prefix>lock:``, the counter does not;
-- channel ``<prefix>released@db<n>``: every release publishes its key there, so waiters in other
-  processes wake at once (``<n>`` is the database number: pub/sub spans every database);
+- channel ``<prefix>released@db<n>:<key>``: a release publishes its key there, so waiters in
+  other processes wake at once, and only the processes that wait on that key hear it (``<n>``
+  is the database number: pub/sub spans every database);
 - ``<prefix>runs``: one hash of job run records, fields ``last:<job>`` and ``success:<job>``,
   each a JSON object (one key, so a cluster keeps it in one slot).
 
@@ -16,13 +17,12 @@ and 7.0 and Valkey 9.1.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, cast, final
+from typing import Any, Final, cast, final
 
 from .._errors import LocksConfigurationError, LockStoreError
 from ._capabilities import (
@@ -36,6 +36,7 @@ from ._capabilities import (
 )
 from ._job_control import JobPause, JobState, RunStart, RunStartAnswer, pause_json
 from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
+from ._redis_follower import RedisReleaseFollower
 from ._redis_jobs import (
     END_RUN,
     JOB_SCRIPTS,
@@ -57,9 +58,6 @@ except ImportError:  # the extra is not installed: constructing the store says w
 else:
     _HAVE_DRIVER = True
 
-if TYPE_CHECKING:
-    from redis.asyncio.client import PubSub
-
 __all__ = ["RedisLockStore"]
 
 _log = logging.getLogger("leaselock.stores.redis")
@@ -76,9 +74,6 @@ LAST_FIELD: Final = "last:"
 SUCCESS_FIELD: Final = "success:"
 # SCAN's COUNT hint: keys looked at per round trip when listing locks
 SCAN_BATCH: Final = 1000
-# pause between attempts to get the release subscription back; waiters poll meanwhile
-RESUBSCRIBE_PAUSE_S: Final = 1.0
-SUBSCRIBE_TIMEOUT_S: Final = 10.0
 # redis-py 5 waits for ever by default; leaselock bounds every call anyway, and these let the
 # driver notice a dead connection and let the pool give it up
 DEFAULT_SOCKET_TIMEOUTS: Final = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
@@ -198,8 +193,9 @@ class RedisLockStore:
     acquisitions and counter increments (two holders, repeated tokens): fencing that must
     survive a failover belongs in :class:`~leaselock.stores.PostgresLockStore`.
 
-    Releases are announced on a pub/sub channel, so waiters in other processes wake at once
-    (:meth:`watch_releases`); batches of renewals take one round trip (:meth:`renew_many`).
+    Releases are announced on a pub/sub channel per key, so waiters in other processes wake at
+    once, and processes that do not wait on a key never hear of it (:meth:`follow_releases`);
+    batches of renewals take one round trip (:meth:`renew_many`).
 
     Example::
 
@@ -450,7 +446,8 @@ class RedisLockStore:
     async def release(self, key: str, owner: str) -> bool:
         """Free ``key`` if ``owner`` holds a live lock on it, and announce the release."""
         lock_key = self._lock_prefix + key
-        released: int = await self._run(RELEASE, 1, lock_key, owner, self._channel, key)
+        channel = f"{self._channel}:{key}"
+        released: int = await self._run(RELEASE, 1, lock_key, owner, channel, key)
         return released == 1
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
@@ -628,7 +625,8 @@ class RedisLockStore:
 
     async def break_lock(self, key: str) -> LockInfo | None:
         """Free ``key`` whoever holds it (announced to waiters); return what held it, if any."""
-        reply = await self._run(BREAK_LOCK, 1, self._lock_prefix + key, self._channel, key)
+        channel = f"{self._channel}:{key}"
+        reply = await self._run(BREAK_LOCK, 1, self._lock_prefix + key, channel, key)
         if not reply:
             return None
         owner, left = reply
@@ -637,89 +635,23 @@ class RedisLockStore:
     # --- release notifications -----------------------------------------------------------------
 
     @asynccontextmanager
-    async def watch_releases(self, on_release: Callable[[str], None]) -> AsyncIterator[None]:
-        """Call ``on_release(key)`` on this loop for every release on this server and prefix.
+    async def follow_releases(
+        self, on_release: Callable[[str], None]
+    ) -> AsyncIterator[RedisReleaseFollower]:
+        """Call ``on_release(key)`` on this loop for releases of the keys followed, while entered.
 
-        Releases through any process's store with the same prefix are heard, while entered.
-        One pub/sub connection per entered context. Notifications only make waiters wake
-        sooner: where the server refuses the subscription, or while its connection is down,
-        a warning is logged and waiters rely on their retries.
+        A release is published on its key's own channel, ``<prefix>released@db<n>:<key>``, so
+        only the processes that follow the key receive it. One pub/sub connection per entered
+        context, opened at the first key followed. Notifications only make waiters wake
+        sooner: where the server refuses a subscription, or while its connection is down, a
+        warning is logged and waiters rely on their retries.
         """
         client = self._client or self._connected()
-        pubsub = client.pubsub()
-        reader: asyncio.Task[None] | None = None
+        follower = RedisReleaseFollower(client, self._channel + ":", on_release, repr(self))
         try:
-            if await self._subscribed(pubsub):
-                reader = asyncio.get_running_loop().create_task(
-                    self._read_releases(pubsub, _encoding(client), on_release),
-                    name=f"leaselock release watcher {self._channel}",
-                )
-            yield
+            yield follower
         finally:
-            if reader is not None:
-                reader.cancel()
-                await asyncio.gather(reader, return_exceptions=True)
-            await pubsub.aclose()  # type: ignore[no-untyped-call] # redis-py leaves it unannotated
-
-    async def _subscribed(self, pubsub: PubSub) -> bool:
-        """Subscribe, and wait for the server's confirmation: releases before it go unheard."""
-        try:
-            async with asyncio.timeout(SUBSCRIBE_TIMEOUT_S):
-                await pubsub.subscribe(self._channel)
-                while True:
-                    message = await pubsub.get_message(timeout=None)
-                    if message is not None and message["type"] == "subscribe":
-                        return True
-        except (redis.exceptions.RedisError, TimeoutError) as error:
-            _log.warning(
-                "%r could not subscribe to %r (%s): waiters in this process wake up to 1 s "
-                "after a release elsewhere, instead of at once. Fix: allow SUBSCRIBE on that "
-                "channel for this user (ACL: +subscribe &%s)",
-                self,
-                self._channel,
-                str(error) or f"no confirmation within {SUBSCRIBE_TIMEOUT_S:.0f} s",
-                self._channel,
-            )
-            return False
-
-    async def _read_releases(
-        self, pubsub: PubSub, encoding: str, on_release: Callable[[str], None]
-    ) -> None:
-        failures = 0
-        while True:
-            try:
-                # reconnects and subscribes again when the connection was lost
-                message = await pubsub.get_message(timeout=None)
-            except redis.exceptions.RedisError as error:
-                failures += 1
-                self._report_lost_subscription(failures, error)
-                if failures > 1:
-                    # the server is away: do not spin; waiters poll meanwhile
-                    await asyncio.sleep(RESUBSCRIBE_PAUSE_S)  # noqa: TID251 -- reconnect pacing
-                continue
-            if failures:
-                _log.info("%r has its release subscription back", self)
-                failures = 0
-            if message is None or message["type"] != "message":
-                continue
-            try:
-                on_release(_text(message["data"], encoding))
-            except Exception:  # noqa: BLE001 -- one bad callback must not stop the notifications
-                _log.exception("A release callback of %r failed", self)
-
-    def _report_lost_subscription(self, failures: int, error: Exception) -> None:
-        if failures == 1:
-            _log.info("%r lost its release subscription (%s); reconnecting", self, error)
-        elif failures == 2:  # noqa: PLR2004 -- the first failed reconnection
-            _log.warning(
-                "%r cannot get its release subscription back (%s); retrying every %.0f s. "
-                "Waiters in this process poll meanwhile, so they wake up to 1 s late",
-                self,
-                error,
-                RESUBSCRIBE_PAUSE_S,
-            )
-        else:
-            _log.debug("%r still has no release subscription: %s", self, error)
+            await follower.aclose()
 
     def __repr__(self) -> str:
         """Show the server and the prefix; never a password."""
@@ -793,11 +725,6 @@ def _describe(pool: redis.asyncio.ConnectionPool) -> str:
         return f"host={kwargs['host']!r}, port={kwargs.get('port', 6379)}, db={db}"
     # a Sentinel pool finds its primary at connection time
     return f"{type(pool).__name__}, db={db}"
-
-
-def _encoding(client: redis.asyncio.Redis) -> str:
-    """Return the encoding ``client`` sends text in, which its messages come back in."""
-    return str(client.connection_pool.connection_kwargs.get("encoding", "utf-8"))
 
 
 def _lock_info(key: str, owner: object, left: object) -> LockInfo | None:

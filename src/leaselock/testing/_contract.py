@@ -18,6 +18,7 @@ This module imports no test framework. A case whose capability is missing raises
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import unicodedata
 import unittest
@@ -51,6 +52,7 @@ from ..stores._protocol import (
     Acquired,
     LockStore,
     NotAcquired,
+    ReleaseFollower,
     Renewal,
     SupportsBatchRenew,
     SupportsLifecycle,
@@ -81,7 +83,7 @@ INSPECTION: Final = "inspection"
 JOB_CONTROL: Final = "job_control"
 _CAPABILITIES: Final = {
     BATCH_RENEW: (SupportsBatchRenew, "renew_many()"),
-    RELEASE_NOTIFICATIONS: (SupportsReleaseNotifications, "watch_releases()"),
+    RELEASE_NOTIFICATIONS: (SupportsReleaseNotifications, "follow_releases()"),
     RUN_RECORDS: (SupportsRunRecords, "record_run() and job_records()"),
     INSPECTION: (SupportsInspection, "read_lock(), list_locks() and break_lock()"),
     JOB_CONTROL: (SupportsJobControl, "start_run(), end_run() and the pause methods"),
@@ -545,22 +547,72 @@ async def renew_many_matches_renew(c: _Check) -> None:
     c.expect(answers == [True, False, False], f"renew_many answered {answers}")
 
 
-@_case("a release is announced to watchers with its key", RELEASE_NOTIFICATIONS)
-async def release_notifications_name_the_key(c: _Check) -> None:
+@_case(
+    "a release reaches the followers of its key, and only them, named by its key",
+    RELEASE_NOTIFICATIONS,
+)
+async def releases_reach_their_followers_only(c: _Check) -> None:
     assert isinstance(c.store, SupportsReleaseNotifications)  # noqa: S101 -- required capability
-    key, holder = c.key(), c.owner()
-    heard: asyncio.Queue[str] = asyncio.Queue()
-    async with c.store.watch_releases(heard.put_nowait):
-        await c.take(key, holder)
-        c.answer(await c.store.release(key, holder), expected=True, doing="release")
-        try:
-            while (announced := await asyncio.wait_for(heard.get(), NOTIFICATION_TIMEOUT_S)) != key:
-                continue
-        except TimeoutError:
-            raise c.fail(
-                f"no notification named {key!r} within {NOTIFICATION_TIMEOUT_S} s"
-            ) from None
-        c.expect(announced == key, f"announced {announced!r}")
+    followed, other = c.key("followed"), c.key("other")
+    heard_here: asyncio.Queue[str] = asyncio.Queue()
+    heard_there: asyncio.Queue[str] = asyncio.Queue()
+    async with (
+        c.store.follow_releases(heard_here.put_nowait) as here,
+        c.store.follow_releases(heard_there.put_nowait) as there,
+        here.following(followed),
+        there.following(other),
+    ):
+        for key in (followed, other):
+            holder = c.owner()
+            await c.take(key, holder)
+            c.answer(await c.store.release(key, holder), expected=True, doing=f"release {key!r}")
+        # one server, releases announced in order: a stray first one would come before this
+        c.expect(
+            await _next_heard(c, heard_there, other) == other,
+            f"a follower of {other!r} heard the release of {followed!r}",
+        )
+        c.expect(await _next_heard(c, heard_here, followed) == followed, "wrong key announced")
+        strays = [heard_here.get_nowait() for _ in range(heard_here.qsize())]
+        c.expect(not strays, f"a follower of {followed!r} also heard {strays}")
+
+
+@_case("concurrent followers of many keys each hear their own key's release", RELEASE_NOTIFICATIONS)
+async def concurrent_followers_hear_their_keys(c: _Check) -> None:
+    assert isinstance(c.store, SupportsReleaseNotifications)  # noqa: S101 -- required capability
+    keys = [c.key(str(n)) for n in range(c.callers)]
+    holders = {key: c.owner() for key in keys}
+    heard: dict[str, asyncio.Event] = {key: asyncio.Event() for key in keys}
+    followed = asyncio.Barrier(len(keys) + 1)
+
+    def on_release(key: str) -> None:
+        if key in heard:
+            heard[key].set()
+
+    async def follow(follower: ReleaseFollower, key: str) -> None:
+        # two followers per key: the second shares the first's subscription
+        async with follower.following(key), follower.following(key):
+            await followed.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(heard[key].wait(), NOTIFICATION_TIMEOUT_S)
+
+    async with c.store.follow_releases(on_release) as follower, asyncio.TaskGroup() as tasks:
+        for key in keys:
+            await c.take(key, holders[key])
+            tasks.create_task(follow(follower, key))
+        await followed.wait()
+        released = await asyncio.gather(*(c.store.release(key, holders[key]) for key in keys))
+        c.expect(all(released), f"releases answered {released}")
+    unheard = [key for key in keys if not heard[key].is_set()]
+    c.expect(not unheard, f"{len(unheard)} of {len(keys)} followed releases went unheard")
+
+
+async def _next_heard(c: _Check, heard: asyncio.Queue[str], expected: str) -> str:
+    try:
+        return await asyncio.wait_for(heard.get(), NOTIFICATION_TIMEOUT_S)
+    except TimeoutError:
+        raise c.fail(
+            f"no release of {expected!r} heard within {NOTIFICATION_TIMEOUT_S} s"
+        ) from None
 
 
 def _run(c: _Check, job: str, outcome: RunOutcome, *, at: int, token: int | None) -> RunRecord:

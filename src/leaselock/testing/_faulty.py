@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal, TypeAlias, TypeVar, final, get_args
@@ -30,10 +30,11 @@ from ..stores._protocol import (
     Acquired,
     AcquireResult,
     LockStore,
+    ReleaseFollower,
     SupportsLifecycle,
-    SupportsReleaseNotifications,
 )
 from ._clock import wait_on_clock
+from ._follow_through import follow_through
 
 __all__ = ["Fault", "FaultyStore", "InjectedFaultError", "Method", "StoreCall"]
 
@@ -556,14 +557,11 @@ class FaultyStore:
         if isinstance(self._inner, SupportsLifecycle):
             await self._inner.aclose()
 
-    @asynccontextmanager
-    async def watch_releases(self, on_release: Callable[[str], None]) -> AsyncIterator[None]:
+    def follow_releases(
+        self, on_release: Callable[[str], None]
+    ) -> AbstractAsyncContextManager[ReleaseFollower]:
         """Pass the inner store's release notifications through (none if it has none)."""
-        if isinstance(self._inner, SupportsReleaseNotifications):
-            async with self._inner.watch_releases(on_release):
-                yield
-        else:
-            yield
+        return follow_through(self._inner, on_release)
 
     def __repr__(self) -> str:
         """Show the inner store and the faults in force."""

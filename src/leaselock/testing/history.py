@@ -45,11 +45,12 @@ from ..stores._protocol import (
     Acquired,
     AcquireResult,
     LockStore,
+    ReleaseFollower,
     Renewal,
     SupportsBatchRenew,
     SupportsLifecycle,
-    SupportsReleaseNotifications,
 )
+from ._follow_through import follow_through
 
 __all__ = ["HistoryRecorder", "HistoryReport", "Lease", "Violation", "check_history"]
 
@@ -186,13 +187,11 @@ class HistoryRecorder:
         if isinstance(self._inner, SupportsLifecycle):
             await self._inner.aclose()
 
-    def watch_releases(
+    def follow_releases(
         self, on_release: Callable[[str], None]
-    ) -> AbstractAsyncContextManager[None]:
+    ) -> AbstractAsyncContextManager[ReleaseFollower]:
         """Pass the inner store's release notifications through (none if it has none)."""
-        if isinstance(self._inner, SupportsReleaseNotifications):
-            return self._inner.watch_releases(on_release)
-        return _NoNotifications()
+        return follow_through(self._inner, on_release)
 
     def close(self) -> None:
         """Close the file."""
@@ -205,12 +204,6 @@ class HistoryRecorder:
 
 def _same(answer: T) -> T:
     return answer
-
-
-@final
-class _NoNotifications(AbstractAsyncContextManager[None]):
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
 
 
 @final

@@ -1,0 +1,182 @@
+"""RedisReleaseFollower: one pub/sub connection that subscribes to the channels of followed keys.
+
+Each key's releases are published on a channel of its own, ``<prefix>released@db<n>:<key>``, so
+a release reaches only the processes that follow that key: what a process receives does not
+grow with the size of the fleet. A publish to a channel nobody follows costs Redis one lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Final, final
+
+from ._followed_keys import FollowedKeys
+
+if TYPE_CHECKING:
+    import redis.asyncio
+    from redis.asyncio.client import PubSub
+
+__all__ = ["RESUBSCRIBE_PAUSE_S", "SUBSCRIBE_TIMEOUT_S", "RedisReleaseFollower"]
+
+_log = logging.getLogger("leaselock.stores.redis")
+
+# pause between attempts to get the subscription back; waiters poll meanwhile
+RESUBSCRIBE_PAUSE_S: Final = 1.0
+SUBSCRIBE_TIMEOUT_S: Final = 10.0
+# an unsubscribe only saves the server a few messages: it is not worth a long wait
+UNSUBSCRIBE_TIMEOUT_S: Final = 2.0
+
+
+@final
+class RedisReleaseFollower:
+    """Subscribes, on one connection opened at the first key followed, to followed keys' channels.
+
+    Args:
+        client: the store's client; the pub/sub connection comes from its pool settings.
+        channel_prefix: ``<prefix>released@db<n>:``; a key's channel is this plus the key.
+        on_release: called on this loop with the key of each release heard.
+        store: how to name the store in log lines.
+    """
+
+    __slots__ = (
+        "_client",
+        "_confirmations",
+        "_keys",
+        "_on_release",
+        "_prefix",
+        "_pubsub",
+        "_reader",
+        "_sending",
+        "_store",
+    )
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        channel_prefix: str,
+        on_release: Callable[[str], None],
+        store: str,
+    ) -> None:
+        """Follow nothing, and open nothing, yet."""
+        self._client = client
+        self._prefix = channel_prefix
+        self._on_release = on_release
+        self._store = store
+        self._pubsub: PubSub | None = None
+        self._reader: asyncio.Task[None] | None = None
+        # one command at a time: concurrent first commands would each open a connection
+        self._sending = asyncio.Lock()
+        self._confirmations: dict[str, deque[asyncio.Future[None]]] = {}
+        self._keys = FollowedKeys(self._subscribe, self._unsubscribe)
+
+    def following(self, key: str) -> AbstractAsyncContextManager[None]:
+        """Hear ``key``'s releases while entered (see :class:`ReleaseFollower`)."""
+        return self._keys.following(key)
+
+    async def aclose(self) -> None:
+        """Stop reading and close the pub/sub connection."""
+        await self._keys.aclose()
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.wait([self._reader])
+        if self._pubsub is not None:
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call] # unannotated in redis-py
+
+    async def _subscribe(self, key: str) -> None:
+        """Subscribe to ``key``'s channel and wait for the server's confirmation."""
+        channel = self._prefix + key
+        confirmed = asyncio.get_running_loop().create_future()
+        pending = self._confirmations.setdefault(channel, deque())
+        pending.append(confirmed)
+        try:
+            async with asyncio.timeout(SUBSCRIBE_TIMEOUT_S):
+                async with self._sending:
+                    if self._pubsub is None:
+                        self._pubsub = self._client.pubsub()
+                    await self._pubsub.subscribe(channel)
+                if self._reader is None:
+                    self._reader = asyncio.get_running_loop().create_task(
+                        self._read(self._pubsub), name=f"leaselock release follower {self._store}"
+                    )
+                await confirmed
+        except Exception as error:  # noqa: BLE001 -- any failure: waiters poll instead
+            if confirmed in pending:
+                pending.remove(confirmed)
+            _log.warning(
+                "%r could not subscribe to %r (%s): waiters on that key in this process wake up "
+                "to 1 s after its release, instead of at once. Fix: allow SUBSCRIBE on these "
+                "channels for this user (ACL: +subscribe &%s*)",
+                self._store,
+                channel,
+                str(error) or f"no confirmation within {SUBSCRIBE_TIMEOUT_S:.0f} s",
+                self._prefix,
+            )
+        finally:
+            if not pending:
+                self._confirmations.pop(channel, None)
+
+    async def _unsubscribe(self, key: str) -> None:
+        if self._pubsub is None:
+            return
+        try:
+            async with asyncio.timeout(UNSUBSCRIBE_TIMEOUT_S), self._sending:
+                await self._pubsub.unsubscribe(self._prefix + key)
+        except Exception as error:  # noqa: BLE001 -- only a few stray messages follow from it
+            _log.debug("%r could not unsubscribe from %r: %s", self._store, key, error)
+
+    async def _read(self, pubsub: PubSub) -> None:
+        encoding = str(self._client.connection_pool.connection_kwargs.get("encoding", "utf-8"))
+        async for message in _messages(pubsub, self._store):
+            kind = message["type"]
+            if kind == "subscribe":
+                self._confirm(_text(message["channel"], encoding))
+            elif kind == "message":
+                try:
+                    self._on_release(_text(message["data"], encoding))
+                except Exception:  # noqa: BLE001 -- one bad callback must not stop the others
+                    _log.exception("A release callback of %r failed", self._store)
+
+    def _confirm(self, channel: str) -> None:
+        pending = self._confirmations.get(channel)
+        while pending:
+            confirmed = pending.popleft()
+            if not confirmed.done():
+                confirmed.set_result(None)
+                return
+
+
+async def _messages(pubsub: PubSub, store: str) -> AsyncIterator[dict[str, object]]:
+    """Yield each message; after a failed read, read again (redis-py reconnects, resubscribes)."""
+    failures = 0
+    while True:
+        try:
+            message = await pubsub.get_message(timeout=None)
+        except Exception as error:  # noqa: BLE001 -- any failure: report, read again
+            failures += 1
+            if failures == 1:
+                _log.info("%r lost its release subscriptions (%s); reconnecting", store, error)
+            elif failures == 2:  # noqa: PLR2004 -- the first failed reconnection
+                _log.warning(
+                    "%r cannot get its release subscriptions back (%s); retrying every %.0f s. "
+                    "Waiters in this process poll meanwhile, so they wake up to 1 s late",
+                    store,
+                    error,
+                    RESUBSCRIBE_PAUSE_S,
+                )
+            if failures > 1:
+                # the server is away: do not spin; waiters poll meanwhile
+                await asyncio.sleep(RESUBSCRIBE_PAUSE_S)  # noqa: TID251 -- reconnect pacing
+            continue
+        if failures:
+            _log.info("%r has its release subscriptions back", store)
+            failures = 0
+        if message is not None:
+            yield message
+
+
+def _text(value: object, encoding: str) -> str:
+    return value.decode(encoding) if isinstance(value, bytes) else str(value)
