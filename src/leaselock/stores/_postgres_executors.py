@@ -1,14 +1,13 @@
 """How PostgresLockStore's SQL reaches the server: one executor per driver family.
 
 An asyncpg pool or a SQLAlchemy ``AsyncEngine`` of the application, or the store's own asyncpg
-connections; and the LISTEN that carries release notifications, kept going while it is wanted.
+connections; and the connection that listens for the releases of followed keys.
 The drivers are imported on first use, never with this module.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, final
 from urllib.parse import urlsplit
 
 from .._errors import LocksConfigurationError, LockStoreError
+from ._postgres_listening import ListeningSession, asyncpg_session, psycopg_session
 
 if TYPE_CHECKING:
     import asyncpg
@@ -26,19 +26,13 @@ if TYPE_CHECKING:
 __all__ = [
     "ConnectionsExecutor",
     "Executor",
-    "ReleaseWatcher",
     "Row",
     "executor_over",
     "refused_statement",
     "safe_url",
 ]
 
-# how long UNLISTEN may take at teardown before the listening connection is cut instead
-UNLISTEN_TIMEOUT_S = 5.0
 
-_log = logging.getLogger("leaselock")
-
-RELISTEN_PAUSE_S: Final = 1.0
 _SQLALCHEMY_DRIVERS: Final = ("asyncpg", "psycopg")
 _NUMBERED_PARAMETER: Final = re.compile(r"\$(\d+)")
 
@@ -60,9 +54,9 @@ class Executor(Protocol):
 
     async def run_transaction(self, statements: Sequence[str]) -> None: ...
 
-    def listen(
-        self, channel: str, on_key: Callable[[str], None], on_lost: Callable[[], None]
-    ) -> AbstractAsyncContextManager[None]: ...
+    def listening(
+        self, on_notify: Callable[[str], None], on_lost: Callable[[], None]
+    ) -> AbstractAsyncContextManager[ListeningSession]: ...
 
     async def close(self) -> None: ...
 
@@ -89,15 +83,15 @@ class _AsyncpgPoolExecutor:
                 await connection.execute(statement)
 
     @asynccontextmanager
-    async def listen(
-        self, channel: str, on_key: Callable[[str], None], on_lost: Callable[[], None]
-    ) -> AsyncIterator[None]:
+    async def listening(
+        self, on_notify: Callable[[str], None], on_lost: Callable[[], None]
+    ) -> AsyncIterator[ListeningSession]:
         # the listener is one of the application's connections while it listens
         async with (
             self._pool.acquire() as connection,
-            _asyncpg_listening(connection, channel, on_key, on_lost),
+            asyncpg_session(connection, on_notify, on_lost) as session,
         ):
-            yield
+            yield session
 
     async def close(self) -> None:
         if self._owned:
@@ -183,14 +177,14 @@ class ConnectionsExecutor:
         self._give_back(connection, healthy=True)
 
     @asynccontextmanager
-    async def listen(
-        self, channel: str, on_key: Callable[[str], None], on_lost: Callable[[], None]
-    ) -> AsyncIterator[None]:
+    async def listening(
+        self, on_notify: Callable[[str], None], on_lost: Callable[[], None]
+    ) -> AsyncIterator[ListeningSession]:
         # a connection beside the pool: all max_size (even a pool of 1) stay free for statements
         listener = await self._connect()
         try:
-            async with _asyncpg_listening(listener, channel, on_key, on_lost):
-                yield
+            async with asyncpg_session(listener, on_notify, on_lost) as session:
+                yield session
         finally:
             await listener.close()
 
@@ -268,34 +262,6 @@ class ConnectionsExecutor:
                 return
 
 
-@asynccontextmanager
-async def _asyncpg_listening(
-    connection: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy[Any],
-    channel: str,
-    on_key: Callable[[str], None],
-    on_lost: Callable[[], None],
-) -> AsyncIterator[None]:
-    def deliver(_connection: object, _pid: int, _channel: str, payload: object) -> None:
-        on_key(str(payload))
-
-    def terminated(_connection: object) -> None:
-        on_lost()
-
-    connection.add_termination_listener(terminated)
-    await connection.add_listener(channel, deliver)
-    try:
-        yield
-    finally:
-        connection.remove_termination_listener(terminated)
-        if not connection.is_closed():
-            try:
-                # a server that stopped answering must not hold the application's shutdown
-                async with asyncio.timeout(UNLISTEN_TIMEOUT_S):
-                    await connection.remove_listener(channel, deliver)
-            except Exception:  # noqa: BLE001 -- a session that may still listen is not reused
-                connection.terminate()
-
-
 @final
 class _SQLAlchemyExecutor:
     """Statements on a SQLAlchemy ``AsyncEngine``: autocommit connections from its pool."""
@@ -334,18 +300,17 @@ class _SQLAlchemyExecutor:
                 await connection.exec_driver_sql(statement)
 
     @asynccontextmanager
-    async def listen(
-        self, channel: str, on_key: Callable[[str], None], on_lost: Callable[[], None]
-    ) -> AsyncIterator[None]:
+    async def listening(
+        self, on_notify: Callable[[str], None], on_lost: Callable[[], None]
+    ) -> AsyncIterator[ListeningSession]:
         async with self._autocommit.connect() as connection:
             driver_connection: Any = (await connection.get_raw_connection()).driver_connection
+            session = (
+                asyncpg_session if self._engine.dialect.driver == "asyncpg" else psycopg_session
+            )
             try:
-                if self._engine.dialect.driver == "asyncpg":
-                    async with _asyncpg_listening(driver_connection, channel, on_key, on_lost):
-                        yield
-                else:
-                    async with _psycopg_listening(driver_connection, channel, on_key, on_lost):
-                        yield
+                async with session(driver_connection, on_notify, on_lost) as listening:
+                    yield listening
             finally:
                 # this session listened: the application's pool gets a fresh one instead
                 await connection.invalidate()
@@ -357,97 +322,6 @@ class _SQLAlchemyExecutor:
 
 def _bind(args: tuple[object, ...]) -> dict[str, object]:
     return {f"p{number}": value for number, value in enumerate(args, 1)}
-
-
-@asynccontextmanager
-async def _psycopg_listening(
-    connection: Any,  # noqa: ANN401 -- a psycopg.AsyncConnection, typed loosely by SQLAlchemy
-    channel: str,
-    on_key: Callable[[str], None],
-    on_lost: Callable[[], None],
-) -> AsyncIterator[None]:
-    loop = asyncio.get_running_loop()
-    await connection.execute(f'LISTEN "{channel}"')
-
-    async def pump() -> None:
-        try:
-            async for notification in connection.notifies():
-                # on the loop, apart: a failing callback must not stop the listening
-                loop.call_soon(on_key, notification.payload)
-        except Exception:  # noqa: BLE001 -- the connection is gone; the watcher listens anew
-            on_lost()
-
-    task = loop.create_task(pump())
-    try:
-        yield
-    finally:
-        task.cancel()
-        await asyncio.wait([task])
-
-
-@final
-class ReleaseWatcher:
-    """Keeps one LISTEN going while a ``watch_releases`` block runs; listens again if lost."""
-
-    __slots__ = ("_channel", "_executor", "_on_release", "_store", "_task")
-
-    def __init__(
-        self, executor: Executor, channel: str, on_release: Callable[[str], None], store: str
-    ) -> None:
-        self._executor = executor
-        self._channel = channel
-        self._on_release = on_release
-        self._store = store
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        """Listen; raise what the first LISTEN raised."""
-        loop = asyncio.get_running_loop()
-        listening: asyncio.Future[None] = loop.create_future()
-        self._task = loop.create_task(self._listen(listening))
-        try:
-            await listening
-        except BaseException:
-            await self.stop()
-            raise
-
-    async def stop(self) -> None:
-        """Stop listening and give the connection back."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.wait([self._task])
-
-    async def _listen(self, listening: asyncio.Future[None]) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            lost: asyncio.Future[None] = loop.create_future()
-
-            def on_lost(lost: asyncio.Future[None] = lost) -> None:
-                if not lost.done():
-                    lost.set_result(None)
-
-            reason = "its connection closed"
-            try:
-                async with self._executor.listen(self._channel, self._on_release, on_lost):
-                    if listening.done():
-                        _log.info("Listening for releases on %s again", self._store)
-                    else:
-                        listening.set_result(None)
-                    await lost
-            except Exception as error:  # noqa: BLE001 -- any failure: report, listen again
-                if not listening.done():
-                    listening.set_exception(error)
-                    return
-                reason = f"{type(error).__name__}: {error}"
-            _log.warning(
-                "Lost the release notifications of %s (%s); waiters poll until they are back. "
-                "Listening again in %.0f s",
-                self._store,
-                reason,
-                RELISTEN_PAUSE_S,
-            )
-            # the pause of a reconnect loop, not lock timing: no lease depends on it
-            await asyncio.sleep(RELISTEN_PAUSE_S)  # noqa: TID251
 
 
 def refused_statement(error: BaseException) -> bool:

@@ -6,7 +6,9 @@ quoted here, and channels validated, before any of them reaches a statement.
 
 from __future__ import annotations
 
+import hashlib
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Final
 
@@ -25,6 +27,7 @@ __all__ = [
     "CREATE_RUNS_SQL",
     "CREATE_SEQUENCE_SQL",
     "CREATE_TABLE_SQL",
+    "FOLLOW_SQL",
     "JOB_RUNS_SQL",
     "LIST_LOCKS_SQL",
     "READ_LOCK_SQL",
@@ -35,20 +38,25 @@ __all__ = [
     "RENEW_SQL",
     "SCHEMA_EXISTS_SQL",
     "SCHEMA_LOCK_SQL",
+    "UNFOLLOW_SQL",
     "Statements",
     "checked_channel",
+    "interest_class",
+    "key_channel",
     "quoted_name",
     "statements",
 ]
 
 _NAME_PART: Final = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 _QUALIFIED_NAME: Final = re.compile(rf"(?:{_NAME_PART}\.)?{_NAME_PART}")
-_CHANNEL: Final = re.compile(r"[A-Za-z0-9_.:-]{1,63}")
+# a key's channel is the store's, ':' and 16 hex digits: at most 63 characters in all
+MAX_CHANNEL_LENGTH: Final = 46
+_CHANNEL: Final = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_CHANNEL_LENGTH}}}")
 # "leaseloc" in ASCII: one advisory lock serializes every leaselock create_schema of a database
 _SCHEMA_LOCK_KEY: Final = int.from_bytes(b"leaseloc", "big")
 
-# --- SQL: {table}, {sequence} and {runs} are quoted names, {sequence_name} and {channel} string
-# literals
+# --- SQL: {table}, {sequence} and {runs} are quoted names, {sequence_name} a string literal,
+# {notify_waiters} the expression of NOTIFY_WAITERS_SQL
 
 # $1 key, $2 owner, $3 ttl_ms (bigint) -> fencing_token: one row if taken, none if a live lock
 # holds the key. A key seen live in the statement's snapshot is refused with nothing written: no
@@ -102,7 +110,8 @@ RETURNING held.key, held.owner"""
 
 # $1 key, $2 owner -> one row if owner held a live lock (now released), else none.
 # The row stays, owner NULL: its token is the floor of the key's next one. The NOTIFY rides in the
-# same statement (one round trip) and is delivered at its commit, after the row is free.
+# same statement (one round trip), is delivered at its commit, after the row is free, and is sent
+# only when a process waits on the key ({notify_waiters}).
 RELEASE_AND_NOTIFY_SQL: Final = """\
 WITH released AS (
     UPDATE {table}
@@ -110,7 +119,22 @@ WITH released AS (
      WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
     RETURNING key
 )
-SELECT pg_notify({channel}, key) FROM released"""
+SELECT {notify_waiters} FROM released"""
+
+# key -> a NOTIFY of the key on its own channel, only if some process holds the key's interest
+# lock (shared, by FOLLOW_SQL): the exclusive try fails exactly then. Taking it when free holds it
+# to this transaction's end, so a follower arriving meanwhile waits for the commit, then finds
+# the key free by its own retry. Hashes may collide: a stray notification, never a missed one.
+NOTIFY_WAITERS_SQL: Final = """\
+CASE WHEN pg_try_advisory_xact_lock({interest}, hashtext(key)) THEN NULL
+     ELSE pg_notify({channel} || ':' || left(md5(convert_to(key, 'UTF8')), 16), key) END"""
+
+# $1 interest class, $2 key -> nothing: this session waits on the key's releases. Held until
+# UNFOLLOW_SQL or the session's end, so a crashed process never leaves an interest behind.
+FOLLOW_SQL: Final = "SELECT pg_advisory_lock_shared($1, hashtext($2))"
+
+# $1 interest class, $2 key -> nothing: this session no longer waits on the key's releases.
+UNFOLLOW_SQL: Final = "SELECT pg_advisory_unlock_shared($1, hashtext($2))"
 
 # $1 key, $2 owner -> one row if owner held a live lock (now released), else none; no NOTIFY
 RELEASE_SQL: Final = """\
@@ -201,7 +225,8 @@ WITH held AS (
     RETURNING held.key, held.owner, held.fencing_token, held.expires_at
 )
 SELECT key, owner, fencing_token,
-       CAST(ceil(EXTRACT(EPOCH FROM expires_at - clock_timestamp()) * 1000) AS bigint){notify}
+       CAST(ceil(EXTRACT(EPOCH FROM expires_at - clock_timestamp()) * 1000) AS bigint)
+       {notify}
   FROM broken"""
 
 # no input, no output; in one transaction: the lock keeps two processes creating the schema at
@@ -263,14 +288,17 @@ class Statements:
 
 
 def statements(table: str, sequence: str, runs: str, jobs: str, channel: str | None) -> Statements:
+    notify_waiters = NOTIFY_WAITERS_SQL.format(
+        interest=interest_class(table), channel=_literal(channel or "")
+    )
     names = {
         "table": table,
         "sequence": sequence,
         "runs": runs,
         "jobs": jobs,
         "sequence_name": _literal(sequence),
-        "channel": _literal(channel or ""),
-        "notify": "" if channel is None else f", pg_notify({_literal(channel)}, key)",
+        "notify_waiters": notify_waiters,
+        "notify": "" if channel is None else f", {notify_waiters}",
     }
     release = RELEASE_SQL if channel is None else RELEASE_AND_NOTIFY_SQL
     return Statements(
@@ -316,12 +344,27 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def interest_class(table: str) -> int:
+    """Return the first key of the advisory locks that mark a waiting process, for ``table``.
+
+    Two-key advisory locks of their own class, one per table: they never meet the
+    application's one-key advisory locks, nor the waiters of another table.
+    """
+    return zlib.crc32(table.encode()) - 2**31
+
+
+def key_channel(channel: str, key: str) -> str:
+    """Return the channel ``key``'s releases are announced on: the store's, a colon, a hash."""
+    return f"{channel}:{hashlib.md5(key.encode(), usedforsecurity=False).hexdigest()[:16]}"
+
+
 def checked_channel(channel: object, table: str) -> str:
     name = f"{table}_released" if channel is None else channel
     if not isinstance(name, str) or not _CHANNEL.fullmatch(name):
         raise LocksConfigurationError(
-            f"channel={name!r} is not a usable LISTEN/NOTIFY channel: use 1 to 63 letters, "
-            "digits, '_', '.', ':' or '-'"
+            f"channel={name!r} is not a usable LISTEN/NOTIFY channel: use 1 to "
+            f"{MAX_CHANNEL_LENGTH} letters, digits, '_', '.', ':' or '-' (each key's channel "
+            "adds 17 characters, within PostgreSQL's 63)"
             + ("; the default is derived from the table name, so pass channel=" * (channel is None))
         )
     return name

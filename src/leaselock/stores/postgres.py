@@ -39,6 +39,7 @@ from ._capabilities import (
     run_from_row,
     run_row,
 )
+from ._followed_keys import FollowingNothing
 from ._job_control import (
     JobPause,
     JobState,
@@ -53,14 +54,27 @@ from ._postgres_errors import check_sslmode, open_failure, sqlstate
 from ._postgres_executors import (
     ConnectionsExecutor,
     Executor,
-    ReleaseWatcher,
     Row,
     executor_over,
     refused_statement,
     safe_url,
 )
-from ._postgres_sql import SCHEMA_EXISTS_SQL, checked_channel, quoted_name, statements
-from ._protocol import MAX_FENCING_TOKEN, Acquired, AcquireResult, NotAcquired, Renewal
+from ._postgres_follower import PostgresReleaseFollower
+from ._postgres_sql import (
+    SCHEMA_EXISTS_SQL,
+    checked_channel,
+    interest_class,
+    quoted_name,
+    statements,
+)
+from ._protocol import (
+    MAX_FENCING_TOKEN,
+    Acquired,
+    AcquireResult,
+    NotAcquired,
+    ReleaseFollower,
+    Renewal,
+)
 
 if TYPE_CHECKING:
     import asyncpg
@@ -123,6 +137,7 @@ class PostgresLockStore:
     __slots__ = (
         "_create_schema_at_open",
         "_executor",
+        "_interest",
         "_loop",
         "_make_executor",
         "_notify_channel",
@@ -265,6 +280,7 @@ class PostgresLockStore:
         quoted_runs = quoted_name(f"{table}_runs", "table (with _runs appended)")
         quoted_jobs = quoted_name(f"{table}_jobs", "table (with _jobs appended)")
         self._notify_channel = checked if notify_releases else None
+        self._interest = interest_class(quoted_table)
         self._sql = statements(
             quoted_table, quoted_sequence, quoted_runs, quoted_jobs, self._notify_channel
         )
@@ -315,21 +331,28 @@ class PostgresLockStore:
         return [(renewal.key, renewal.owner) in renewed for renewal in renewals]
 
     @asynccontextmanager
-    async def watch_releases(self, on_release: Callable[[str], None]) -> AsyncIterator[None]:
-        """Call ``on_release(key)`` on this loop for every release of this table, anywhere.
+    async def follow_releases(
+        self, on_release: Callable[[str], None]
+    ) -> AsyncIterator[ReleaseFollower]:
+        """Call ``on_release(key)`` on this loop for releases of the keys followed, while entered.
 
-        Holds one connection that LISTENs while entered; if it is lost, it listens again
-        (waiters poll meanwhile). With ``notify_releases=False`` it listens to nothing.
+        A release NOTIFYs only when some process follows its key, on that key's own channel, so
+        releases nobody waits for cost nothing more and a process hears only the keys it waits
+        on. One listening connection per entered context, opened at the first key followed;
+        if it is lost, it listens again (waiters poll meanwhile). With
+        ``notify_releases=False`` it follows nothing.
         """
         if self._notify_channel is None:
-            yield
+            yield FollowingNothing()
             return
-        watcher = ReleaseWatcher(await self._ready(), self._notify_channel, on_release, repr(self))
-        await watcher.start()
+        executor = await self._ready()
+        follower = PostgresReleaseFollower(
+            executor.listening, self._notify_channel, self._interest, on_release, repr(self)
+        )
         try:
-            yield
+            yield follower
         finally:
-            await watcher.stop()
+            await follower.aclose()
 
     # --- run records and inspection --------------------------------------------------------
 

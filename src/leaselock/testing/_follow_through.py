@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
-from typing import final
+from contextlib import asynccontextmanager
 
+from ..stores._followed_keys import FollowingNothing
 from ..stores._protocol import LockStore, ReleaseFollower, SupportsReleaseNotifications
 
 __all__ = ["follow_through"]
-
-
-@final
-class _FollowingNothing:
-    """The follower of a store that announces no releases: following a key hears nothing."""
-
-    def following(self, key: str) -> AbstractAsyncContextManager[None]:  # noqa: ARG002 -- as the protocol has it
-        return nullcontext()
 
 
 @asynccontextmanager
@@ -28,4 +20,4 @@ async def follow_through(
         async with inner.follow_releases(on_release) as follower:
             yield follower
     else:
-        yield _FollowingNothing()
+        yield FollowingNothing()

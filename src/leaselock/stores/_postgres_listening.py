@@ -1,0 +1,166 @@
+"""Listening sessions: one connection that LISTENs and runs the follower's own statements.
+
+A session belongs to one :class:`~._postgres_follower.PostgresReleaseFollower`, which sends it
+one command at a time. asyncpg delivers notifications between commands by itself; psycopg
+hands them out only from ``notifies()``, which holds the connection, so its session stops
+reading around each command (notifications that arrive meanwhile wait in psycopg's backlog).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
+
+if TYPE_CHECKING:
+    import asyncpg
+
+__all__ = ["ListeningSession", "asyncpg_session", "psycopg_session"]
+
+# how long the teardown of a session may take before its connection is cut instead
+TEARDOWN_TIMEOUT_S: Final = 5.0
+_NUMBERED_PARAMETER: Final = re.compile(r"\$\d+")
+
+
+class ListeningSession(Protocol):
+    """One connection's LISTENs and statements; one command at a time."""
+
+    async def listen(self, channel: str) -> None:
+        """LISTEN on ``channel``; its notifications go to the session's ``on_notify``."""
+
+    async def unlisten(self, channel: str) -> None:
+        """Stop listening on ``channel``."""
+
+    async def execute(self, sql: str, args: tuple[object, ...]) -> None:
+        """Run one statement with ``$n`` parameters, numbered in the order they appear."""
+
+
+@final
+class _AsyncpgSession:
+    __slots__ = ("_connection", "_on_notify", "channels")
+
+    def __init__(
+        self,
+        connection: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy[Any],
+        on_notify: Callable[[str], None],
+    ) -> None:
+        self._connection = connection
+        self._on_notify = on_notify
+        self.channels: set[str] = set()
+
+    def _deliver(self, _connection: object, _pid: int, _channel: str, payload: object) -> None:
+        self._on_notify(str(payload))
+
+    async def listen(self, channel: str) -> None:
+        self.channels.add(channel)
+        await self._connection.add_listener(channel, self._deliver)
+
+    async def unlisten(self, channel: str) -> None:
+        self.channels.discard(channel)
+        await self._connection.remove_listener(channel, self._deliver)
+
+    async def forget_all(self) -> None:
+        """Stop every LISTEN and drop every advisory lock: the connection may be reused."""
+        for channel in list(self.channels):
+            await self.unlisten(channel)
+        await self._connection.execute("SELECT pg_advisory_unlock_all()")
+
+    async def execute(self, sql: str, args: tuple[object, ...]) -> None:
+        await self._connection.execute(sql, *args)
+
+
+@asynccontextmanager
+async def asyncpg_session(
+    connection: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy[Any],
+    on_notify: Callable[[str], None],
+    on_lost: Callable[[], None],
+) -> AsyncIterator[ListeningSession]:
+    """Listen on an asyncpg connection; ``on_lost()`` when the server ends it.
+
+    At the end the connection forgets its LISTENs and advisory locks, or is cut if it cannot:
+    it may go back to an application's pool.
+    """
+
+    def terminated(_connection: object) -> None:
+        on_lost()
+
+    connection.add_termination_listener(terminated)
+    session = _AsyncpgSession(connection, on_notify)
+    try:
+        yield session
+    finally:
+        connection.remove_termination_listener(terminated)
+        if not connection.is_closed():
+            try:
+                # a server that stopped answering must not hold the application's shutdown
+                async with asyncio.timeout(TEARDOWN_TIMEOUT_S):
+                    await session.forget_all()
+            except Exception:  # noqa: BLE001 -- a session that may still listen is not reused
+                connection.terminate()
+
+
+@final
+class _PsycopgSession:
+    __slots__ = ("_connection", "_on_lost", "_on_notify", "_reader")
+
+    def __init__(
+        self,
+        connection: Any,  # noqa: ANN401 -- a psycopg.AsyncConnection, typed loosely by SQLAlchemy
+        on_notify: Callable[[str], None],
+        on_lost: Callable[[], None],
+    ) -> None:
+        self._connection = connection
+        self._on_notify = on_notify
+        self._on_lost = on_lost
+        self._reader: asyncio.Task[None] | None = None
+
+    def read(self) -> None:
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def stop_reading(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.wait([self._reader])
+            self._reader = None
+
+    async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            async for notification in self._connection.notifies():
+                # on the loop, apart: a failing callback must not stop the reading
+                loop.call_soon(self._on_notify, notification.payload)
+        except Exception:  # noqa: BLE001 -- the connection is gone; the follower reconnects
+            self._on_lost()
+
+    async def _command(self, sql: str, args: tuple[object, ...] = ()) -> None:
+        await self.stop_reading()
+        try:
+            await self._connection.execute(sql, args or None)
+        finally:
+            self.read()
+
+    async def listen(self, channel: str) -> None:
+        await self._command(f'LISTEN "{channel}"')
+
+    async def unlisten(self, channel: str) -> None:
+        await self._command(f'UNLISTEN "{channel}"')
+
+    async def execute(self, sql: str, args: tuple[object, ...]) -> None:
+        await self._command(_NUMBERED_PARAMETER.sub("%s", sql), args)
+
+
+@asynccontextmanager
+async def psycopg_session(
+    connection: Any,  # noqa: ANN401 -- a psycopg.AsyncConnection, typed loosely by SQLAlchemy
+    on_notify: Callable[[str], None],
+    on_lost: Callable[[], None],
+) -> AsyncIterator[ListeningSession]:
+    """Listen on a psycopg connection in autocommit mode; ``on_lost()`` when it fails."""
+    session = _PsycopgSession(connection, on_notify, on_lost)
+    session.read()
+    try:
+        yield session
+    finally:
+        await session.stop_reading()
