@@ -115,6 +115,13 @@ def tokens_go_back(url: str) -> TokensGoBack:
     return TokensGoBack(str(Path(url.removeprefix("sqlite:///"))))
 
 
+# an application keeps its client for its whole life: one dropped unclosed would be collected
+# mid-test, and its socket's ResourceWarning blamed on whichever test runs then
+_APPLICATION_CLIENTS: list[redis.asyncio.Redis] = []
+
+
 def redis_on_an_application_client(url: str) -> RedisLockStore:
     """The documented way to share the application's client, with redis-py's own retries."""
-    return RedisLockStore(redis.asyncio.Redis.from_url(url), prefix="leaselock-check:")
+    client = redis.asyncio.Redis.from_url(url)
+    _APPLICATION_CLIENTS.append(client)
+    return RedisLockStore(client, prefix="leaselock-check:")

@@ -404,7 +404,8 @@ async def test_a_refused_subscription_is_a_warning_naming_the_fix_and_locks_stil
     async with (
         user_without(throwaway_redis_url, "subscribe") as url,
         opened(RedisLockStore.from_url(url, prefix=unique_prefix())) as store,
-        store.watch_releases(lambda _key: None),
+        store.follow_releases(lambda _key: None) as follower,
+        follower.following(key),
     ):
         assert isinstance(await store.acquire(key, "owner", ONE_MINUTE_MS), Acquired)
         assert await store.release(key, "owner") is True
@@ -438,7 +439,11 @@ async def test_a_client_that_decodes_responses_gets_int_tokens_and_key_names(
     heard: asyncio.Queue[str] = asyncio.Queue()
     async with redis.asyncio.Redis.from_url(redis_url, decode_responses=True) as client:
         store = RedisLockStore(client, prefix=prefix)
-        async with opened(store), store.watch_releases(heard.put_nowait):
+        async with (
+            opened(store),
+            store.follow_releases(heard.put_nowait) as follower,
+            follower.following(key),
+        ):
             acquired = await store.acquire(key, owner, ONE_MINUTE_MS)
             assert isinstance(acquired, Acquired)
             assert type(acquired.fencing_token) is int
@@ -467,7 +472,8 @@ async def test_a_release_through_another_store_object_is_heard(
         opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as listener,
         opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as releaser,
         opened(RedisLockStore.from_url(redis_url, prefix=other_prefix)) as elsewhere,
-        listener.watch_releases(heard.put_nowait),
+        listener.follow_releases(heard.put_nowait) as follower,
+        follower.following(key),
     ):
         await elsewhere.acquire(key, owner, ONE_MINUTE_MS)
         await elsewhere.release(key, owner)
@@ -489,13 +495,14 @@ async def test_a_release_on_another_database_with_the_same_prefix_is_not_heard(
         opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as listener,
         opened(RedisLockStore.from_url(other_url, prefix=prefix)) as elsewhere,
         opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as releaser,
-        listener.watch_releases(heard.put_nowait),
+        listener.follow_releases(heard.put_nowait) as follower,
+        follower.following(key),
     ):
         await elsewhere.acquire(key, owner, ONE_MINUTE_MS)
         await elsewhere.release(key, owner)
-        await releaser.acquire(key + ":here", owner, ONE_MINUTE_MS)
-        await releaser.release(key + ":here", owner)
-        assert await asyncio.wait_for(heard.get(), 5) == key + ":here"
+        await releaser.acquire(key, owner, ONE_MINUTE_MS)
+        await releaser.release(key, owner)
+        assert await asyncio.wait_for(heard.get(), 5) == key
         assert heard.empty()
     forget(other_url, prefix)
 
@@ -509,7 +516,8 @@ async def test_the_release_subscription_comes_back_after_its_connection_is_kille
     store = RedisLockStore.from_url(throwaway_redis_url, prefix=unique_prefix())
     async with (
         opened(store),
-        store.watch_releases(heard.put_nowait),
+        store.follow_releases(heard.put_nowait) as follower,
+        follower.following(key),
         redis.asyncio.Redis.from_url(throwaway_redis_url) as admin,
     ):
         assert await admin.client_kill_filter(_type="pubsub") >= 1
@@ -537,7 +545,9 @@ async def test_a_failing_release_callback_is_logged_and_later_releases_are_still
 
     async with (
         opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store,
-        store.watch_releases(on_release),
+        store.follow_releases(on_release) as follower,
+        follower.following(first),
+        follower.following(second),
     ):
         for key in (first, second):
             await store.acquire(key, owner, ONE_MINUTE_MS)
@@ -564,33 +574,39 @@ class _SetOnRecord(logging.Handler):
 async def test_a_server_that_went_away_is_reported_and_the_watch_still_exits_cleanly(
     request: pytest.FixtureRequest,
 ) -> None:
-    noticed = _SetOnRecord("cannot get its release subscription back")
+    noticed = _SetOnRecord("cannot get its release subscriptions back")
     logging.getLogger(LOGGER).addHandler(noticed)
     try:
         with contextlib.ExitStack() as server:
             url = server.enter_context(throwaway_server(request))
             store = RedisLockStore.from_url(url, prefix=unique_prefix())
             await store.open()
-            watch = store.watch_releases(lambda _key: None)
-            await watch.__aenter__()
+            watch = store.follow_releases(lambda _key: None)
+            follower = await watch.__aenter__()
+            following = follower.following("k")
+            await following.__aenter__()
             server.close()  # the server stops under the subscription
             await asyncio.wait_for(noticed.seen.wait(), 10)
+            await following.__aexit__(None, None, None)
             await watch.__aexit__(None, None, None)
             await store.aclose()
     finally:
         logging.getLogger(LOGGER).removeHandler(noticed)
-    assert [t for t in asyncio.all_tasks() if "release watcher" in t.get_name()] == []
+    assert [t for t in asyncio.all_tasks() if "release follower" in t.get_name()] == []
 
 
 @pytest.mark.redis
-async def test_leaving_watch_releases_stops_its_reader_and_frees_its_connection(
+async def test_leaving_follow_releases_stops_its_reader_and_frees_its_connection(
     redis_url: str, prefix: str
 ) -> None:
     store = RedisLockStore.from_url(redis_url, prefix=prefix, max_connections=1)
     async with opened(store):
-        async with store.watch_releases(lambda _key: None):
+        async with (
+            store.follow_releases(lambda _key: None) as follower,
+            follower.following(unique_key("followed")),
+        ):
             pass
-        assert [t for t in asyncio.all_tasks() if "release watcher" in t.get_name()] == []
+        assert [t for t in asyncio.all_tasks() if "release follower" in t.get_name()] == []
         # the pool's only connection is free again
         assert isinstance(
             await store.acquire(unique_key("after"), "owner", ONE_MINUTE_MS), Acquired

@@ -509,7 +509,7 @@ async def test_a_cancelled_close_still_finishes_and_a_second_close_waits_for_it(
 
 
 class ListenerRefused(PassThrough):
-    """Opens fine, then refuses to watch releases; records its lifecycle."""
+    """Opens fine, then refuses to follow releases; records its lifecycle."""
 
     def __init__(self, clock: ManualClock) -> None:
         super().__init__(clock)
@@ -521,7 +521,7 @@ class ListenerRefused(PassThrough):
     async def aclose(self) -> None:
         self.lifecycle.append("close")
 
-    def watch_releases(self, on_release: object) -> object:
+    def follow_releases(self, on_release: object) -> object:
         raise PermissionError("LISTEN is not allowed for this user")
 
 
