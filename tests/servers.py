@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
 __all__ = [
     "POSTGRES_URL_ENV",
@@ -92,11 +92,13 @@ class _Server:
 
 
 @contextlib.contextmanager
-def postgres_server() -> Iterator[str]:
+def postgres_server(settings: Mapping[str, str] | None = None) -> Iterator[str]:
     """Yield a ``postgresql://postgres@127.0.0.1:PORT/postgres`` URL of a live server.
 
     The URL works for asyncpg as is, and for SQLAlchemy once its scheme is replaced by
     ``postgresql+asyncpg``. Authentication is ``trust``; the role is a superuser.
+    ``settings`` (name to value) start a throwaway server with them, whatever the environment
+    names: a benchmark that needs more connections than the machine's server allows.
 
     Raises:
         ServerUnavailable: if ``LEASELOCK_TEST_POSTGRES_URL`` is unset and no embedded
@@ -104,7 +106,7 @@ def postgres_server() -> Iterator[str]:
 
     """
     url = os.environ.get(POSTGRES_URL_ENV)
-    if url:
+    if url and settings is None:
         yield url
         return
 
@@ -126,6 +128,7 @@ def postgres_server() -> Iterator[str]:
                 "-c", "fsync=off",
                 "-c", "synchronous_commit=off",
                 "-c", "full_page_writes=off",
+                *(f"-c{name}={value}" for name, value in (settings or {}).items()),
             ]  # fmt: skip
 
         server = _start(
