@@ -18,6 +18,7 @@ import pytest
 from helpers import TokensAsText, unique_key, wait_for_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
 from leaselock.stores import Acquired, NotAcquired
+from leaselock.stores._postgres_sql import FOLLOW_SQL, key_channel
 from leaselock.stores.postgres import PostgresLockStore
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -481,38 +482,53 @@ async def test_the_store_reconnects_after_the_server_ended_its_connections(
     assert isinstance(after, Acquired)
 
 
-async def test_a_release_wakes_a_watcher_in_another_pool(scratch: Scratch) -> None:
-    table, sequence = scratch.names("watch")
+async def test_a_release_notifies_only_when_another_pool_follows_its_key(scratch: Scratch) -> None:
+    table, sequence = scratch.names("follow")
     releaser = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
-    watcher = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    follower_store = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    followed, unfollowed = unique_key("followed"), unique_key("unfollowed")
     heard: asyncio.Queue[str] = asyncio.Queue()
-    key = unique_key("watched")
+    on_the_wire: asyncio.Queue[str] = asyncio.Queue()
+    spy = await asyncpg.connect(scratch.url)
+
+    def overheard(_connection: object, _pid: int, _channel: str, payload: object) -> None:
+        on_the_wire.put_nowait(str(payload))
+
     try:
-        async with watcher.watch_releases(heard.put_nowait):
-            await releaser.acquire(key, "owner", 60_000)
-            assert await releaser.release(key, "owner")
-            assert await asyncio.wait_for(heard.get(), 5) == key
+        for key in (followed, unfollowed):
+            await spy.add_listener(key_channel(f"{table}_released", key), overheard)
+        async with (
+            follower_store.follow_releases(heard.put_nowait) as follower,
+            follower.following(followed),
+        ):
+            for key in (unfollowed, followed):
+                await releaser.acquire(key, "owner", 60_000)
+                assert await releaser.release(key, "owner")
+            assert await asyncio.wait_for(heard.get(), 5) == followed
+            # notifications arrive in commit order: one for the unfollowed key would come first
+            assert await asyncio.wait_for(on_the_wire.get(), 5) == followed
     finally:
+        await spy.close()
         await releaser.aclose()
-        await watcher.aclose()
+        await follower_store.aclose()
 
 
-async def test_a_watcher_listens_again_after_its_connection_was_killed(scratch: Scratch) -> None:
+async def test_a_follower_listens_again_after_its_connection_was_killed(scratch: Scratch) -> None:
     table, sequence = scratch.names("relisten")
     store = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
     heard: asyncio.Queue[str] = asyncio.Queue()
     admin = await asyncpg.connect(scratch.url)
+    key = unique_key("relisten")
     try:
-        async with store.watch_releases(heard.put_nowait):
+        async with store.follow_releases(heard.put_nowait) as follower, follower.following(key):
             killed = await admin.fetchval(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = $1",
-                f'LISTEN "{table}_released"',
+                FOLLOW_SQL,
             )
             assert killed == 1
-            key = unique_key("relisten")
             await store.acquire(key, "owner", 60_000)
             await store.release(key, "owner")
-            for _ in range(20):  # releases before it listens again go unheard: release again
+            for _ in range(20):  # releases before it follows again go unheard: release again
                 try:
                     if await asyncio.wait_for(heard.get(), 0.5) == key:
                         break
@@ -652,3 +668,157 @@ async def test_lock_tables_describes_exactly_what_create_schema_makes(scratch: S
             assert await connection.run_sync(differences) == []
     finally:
         await engine.dispose()
+
+
+# --- housekeeping: pruning long-released rows, releases committed asynchronously ---------------
+
+
+async def _age(url: str, table: str, key: str, by: str) -> None:
+    """Make ``key``'s row look free for ``by`` already: the server's clock cannot be moved."""
+    admin = await asyncpg.connect(url)
+    try:
+        await admin.execute(
+            f'UPDATE "{table}" SET expires_at = clock_timestamp() - $2::text::interval '
+            "WHERE key = $1",
+            key,
+            by,
+        )
+    finally:
+        await admin.close()
+
+
+async def test_prune_deletes_long_free_rows_only_and_their_keys_still_get_greater_tokens(
+    scratch: Scratch,
+) -> None:
+    table, sequence = scratch.names("prune")
+    store = PostgresLockStore.from_url(
+        scratch.url, table=table, sequence=sequence, prune_after=None
+    )
+    held, old, recent, expired = (unique_key(label) for label in ("held", "old", "new", "exp"))
+    try:
+        tokens = {}
+        for key in (held, old, recent, expired):
+            taken = await store.acquire(key, "owner", 60_000)
+            assert isinstance(taken, Acquired)
+            tokens[key] = taken.fencing_token
+        for key in (old, recent):
+            assert await store.release(key, "owner")
+        await _age(scratch.url, table, old, "2 hours")
+        await _age(scratch.url, table, expired, "2 hours")
+
+        assert await store.prune("1h") == 2
+
+        assert {info.key for info in await store.list_locks("")} == {held, recent}
+        again = await store.acquire(old, "next", 60_000)
+        assert isinstance(again, Acquired)
+        assert again.fencing_token > max(tokens.values())
+        assert await store.prune("1h") == 0
+    finally:
+        await store.aclose()
+
+
+async def test_prune_keeps_a_row_whose_token_the_sequence_has_not_reached(scratch: Scratch) -> None:
+    table, sequence = scratch.names("floor")
+    store = PostgresLockStore.from_url(
+        scratch.url, table=table, sequence=sequence, prune_after=None
+    )
+    key = unique_key("floored")
+    admin = await asyncpg.connect(scratch.url)
+    try:
+        for _ in range(5):
+            taken = await store.acquire(key, "owner", 60_000)
+            assert isinstance(taken, Acquired)
+            assert await store.release(key, "owner")
+        await _age(scratch.url, table, key, "2 hours")
+        await admin.execute(f"SELECT setval('\"{sequence}\"', 1)")  # set back by hand
+
+        assert await store.prune("1h") == 0
+
+        after = await store.acquire(key, "next", 60_000)
+        assert isinstance(after, Acquired)
+        assert after.fencing_token > taken.fencing_token
+    finally:
+        await admin.close()
+        await store.aclose()
+
+
+async def test_prune_racing_acquires_of_its_keys_leaves_one_winner_each_with_a_greater_token(
+    scratch: Scratch,
+) -> None:
+    table, sequence = scratch.names("race")
+    store = PostgresLockStore.from_url(
+        scratch.url, table=table, sequence=sequence, prune_after=None, max_size=8
+    )
+    keys = [unique_key(f"raced{n}") for n in range(200)]
+    try:
+        before = 0
+        for key in keys:
+            taken = await store.acquire(key, "owner", 60_000)
+            assert isinstance(taken, Acquired)
+            before = max(before, taken.fencing_token)
+            assert await store.release(key, "owner")
+        for key in keys:
+            await _age(scratch.url, table, key, "2 hours")
+
+        answers = await asyncio.gather(
+            store.prune("1h"),
+            *(store.acquire(key, f"racer{n}", 60_000) for key in keys for n in range(2)),
+        )
+
+        won = [answer for answer in answers[1:] if isinstance(answer, Acquired)]
+        assert len(won) == len(keys)  # one of the two racers per key
+        assert min(answer.fencing_token for answer in won) > before
+        assert len({answer.fencing_token for answer in won}) == len(won)
+        assert {info.key for info in await store.list_locks("") if info.live} == set(keys)
+    finally:
+        await store.aclose()
+
+
+async def test_an_open_store_prunes_in_the_background(scratch: Scratch) -> None:
+    table, sequence = scratch.names("background")
+    store = PostgresLockStore.from_url(
+        scratch.url, table=table, sequence=sequence, prune_after="1s"
+    )
+    key = unique_key("background")
+    await store.open()
+    try:
+        assert isinstance(await store.acquire(key, "owner", 60_000), Acquired)
+        assert await store.release(key, "owner")
+        await _age(scratch.url, table, key, "1 minute")
+        for _ in range(40):  # a pass comes every 0.25 to 0.75 s
+            if await store.read_lock(key) is None:
+                break
+            await wait_for_real(100)
+        else:
+            pytest.fail("the released row was still there 4 s later")
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("age", ["0.5s", -1, "soon", 0])
+def test_a_prune_age_under_a_second_or_not_a_duration_is_refused(age: object) -> None:
+    with pytest.raises(LocksConfigurationError, match="prune_after"):
+        PostgresLockStore.from_url("postgresql://localhost/db", prune_after=age)  # type: ignore[arg-type]
+
+
+async def test_an_asynchronous_release_leaves_no_setting_on_the_pooled_connection(
+    scratch: Scratch,
+) -> None:
+    table, sequence = scratch.names("asyncrelease")
+    # a setting no server has by default: whatever the release does, the session keeps it
+    pool = await asyncpg.create_pool(
+        scratch.url, min_size=1, max_size=1, server_settings={"synchronous_commit": "remote_apply"}
+    )
+    store = PostgresLockStore(pool, table=table, sequence=sequence, prune_after=None)
+    key = unique_key("released")
+    try:
+        assert isinstance(await store.acquire(key, "owner", 60_000), Acquired)
+        assert await store.release(key, "owner")
+        # the pool's one connection ran the release: its session is as it was
+        assert await pool.fetchval("SHOW synchronous_commit") == "remote_apply"
+        released = await store.read_lock(key)
+        assert released is not None
+        assert released.owner is None
+    finally:
+        await store.aclose()
+        await pool.close()

@@ -30,6 +30,7 @@ __all__ = [
     "FOLLOW_SQL",
     "JOB_RUNS_SQL",
     "LIST_LOCKS_SQL",
+    "PRUNE_SQL",
     "READ_LOCK_SQL",
     "RECORD_RUN_SQL",
     "RELEASE_AND_NOTIFY_SQL",
@@ -111,7 +112,8 @@ RETURNING held.key, held.owner"""
 # $1 key, $2 owner -> one row if owner held a live lock (now released), else none.
 # The row stays, owner NULL: its token is the floor of the key's next one. The NOTIFY rides in the
 # same statement (one round trip), is delivered at its commit, after the row is free, and is sent
-# only when a process waits on the key ({notify_waiters}).
+# only when a process waits on the key ({notify_waiters}). The commit does not wait for the WAL
+# flush ({asynchronous}): a crash may undo a release, never a token.
 RELEASE_AND_NOTIFY_SQL: Final = """\
 WITH released AS (
     UPDATE {table}
@@ -119,7 +121,16 @@ WITH released AS (
      WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
     RETURNING key
 )
-SELECT {notify_waiters} FROM released"""
+SELECT {notify_waiters}, {asynchronous} FROM released"""
+
+# -> this transaction commits without waiting for its WAL to reach disk (or a synchronous
+# standby); only for a release (renewals stay synchronous). set_config(..., true) is SET LOCAL:
+# it ends with the statement's own transaction, so no pooled session keeps it. What a crash can
+# lose: releases acknowledged within the last ~3 * wal_writer_delay (600 ms by default). Such a
+# lock comes back held by its old owner, who believes it released, and expires at its ttl: the
+# key waits at most that long; no one holds it meanwhile. Its token is not touched: a release
+# writes none, and every later acquire still draws a greater one.
+ASYNCHRONOUS_COMMIT_SQL: Final = "set_config('synchronous_commit', 'off', true)"
 
 # key -> a NOTIFY of the key on its own channel, only if some process holds the key's interest
 # lock (shared, by FOLLOW_SQL): the exclusive try fails exactly then. Taking it when free holds it
@@ -136,12 +147,35 @@ FOLLOW_SQL: Final = "SELECT pg_advisory_lock_shared($1, hashtext($2))"
 # $1 interest class, $2 key -> nothing: this session no longer waits on the key's releases.
 UNFOLLOW_SQL: Final = "SELECT pg_advisory_unlock_shared($1, hashtext($2))"
 
-# $1 key, $2 owner -> one row if owner held a live lock (now released), else none; no NOTIFY
+# $1 key, $2 owner -> one row if owner held a live lock (now released), else none; no NOTIFY;
+# committed as RELEASE_AND_NOTIFY_SQL is ({asynchronous})
 RELEASE_SQL: Final = """\
-UPDATE {table}
-   SET owner = NULL, expires_at = clock_timestamp()
- WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
-RETURNING true"""
+WITH released AS (
+    UPDATE {table}
+       SET owner = NULL, expires_at = clock_timestamp()
+     WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+    RETURNING true
+)
+SELECT {asynchronous} FROM released"""
+
+# $1 age_ms (bigint), $2 batch (bigint) -> one row: how many rows were deleted.
+# Deletes up to $2 rows free (released or expired) for longer than $1, whose token the sequence
+# has already passed: for those the sequence alone is the floor of the key's next token
+# (nextval > last_value >= the row's token), so the row adds nothing to fencing. A row with a
+# token above the sequence (one set back by hand) stays and keeps flooring its key. Rows held by
+# another pass or an acquire are skipped (SKIP LOCKED); FOR UPDATE reads each row's latest
+# version, so a key taken meanwhile is live again and kept. Needs SELECT on the sequence.
+PRUNE_SQL: Final = """\
+WITH doomed AS (
+    SELECT key FROM {table}
+     WHERE expires_at < clock_timestamp() - CAST($1 AS bigint) * INTERVAL '1 millisecond'
+       AND fencing_token <= (SELECT last_value FROM {sequence})
+     LIMIT CAST($2 AS bigint)
+       FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {table} AS pruned USING doomed WHERE pruned.key = doomed.key RETURNING 1
+)
+SELECT count(*) FROM gone"""
 
 # $1 table, $2 sequence, $3 runs table, $4 jobs table (quoted names, as text) -> one row:
 # whether all exist.
@@ -279,6 +313,7 @@ class Statements:
     read_lock: str
     list_locks: str
     break_lock: str
+    prune: str
     jobs: JobStatements
     schema: tuple[str, ...]
     table: str
@@ -298,6 +333,7 @@ def statements(table: str, sequence: str, runs: str, jobs: str, channel: str | N
         "jobs": jobs,
         "sequence_name": _literal(sequence),
         "notify_waiters": notify_waiters,
+        "asynchronous": ASYNCHRONOUS_COMMIT_SQL,
         "notify": "" if channel is None else f", {notify_waiters}",
     }
     release = RELEASE_SQL if channel is None else RELEASE_AND_NOTIFY_SQL
@@ -313,6 +349,7 @@ def statements(table: str, sequence: str, runs: str, jobs: str, channel: str | N
         read_lock=READ_LOCK_SQL.format_map(names),
         list_locks=LIST_LOCKS_SQL.format_map(names),
         break_lock=BREAK_LOCK_SQL.format_map(names),
+        prune=PRUNE_SQL.format_map(names),
         schema=(
             SCHEMA_LOCK_SQL,
             CREATE_SEQUENCE_SQL.format_map(names),

@@ -18,10 +18,11 @@ Schema (``postgres_schema.sql`` beside this module, with the default names)::
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -75,6 +76,7 @@ from ._protocol import (
     ReleaseFollower,
     Renewal,
 )
+from ._pruning import Pruner, parse_prune_after
 
 if TYPE_CHECKING:
     import asyncpg
@@ -91,6 +93,10 @@ DEFAULT_TABLE: Final = "leaselock_locks"
 DEFAULT_SEQUENCE: Final = "leaselock_fencing_token_seq"
 DEFAULT_MIN_SIZE: Final = 1
 DEFAULT_MAX_SIZE: Final = 10
+DEFAULT_PRUNE_AFTER: Final = "1h"
+# rows deleted per pruning statement, and statements per pass: a pass stays short
+PRUNE_BATCH: Final = 1000
+PRUNE_BATCHES: Final = 10
 URL_SCHEMES: Final = ("postgresql", "postgres", "postgresql+asyncpg")
 _UNDEFINED_TABLE: Final = "42P01"
 
@@ -108,7 +114,8 @@ class PostgresLockStore:
     floor of the key's next token (``greatest(nextval(seq), row.token + 1)``), so tokens of a key
     grow even after the sequence went back (a restore, a failover to a lagging replica).
     Renewals of many leases go in one statement (:meth:`renew_many`), and a release NOTIFYs
-    every process that listens (:meth:`watch_releases`), so waiters elsewhere wake at once.
+    the processes that wait on its key (:meth:`follow_releases`), so waiters elsewhere wake at
+    once and nobody else hears of it.
 
     Build it over what the application has: ``PostgresLockStore(pool)`` with an asyncpg pool,
     ``PostgresLockStore(engine)`` with a SQLAlchemy ``AsyncEngine`` (``postgresql+asyncpg`` or
@@ -119,13 +126,17 @@ class PostgresLockStore:
         pool: an asyncpg ``Pool`` or a SQLAlchemy ``AsyncEngine``.
         table: the lock table, optionally schema-qualified; used as written (quoted).
         sequence: the token sequence, optionally schema-qualified.
-        channel: the LISTEN/NOTIFY channel of releases; default ``"<table>_released"``.
+        channel: the start of each key's LISTEN/NOTIFY channel (``<channel>:<hash of key>``),
+            at most 46 characters; default ``"<table>_released"``.
         create_schema: at open, create the table and sequence if either is missing (no DDL
             runs when both exist). Pass ``False`` where migrations own the schema.
-        notify_releases: NOTIFY on release and LISTEN in :meth:`watch_releases`. Pass
+        notify_releases: NOTIFY on release and LISTEN in :meth:`follow_releases`. Pass
             ``False`` behind a transaction-pooling PgBouncer, where LISTEN cannot work.
         own_pool: close the pool (``Pool.close()``) or dispose the engine when the last user
             closes the store; for a pool made for this store alone.
+        prune_after: delete, in the background, locks free (released or expired) for this
+            long, so the table stays the size of the keys in use (:meth:`prune`); ``None``
+            keeps every key's row for ever. At least a second.
 
     Raises:
         LocksConfigurationError: ``pool`` is neither, a name is not valid, or its driver is
@@ -142,6 +153,7 @@ class PostgresLockStore:
         "_make_executor",
         "_notify_channel",
         "_opening",
+        "_pruner",
         "_sql",
         "_table_name",
         "_users",
@@ -158,6 +170,7 @@ class PostgresLockStore:
         create_schema: bool = True,
         notify_releases: bool = True,
         own_pool: bool = False,
+        prune_after: Duration | None = DEFAULT_PRUNE_AFTER,
     ) -> None:
         """Build a store over an application's asyncpg pool or SQLAlchemy ``AsyncEngine``."""
         _check_flags(
@@ -186,6 +199,7 @@ class PostgresLockStore:
             channel=channel,
             create_schema=create_schema,
             notify_releases=notify_releases,
+            prune_after=prune_after,
         )
 
     @classmethod
@@ -201,6 +215,7 @@ class PostgresLockStore:
         create_schema: bool = True,
         notify_releases: bool = True,
         command_timeout: Duration = "10s",
+        prune_after: Duration | None = DEFAULT_PRUNE_AFTER,
     ) -> PostgresLockStore:
         """Build a store that owns its connections to ``url``, made on the loop that opens it.
 
@@ -219,6 +234,7 @@ class PostgresLockStore:
                 fails; a server that stops answering then fails calls instead of hanging them
                 (renewals are retried until the holder's deadline; shutdown goes on). Keep it
                 under a third of your ttl.
+            prune_after: as for the constructor.
 
         Raises:
             LocksConfigurationError: asyncpg is missing, or an argument is wrong.
@@ -260,6 +276,7 @@ class PostgresLockStore:
             channel=channel,
             create_schema=create_schema,
             notify_releases=notify_releases,
+            prune_after=prune_after,
         )
         return store
 
@@ -273,6 +290,7 @@ class PostgresLockStore:
         channel: str | None,
         create_schema: bool,
         notify_releases: bool,
+        prune_after: Duration | None,
     ) -> None:
         quoted_table = quoted_name(table, "table")
         quoted_sequence = quoted_name(sequence, "sequence")
@@ -292,6 +310,14 @@ class PostgresLockStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: asyncio.Task[Executor] | None = None
         self._users = 0
+        self._pruner: Pruner | None = None
+        if prune_after is not None:
+            age_ms = parse_prune_after(prune_after)
+            # a pass every half of the age: a row goes at most 1.75x the age after it was freed
+            older_than = timedelta(milliseconds=age_ms)
+            self._pruner = Pruner(
+                functools.partial(self.prune, older_than), age_ms / 2000, repr(self)
+            )
 
     # --- the contract ---------------------------------------------------------------------
 
@@ -307,7 +333,11 @@ class PostgresLockStore:
         return await self._fetchrow(self._sql.renew, (key, owner, ttl_ms)) is not None
 
     async def release(self, key: str, owner: str) -> bool:
-        """Free ``key`` if ``owner`` holds a live lock on it; the row and its token stay."""
+        """Free ``key`` if ``owner`` holds a live lock on it; the row and its token stay.
+
+        Committed without waiting for the WAL flush: a server crash may undo a release
+        acknowledged in its last ~600 ms, and the lock then expires at its ttl instead.
+        """
         return await self._fetchrow(self._sql.release, (key, owner)) is not None
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
@@ -486,15 +516,22 @@ class PostgresLockStore:
             ) from error
 
     async def open(self) -> None:
-        """Open the pool (if the store owns one) and create the schema if asked; counted."""
+        """Open the pool (if the store owns one) and create the schema if asked; counted.
+
+        From the first open, prunes long-released locks in the background (``prune_after``).
+        """
         await self._ready()
         self._users += 1
+        if self._pruner is not None:
+            self._pruner.start()
 
     async def aclose(self) -> None:
         """Undo one :meth:`open`; the last one closes what the store owns."""
         self._users = max(0, self._users - 1)
         if self._users:
             return
+        if self._pruner is not None:
+            await self._pruner.stop()
         executor, self._executor, self._opening, self._loop = self._executor, None, None, None
         if executor is not None:
             await executor.close()
@@ -542,6 +579,31 @@ class PostgresLockStore:
             raise
         self._executor, self._loop = executor, loop
         return executor
+
+    # --- housekeeping ---------------------------------------------------------------------
+
+    async def prune(self, older_than: Duration = DEFAULT_PRUNE_AFTER) -> int:
+        """Delete locks free for longer than ``older_than``; return how many were deleted.
+
+        Only rows whose token the sequence has passed go: the key's next token is still
+        greater than every token it had, drawn from the sequence alone. In statements of
+        :data:`PRUNE_BATCH` rows, at most :data:`PRUNE_BATCHES` of them per call; a bigger
+        backlog goes at the next call. The store calls this in the background every
+        ``prune_after / 2`` (jittered) while open, unless ``prune_after=None``.
+
+        Raises:
+            LocksConfigurationError: ``older_than`` is not a duration of a second or more.
+            LockStoreError: the server failed.
+        """
+        age_ms = parse_prune_after(older_than, name="older_than")
+        pruned = 0
+        for _ in range(PRUNE_BATCHES):
+            row = await self._fetchrow(self._sql.prune, (age_ms, PRUNE_BATCH))
+            deleted = 0 if row is None else int(row[0])
+            pruned += deleted
+            if deleted < PRUNE_BATCH:
+                break
+        return pruned
 
     # --- plumbing -------------------------------------------------------------------------
 
