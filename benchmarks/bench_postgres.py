@@ -5,7 +5,7 @@ Three figures, each the median of interleaved rounds:
 (a) floor   the store's own acquire and release SQL, prepared, on one bare asyncpg connection
 (b) store   PostgresLockStore.acquire / release, pool of one connection
 (c) locks   leaselock.Locks.acquire + lock.release() on that store (renewal timer, events,
-            owner ids, contract checks, the release notification heard back by its listener)
+            owner ids, contract checks; no notification: nobody waits on the key)
 
 Run: .venv/bin/python benchmarks/bench_postgres.py [--url URL] [--seconds N] [--rounds N]
 The default URL is LEASELOCK_TEST_POSTGRES_URL, else postgresql://postgres@127.0.0.1:5432/test.
