@@ -556,7 +556,10 @@ class Locks:
         Decorates a class with ``on_leadership_acquired(self, lock)`` and
         ``on_leadership_lost(self, lock)`` (sync or async; an instance is made at start unless
         one is registered), or an async ``duty(lock)`` function run while leading. From start,
-        every instance campaigns every ``ttl / 3``; the leader renews its lease.
+        every instance campaigns every ``ttl / 3``, and at once when the key is released (a
+        leader stepping down; other processes hear it where the store tells: PostgreSQL,
+        Redis); the leader renews its lease. One that steps down leaves the key to the others
+        until its own next campaign.
 
         Raises:
             LocksConfigurationError: a bad key, ttl or target (now), or a key conflict (start).

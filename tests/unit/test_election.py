@@ -86,14 +86,14 @@ async def test_a_paused_leader_is_replaced_after_ttl_and_learns_at_its_next_rene
         ]
 
 
-async def test_a_leader_that_shuts_down_hands_over_at_the_next_campaign(store, clock):
+async def test_a_leader_that_shuts_down_hands_over_at_once(store, clock):
     async with Cluster(store, [clock] * 3) as cluster:
         await cluster.locks[0].aclose()
         assert cluster.feeds[0].log[-1][0] == "lost"
-        assert cluster.leaders() == []
-        await clock.advance("10s")
+        # no time passes: the release itself wakes the standbys' campaigns
         await wait_all_tasks_blocked()
-        assert cluster.leaders() == ["instance-1"]
+        assert len(cluster.leaders()) == 1
+        assert cluster.leaders()[0] in {"instance-1", "instance-2"}
         released = [e for e in cluster.events if e.type == "leadership-lost"]
         assert [e.reason for e in released] == ["released"]  # type: ignore[union-attr]
 
@@ -113,6 +113,21 @@ async def test_an_acquired_hook_that_raises_steps_down(
             assert len(cluster.leaders()) == 1
     assert "Leadership of 'inventory:warehouse-feed' failed; stepping down" in caplog.text
     assert "warehouse refused the connection" in caplog.text
+
+
+async def test_a_leader_that_steps_down_leaves_the_key_to_the_others_until_its_next_campaign(
+    store, clock
+):
+    cluster = Cluster(store, [clock] * 2)
+    cluster.feeds[0].fail_on_acquire = True
+    async with cluster:
+        await wait_all_tasks_blocked()
+        # no time passed: the step-down's release woke the standby, not the one that left
+        assert [entry[0] for entry in cluster.feeds[0].log] == ["acquired", "lost"]
+        assert cluster.leaders() == ["instance-1"]
+        await clock.advance("10s")
+        await wait_all_tasks_blocked()
+        assert cluster.leaders() == ["instance-1"]
 
 
 async def test_a_duty_runs_while_leading_and_is_cancelled_when_leadership_is_lost(store, clock):

@@ -10,8 +10,8 @@ import asyncio
 import functools
 import logging
 import secrets
-from collections.abc import Coroutine
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import AsyncExitStack, contextmanager
 from typing import Any, final
 
 from .._clock import Clock
@@ -177,10 +177,9 @@ class LockEngine:
             hand_back=functools.partial(self.release_in_background, key),
             spawn=self.spawn,
             clock=self._clock,
-            store=self.store.inner,
             give_up_at_ms=give_up_at_ms,
             last_error=first.error,
-            follow=None if self._follower is None else self._follower.following,
+            hear_releases=self.hearing_releases,
         )
         self._waiters.add(waiter)
         try:
@@ -499,6 +498,26 @@ class LockEngine:
         for future in pending:
             future.cancel()
 
+    @contextmanager
+    def hearing_releases(self, key: str, wake: Callable[[], None]) -> Iterator[None]:
+        """Call ``wake()`` on this loop at each release of ``key``, while inside.
+
+        A release through this process's locks on the store wakes at once; one by another
+        process does where the store tells (:class:`SupportsReleaseNotifications`). Entering
+        returns at once and the store subscribes in the background, so a release just after
+        entering may go unheard: callers keep a retry of their own.
+        """
+        token = object()
+        WAKEUPS.add(self.store.inner, key, token, wake)
+        left = asyncio.get_running_loop().create_future()
+        if self._follower is not None:
+            self.spawn(_follow_until(self._follower, key, left))
+        try:
+            yield
+        finally:
+            WAKEUPS.remove(self.store.inner, key, token)
+            left.set_result(None)
+
     def _released_elsewhere(self, key: str) -> None:
         WAKEUPS.notify(self.store.inner, key)
 
@@ -511,3 +530,9 @@ class LockEngine:
     def lock(self, lease: Lease) -> Lock:
         """Return the public handle of ``lease``, which releases through this engine."""
         return Lock(lease, self.release)
+
+
+async def _follow_until(follower: ReleaseFollower, key: str, left: asyncio.Future[None]) -> None:
+    """Follow ``key``'s releases until ``left`` is done."""
+    async with follower.following(key):
+        await left

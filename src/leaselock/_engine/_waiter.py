@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Coroutine
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import final
 
 from .._clock import Clock, TimerHandle
 from .._errors import LockLostError, LockStoreError
 from ._signal import LockSignal
-from ._wakeups import WAKEUPS
 
 __all__ = ["BACKOFF_CAP_MS", "BACKOFF_FIRST_MS", "NotWon", "Waiter", "Won", "backoff_ms"]
 
@@ -63,11 +62,10 @@ class Waiter:
         hand_back: releases what an attempt won, in the background, by its owner id.
         spawn: runs a coroutine in a task its engine keeps.
         clock: retries and the give-up time read it.
-        store: whose releases wake this waiter (by identity).
         give_up_at_ms: when the wait ends.
         last_error: the failure of the attempt made before waiting, if any.
-        follow: asks the store to tell this process of ``key``'s releases while entered, for
-            a store that tells only the processes that follow a key; ``None`` for the others.
+        hear_releases: calls its ``wake`` at each release of the key while inside (the
+            engine's :meth:`~LockEngine.hearing_releases`).
     """
 
     __slots__ = (
@@ -75,15 +73,14 @@ class Waiter:
         "_attempt_once",
         "_attempts",
         "_clock",
-        "_follow",
         "_give_up_at_ms",
         "_hand_back",
+        "_hear_releases",
         "_in_flight",
         "_key",
         "_last_error",
         "_outcome",
         "_spawn",
-        "_store",
         "_timer",
     )
 
@@ -95,10 +92,9 @@ class Waiter:
         hand_back: Callable[[str], None],
         spawn: Callable[[Coroutine[None, None, None]], None],
         clock: Clock,
-        store: object,
         give_up_at_ms: int,
         last_error: LockStoreError | None,
-        follow: Callable[[str], AbstractAsyncContextManager[None]] | None = None,
+        hear_releases: Callable[[str, Callable[[], None]], AbstractContextManager[None]],
     ) -> None:
         """Prepare to wait for ``key``; :meth:`wait` starts."""
         self._key = key
@@ -106,7 +102,6 @@ class Waiter:
         self._hand_back = hand_back
         self._spawn = spawn
         self._clock = clock
-        self._store = store
         self._give_up_at_ms = give_up_at_ms
         self._outcome: asyncio.Future[Won | None] = asyncio.get_running_loop().create_future()
         self._attempts = 0
@@ -114,7 +109,7 @@ class Waiter:
         self._again = False
         self._timer: TimerHandle | None = None
         self._last_error = last_error
-        self._follow = follow
+        self._hear_releases = hear_releases
 
     async def wait(self, signal: LockSignal | None) -> Won | None:
         """Wait until an attempt wins (its :class:`Won`), or the wait ends (``None``).
@@ -123,19 +118,15 @@ class Waiter:
             LockStoreError: the last attempt failed.
             LockLostError: ``signal`` aborted.
         """
-        WAKEUPS.add(self._store, self._key, self, self._wake)
         remove_callback = signal.add_callback(self._abort) if signal is not None else None
-        if self._follow is not None:
-            # apart from the wait: retries go on while the store subscribes (however slowly)
-            self._spawn(self._following(self._follow))
-        self._arm()
         try:
-            won = await self._outcome
+            with self._hear_releases(self._key, self._wake):
+                self._arm()
+                won = await self._outcome
         except BaseException:
             self._hand_back_unclaimed()
             raise
         finally:
-            WAKEUPS.remove(self._store, self._key, self)
             if remove_callback is not None:
                 remove_callback()
             if self._timer is not None:
@@ -143,11 +134,6 @@ class Waiter:
         if won is None and self._last_error is not None:
             raise self._last_error
         return won
-
-    async def _following(self, follow: Callable[[str], AbstractAsyncContextManager[None]]) -> None:
-        """Follow the key's releases until the wait ends; a release in between meets a retry."""
-        async with follow(self._key):
-            await asyncio.wait([self._outcome])
 
     def _hand_back_unclaimed(self) -> None:
         """Settle the outcome for a caller that leaves early; hand back a win it will not take."""

@@ -1,9 +1,10 @@
 """Campaign: one instance's part in one election: campaigning, leading, stepping down.
 
-From start, every instance campaigns every ``ttl / 3``; the leader's lease is renewed by the
-engine like any lock. A term of leadership runs in a task of its own: the acquired hook (or the
-duty function) gets the lease, and the lost hook runs when the lease is lost or the instance
-steps down (shutdown, the acquired hook raised, or the duty returned).
+From start, every instance campaigns every ``ttl / 3``, and at once when the key is released
+(a leader stepping down: here at once, elsewhere where the store tells); the leader's lease is
+renewed by the engine like any lock. A term of leadership runs in a task of its own: the
+acquired hook (or the duty function) gets the lease, and the lost hook runs when the lease is
+lost or the instance steps down (shutdown, the acquired hook raised, or the duty returned).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import ExitStack
 from typing import Any, final
 
 from .._clock import Clock, TimerHandle
@@ -35,10 +37,13 @@ class Campaign:
     """One instance's part in one election: campaigning, leading, stepping down."""
 
     __slots__ = (
+        "_again",
         "_between_terms",
         "_clock",
         "_engine",
         "_events",
+        "_hearing",
+        "_in_campaign",
         "_lock",
         "_participant",
         "_served",
@@ -48,6 +53,7 @@ class Campaign:
         "_term",
         "_timer",
         "_ttl_ms",
+        "_yielding",
     )
 
     def __init__(
@@ -77,6 +83,12 @@ class Campaign:
         self._stopped = False
         # set from the end of a term until its lost hook has run: no new term starts before
         self._between_terms = False
+        # one campaign at a time; a release heard during one asks for another right after it
+        self._in_campaign = False
+        self._again = False
+        self._hearing = ExitStack()
+        # after stepping down, leave the key to the others until the next timed campaign
+        self._yielding = False
 
     @property
     def leading(self) -> bool:
@@ -84,27 +96,50 @@ class Campaign:
         return self._lock is not None and self._lock.held
 
     async def start(self) -> None:
-        """Campaign once now, then every ``ttl / 3``."""
+        """Campaign once now, then every ``ttl / 3`` and at each release of the key."""
+        self._hearing.enter_context(self._engine.hearing_releases(self._spec.key, self._released))
+        await self._campaign()
+
+    def _released(self) -> None:
+        if self._campaigning() and self._lock is None and not self._yielding:
+            self._spawn(self._campaign())
+
+    async def _timed_campaign(self) -> None:
+        self._yielding = False
         await self._campaign()
 
     async def _campaign(self) -> None:
         if self._stopped:
             return
-        if self._lock is None and not self._between_terms:
-            try:
-                lease = await self._engine.acquire(self._spec.key, self._ttl_ms, 0, None)
-            except LockStoreError as error:
-                _log.warning("Campaign for %r failed; next try soon: %s", self._spec.key, error)
-                lease = None
-            if lease is not None:
-                if self._campaigning():
-                    self._lead(lease)
-                else:
-                    await release_logged(self._engine.lock(lease))
+        if self._in_campaign:
+            self._again = True
+            return
+        self._in_campaign = True
+        try:
+            await self._try_to_lead()
+        finally:
+            self._in_campaign = False
         if self._campaigning():
-            self._timer = self._clock.call_at(
-                self._clock.now_ms() + renew_interval_ms(self._ttl_ms), self._campaign
-            )
+            if self._timer is not None:
+                self._timer.cancel()
+            # a release heard meanwhile may have freed the key the campaign found held
+            wait_ms = 0 if self._again else renew_interval_ms(self._ttl_ms)
+            self._again = False
+            self._timer = self._clock.call_at(self._clock.now_ms() + wait_ms, self._timed_campaign)
+
+    async def _try_to_lead(self) -> None:
+        if self._lock is not None or self._between_terms:
+            return
+        try:
+            lease = await self._engine.acquire(self._spec.key, self._ttl_ms, 0, None)
+        except LockStoreError as error:
+            _log.warning("Campaign for %r failed; next try soon: %s", self._spec.key, error)
+            return
+        if lease is not None:
+            if self._campaigning():
+                self._lead(lease)
+            else:
+                await release_logged(self._engine.lock(lease))
 
     def _campaigning(self) -> bool:
         # a method, not the attribute: stop() may run while a campaign awaits the store
@@ -161,6 +196,7 @@ class Campaign:
     async def _step_down(self, lock: Lock, *, from_term: bool = False) -> None:
         self._lock = None
         self._between_terms = True
+        self._yielding = True
         try:
             if not from_term:
                 await _stop(self._term)
@@ -188,6 +224,7 @@ class Campaign:
     async def stop(self) -> None:
         """Stop campaigning; step down if leading (the lost hook runs)."""
         self._stopped = True
+        self._hearing.close()
         if self._timer is not None:
             self._timer.cancel()
         lock = self._lock
