@@ -38,6 +38,7 @@ from leaselock.stores.redis import RedisLockStore
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 TTL = "3s"
+SETTLE_S = 0.2
 
 
 async def takeover_s(make_store: Callable[[], LockStore], key: str) -> float:
@@ -64,6 +65,8 @@ async def takeover_s(make_store: Callable[[], LockStore], key: str) -> float:
     await leader.start()
     await asyncio.wait_for(leading["leader"].wait(), 10)
     await standby.start()
+    # a standby that has run a moment: its subscription to the key is confirmed by then
+    await asyncio.sleep(SETTLE_S)
     try:
         stepped_down = time.perf_counter()
         await leader.aclose()
