@@ -79,6 +79,36 @@ async def test_due_renewals_go_to_the_store_in_one_batch_where_it_can(clock):
         assert store.single_renewals == 0
 
 
+async def test_leases_taken_at_a_thousand_moments_fall_into_step_and_share_one_batch(clock):
+    store = BatchingStore(clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        held = []
+        for n in range(1000):
+            lock = await locks.acquire(f"k{n}")
+            assert lock is not None
+            held.append(lock)
+            await clock.advance("10ms")  # taken over 10 s: a whole renewal interval
+        await clock.advance("60s")
+        # one batch per lease per interval without the early window: about 7,000 in 70 s
+        assert len(store.batches) <= 2 * 7
+        assert store.batches[-4:] == [1000] * 4
+        assert store.single_renewals == 0
+        assert all(lock.held for lock in held)
+
+
+async def test_a_lease_renewed_early_to_share_a_batch_keeps_five_sixths_of_its_ttl_ahead(clock):
+    store = BatchingStore(clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        first = await locks.acquire("first")
+        await clock.advance("4s")
+        second = await locks.acquire("second")
+        assert first is not None
+        assert second is not None
+        await clock.advance("6s")  # first is due; second is 4 s early, within its 5 s window
+        assert store.batches == [2]
+        assert store.inner._rows["second"].expires_at_ms == 10_000 + 30_000
+
+
 async def test_a_refused_renewal_loses_the_lock_aborts_its_signal_and_warns(
     clock, caplog: pytest.LogCaptureFixture
 ):
