@@ -146,16 +146,22 @@ class RenewalScheduler:
             await self._renew(due, now_ms)
 
     def _due_soon(self, now_ms: int) -> list[Lease]:
-        """Take the leases due within their early window into this batch (marked renewing)."""
-        soon = [
-            entry[3]
-            for entry in self._heap
-            if not _is_stale(entry)
-            and not entry[3].renewing
-            and entry[3].next_renew_ms - now_ms <= early_renewal_ms(entry[3].ttl_ms)
-        ]
-        for lease in soon:
+        """Take the next leases due within their early window into this batch (marked renewing).
+
+        In due order, from the heap: the first that is not a renewal within its window ends it.
+        """
+        soon: list[Lease] = []
+        while self._heap:
+            entry = self._heap[0]
+            if _is_stale(entry):
+                heapq.heappop(self._heap)
+                continue
+            due_ms, _, _, lease = entry
+            if lease.renewing or due_ms - now_ms > early_renewal_ms(lease.ttl_ms):
+                break
+            heapq.heappop(self._heap)
             lease.renewing = True
+            soon.append(lease)
             self._schedule(lease)
         return soon
 

@@ -1,0 +1,190 @@
+"""Keeping many locks alive: round trips per renewal interval and client CPU, beside the floor.
+
+One ``Locks`` takes N keys (100 at a time, so they are taken at many different moments) and
+holds them for a while. It prints, for the keep-alive window after the last acquire:
+
+    renewal round trips per renewal interval (ttl / 3): ``renew_many`` calls, counted;
+    client CPU (this process) per second;
+    and the floor: ``store.renew_many`` of all N leases once per interval, from a bare loop,
+    for the same window, with its client CPU per second.
+
+Run: .venv/bin/python benchmarks/bench_renewals.py [--stores redis,postgres] [--locks 1000,10000]
+     [--ttl 3] [--seconds 10]
+URLs default to LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL, else the machine's
+servers. It runs against earlier versions too (same public API), for before and after figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+import asyncpg
+import redis.asyncio
+
+from leaselock import Locks
+from leaselock.stores import AcquireResult, Renewal
+from leaselock.stores.postgres import PostgresLockStore
+from leaselock.stores.redis import RedisLockStore
+
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+TAKEN_AT_ONCE = 100
+
+
+class CountingStore:
+    """The store, with its ``renew_many`` calls counted."""
+
+    def __init__(self, inner: PostgresLockStore | RedisLockStore) -> None:
+        self.inner = inner
+        self.batches = 0
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        return await self.inner.acquire(key, owner, ttl_ms)
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        return await self.inner.renew(key, owner, ttl_ms)
+
+    async def release(self, key: str, owner: str) -> bool:
+        return await self.inner.release(key, owner)
+
+    async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
+        self.batches += 1
+        return await self.inner.renew_many(renewals)
+
+    async def open(self) -> None:
+        await self.inner.open()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def keep_alive(
+    make_store: Callable[[], PostgresLockStore | RedisLockStore],
+    locks_held: int,
+    ttl_s: float,
+    seconds: float,
+) -> tuple[float, float]:
+    """Round trips per renewal interval and client CPU seconds per second, through Locks."""
+    store = CountingStore(make_store())
+    run = uuid.uuid4().hex[:8]
+    async with Locks(store=store, ttl=timedelta(seconds=ttl_s)) as locks:
+        held = []
+        for start in range(0, locks_held, TAKEN_AT_ONCE):
+            taken = await asyncio.gather(
+                *(
+                    locks.acquire(f"renewals:{run}:{n}")
+                    for n in range(start, min(start + TAKEN_AT_ONCE, locks_held))
+                )
+            )
+            held.extend(taken)
+        if any(lock is None for lock in held):
+            raise SystemExit("a key was not free: run on a quiet prefix")
+        batches, cpu, wall = store.batches, time.process_time(), time.perf_counter()
+        await asyncio.sleep(seconds)
+        cpu_s, wall_s = time.process_time() - cpu, time.perf_counter() - wall
+        round_trips = store.batches - batches
+        lost = sum(not lock.held for lock in held if lock is not None)
+        if lost:
+            raise SystemExit(f"{lost} of {locks_held} locks were lost while kept alive")
+    return round_trips / (wall_s / (ttl_s / 3)), cpu_s / wall_s
+
+
+async def floor(
+    make_store: Callable[[], PostgresLockStore | RedisLockStore],
+    locks_held: int,
+    ttl_s: float,
+    seconds: float,
+) -> float:
+    """Client CPU seconds per second of one bare renew_many of every lease per interval."""
+    store = make_store()
+    await store.open()
+    run = uuid.uuid4().hex[:8]
+    try:
+        renewals = [
+            Renewal(f"floor:{run}:{n}", "owner", int(ttl_s * 1000)) for n in range(locks_held)
+        ]
+        for start in range(0, locks_held, TAKEN_AT_ONCE):
+            await asyncio.gather(
+                *(store.acquire(r.key, r.owner, r.ttl_ms) for r in renewals[start : start + 100])
+            )
+        cpu, wall = time.process_time(), time.perf_counter()
+        while time.perf_counter() - wall < seconds:
+            started = time.perf_counter()
+            await store.renew_many(renewals)
+            await asyncio.sleep(max(0.0, ttl_s / 3 - (time.perf_counter() - started)))
+        return (time.process_time() - cpu) / (time.perf_counter() - wall)
+    finally:
+        await store.aclose()
+
+
+async def measure(
+    name: str,
+    make_store: Callable[[], PostgresLockStore | RedisLockStore],
+    arguments: argparse.Namespace,
+) -> None:
+    for locks_held in (int(n) for n in arguments.locks.split(",")):
+        per_interval, cpu = await keep_alive(
+            make_store, locks_held, arguments.ttl, arguments.seconds
+        )
+        floor_cpu = await floor(make_store, locks_held, arguments.ttl, arguments.seconds)
+        print(
+            f"{name:<11} {locks_held:>6} locks: {per_interval:6.1f} round trips per renewal "
+            f"interval; client CPU {cpu * 1000:6.1f} ms/s, floor {floor_cpu * 1000:6.1f} ms/s "
+            f"(ratio {cpu / max(floor_cpu, 1e-9):.1f})"
+        )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stores", default="redis,postgres")
+    parser.add_argument("--locks", default="1000,10000")
+    parser.add_argument("--ttl", type=float, default=3.0, help="seconds")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get("LEASELOCK_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL),
+    )
+    parser.add_argument(
+        "--redis-url", default=os.environ.get("LEASELOCK_TEST_REDIS_URL", DEFAULT_REDIS_URL)
+    )
+    arguments = parser.parse_args()
+    logging.getLogger("leaselock").setLevel(logging.ERROR)
+    interval = arguments.ttl / 3
+    print(f"ttl {arguments.ttl:g} s (renewals every {interval:g} s), {arguments.seconds:g} s alive")
+    run = uuid.uuid4().hex[:8]
+    chosen = arguments.stores.split(",")
+    if "redis" in chosen:
+        prefix = f"leaselock-renewals-{run}:"
+        await measure(
+            "Redis", lambda: RedisLockStore.from_url(arguments.redis_url, prefix=prefix), arguments
+        )
+        async with redis.asyncio.Redis.from_url(arguments.redis_url) as admin:
+            async for name in admin.scan_iter(match=f"{prefix}*", count=1000):
+                await admin.delete(name)
+    if "postgres" in chosen:
+        table = f"leaselock_renewals_{run}"
+        await measure(
+            "PostgreSQL",
+            lambda: PostgresLockStore.from_url(
+                arguments.postgres_url, table=table, sequence=f"{table}_seq"
+            ),
+            arguments,
+        )
+        admin = await asyncpg.connect(arguments.postgres_url)
+        try:
+            for suffix in ("", "_runs", "_jobs"):
+                await admin.execute(f'DROP TABLE IF EXISTS "{table}{suffix}"')
+            await admin.execute(f'DROP SEQUENCE IF EXISTS "{table}_seq"')
+        finally:
+            await admin.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
