@@ -16,7 +16,7 @@ COVERAGE_FLOOR ?= 90
 TEST_HELPERS := tests/helpers.py tests/servers.py tests/store_benches.py tests/process_worker.py \
 	tests/check_stores.py
 
-.PHONY: test lint typecheck coverage pytest demo clean
+.PHONY: test lint typecheck coverage pytest demo bench clean
 
 export DATABASE_URL REDIS_URL DEMO_PORTS
 
@@ -58,6 +58,26 @@ pytest: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/shop/demo.py
+
+# every benchmark, each printing leaselock beside its floor or peer from the same run, on the
+# servers named by LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL (else the local ones)
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	@if [ -n "$(UV)" ]; then \
+		uv pip install --python $(BIN)/python --group bench; \
+	else \
+		$(BIN)/python -m pip install --quiet --group bench; \
+	fi
+	@touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/bench_redis.py
+	$(BIN)/python benchmarks/bench_postgres.py
+	$(BIN)/python benchmarks/bench_sqlite.py
+	$(BIN)/python benchmarks/bench_handoff.py
+	$(BIN)/python benchmarks/bench_renewals.py
+	$(BIN)/python benchmarks/bench_election_takeover.py
+	$(BIN)/python benchmarks/fleet.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

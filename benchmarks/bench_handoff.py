@@ -1,0 +1,251 @@
+"""Handoff: from a holder's release to a waiter in another process holding the key, beside peers.
+
+Each round, this process holds a fresh key, a waiter process starts waiting for it, and 0.3 to
+0.4 s later (the waiter is blocked by then) this process releases it; the waiter reports when it
+holds the key. Both read the same system-wide monotonic clock. It prints p50 and p95 over the
+rounds for:
+
+    Redis:       leaselock (RedisLockStore), python-redis-lock (SET NX + BLPOP on a signal
+                 list), the best Python peer, and redis-py's own Lock (it polls);
+    PostgreSQL:  leaselock (PostgresLockStore) and the floor of the server, a session blocked
+                 in pg_advisory_lock that the holder's pg_advisory_unlock lets through.
+
+Run: .venv/bin/python benchmarks/bench_handoff.py [--stores redis,postgres] [--rounds 30]
+python-redis-lock comes with the benchmark dependency group: make bench installs it. URLs default to
+LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL, else the machine's servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import multiprocessing
+import os
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+
+import asyncpg
+import redis
+import redis_lock
+
+from leaselock import Locks
+from leaselock.stores.postgres import PostgresLockStore
+from leaselock.stores.redis import RedisLockStore
+
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+BLOCKED_S = 0.3
+ADVISORY_CLASS = 4242
+
+
+def leaselock_store(kind: str, url: str, run: str) -> PostgresLockStore | RedisLockStore:
+    if kind == "redis":
+        return RedisLockStore.from_url(url, prefix=f"leaselock-handoff-{run}:")
+    table = f"leaselock_handoff_{run}"
+    return PostgresLockStore.from_url(url, table=table, sequence=f"{table}_seq")
+
+
+def leaselock_waiter(kind: str, url: str, run: str, pipe: Connection) -> None:
+    """Wait for each key sent on ``pipe`` through leaselock; answer when it is held."""
+    logging.getLogger("leaselock").setLevel(logging.ERROR)
+
+    async def serve() -> None:
+        async with Locks(store=leaselock_store(kind, url, run)) as locks:
+            pipe.send("ready")
+            while (key := pipe.recv()) is not None:
+                lock = await locks.acquire(key, wait="10s")
+                held_ns = time.monotonic_ns()
+                if lock is None:
+                    raise SystemExit(f"{key} was not handed over within 10 s")
+                await lock.release()
+                pipe.send(held_ns)
+
+    asyncio.run(serve())
+
+
+def python_redis_lock_waiter(url: str, pipe: Connection) -> None:
+    """Wait for each key through python-redis-lock (BLPOP on its signal list)."""
+    client = redis.Redis.from_url(url)
+    pipe.send("ready")
+    while (key := pipe.recv()) is not None:
+        lock = redis_lock.Lock(client, key, expire=30)
+        lock.acquire(blocking=True, timeout=10)
+        held_ns = time.monotonic_ns()
+        lock.release()
+        pipe.send(held_ns)
+
+
+def redis_py_lock_waiter(url: str, pipe: Connection) -> None:
+    """Wait for each key through redis-py's own Lock (it polls, every 0.1 s by default)."""
+    client = redis.Redis.from_url(url)
+    pipe.send("ready")
+    while (key := pipe.recv()) is not None:
+        lock = client.lock(key, timeout=30, blocking_timeout=10)
+        lock.acquire()
+        held_ns = time.monotonic_ns()
+        lock.release()
+        pipe.send(held_ns)
+
+
+def advisory_waiter(url: str, pipe: Connection) -> None:
+    """Wait for each key in pg_advisory_lock on a session of its own."""
+
+    async def serve() -> None:
+        connection = await asyncpg.connect(url)
+        pipe.send("ready")
+        while (key := pipe.recv()) is not None:
+            await connection.execute("SELECT pg_advisory_lock($1, $2)", ADVISORY_CLASS, key)
+            held_ns = time.monotonic_ns()
+            await connection.execute("SELECT pg_advisory_unlock($1, $2)", ADVISORY_CLASS, key)
+            pipe.send(held_ns)
+        await connection.close()
+
+    asyncio.run(serve())
+
+
+def rounds_of(
+    waiter: Callable[..., None],
+    waiter_args: tuple[object, ...],
+    hold_and_release: Callable[[object, Callable[[], None]], None],
+    keys: list[object],
+) -> list[float]:
+    """Handoffs in ms: per key, hold it, let the waiter block on it, release, read its time."""
+    ours, theirs = multiprocessing.Pipe()
+    process = multiprocessing.get_context("spawn").Process(
+        target=waiter, args=(*waiter_args, theirs)
+    )
+    process.start()
+    try:
+        if ours.recv() != "ready":
+            raise SystemExit("the waiter did not start")
+        handoffs: list[float] = []
+        for key in keys:
+            released_ns: list[int] = []
+
+            def let_the_waiter_in(key: object = key, released_ns: list[int] = released_ns) -> None:
+                ours.send(key)
+                # a random extra: a polling waiter must not poll in step with the release
+                time.sleep(BLOCKED_S + random.uniform(0, 0.1))
+                released_ns.append(time.monotonic_ns())
+
+            hold_and_release(key, let_the_waiter_in)
+            handoffs.append((ours.recv() - released_ns[0]) / 1e6)
+        ours.send(None)
+    finally:
+        process.join(10)
+    return handoffs
+
+
+def leaselock_rounds(kind: str, url: str, rounds: int) -> list[float]:
+    run = uuid.uuid4().hex[:8]
+    loop = asyncio.new_event_loop()
+    locks = Locks(store=leaselock_store(kind, url, run))
+    loop.run_until_complete(locks.start())
+
+    def hold_and_release(key: object, let_the_waiter_in: Callable[[], None]) -> None:
+        lock = loop.run_until_complete(locks.acquire(str(key)))
+        if lock is None:
+            raise SystemExit(f"{key} was not free")
+        let_the_waiter_in()
+        loop.run_until_complete(lock.release())
+
+    try:
+        keys: list[object] = [f"handoff:{n}" for n in range(rounds)]
+        return rounds_of(leaselock_waiter, (kind, url, run), hold_and_release, keys)
+    finally:
+        loop.run_until_complete(locks.aclose())
+        loop.close()
+
+
+def python_redis_lock_rounds(url: str, rounds: int) -> list[float]:
+    client = redis.Redis.from_url(url)
+    run = uuid.uuid4().hex[:8]
+
+    def hold_and_release(key: object, let_the_waiter_in: Callable[[], None]) -> None:
+        lock = redis_lock.Lock(client, str(key), expire=30)
+        lock.acquire()
+        let_the_waiter_in()
+        lock.release()
+
+    keys: list[object] = [f"handoff-{run}:{n}" for n in range(rounds)]
+    return rounds_of(python_redis_lock_waiter, (url,), hold_and_release, keys)
+
+
+def redis_py_lock_rounds(url: str, rounds: int) -> list[float]:
+    client = redis.Redis.from_url(url)
+    run = uuid.uuid4().hex[:8]
+
+    def hold_and_release(key: object, let_the_waiter_in: Callable[[], None]) -> None:
+        lock = client.lock(str(key), timeout=30)
+        lock.acquire()
+        let_the_waiter_in()
+        lock.release()
+
+    keys: list[object] = [f"handoff-py-{run}:{n}" for n in range(rounds)]
+    return rounds_of(redis_py_lock_waiter, (url,), hold_and_release, keys)
+
+
+def advisory_rounds(url: str, rounds: int) -> list[float]:
+    loop = asyncio.new_event_loop()
+    connection = loop.run_until_complete(asyncpg.connect(url))
+
+    def hold_and_release(key: object, let_the_waiter_in: Callable[[], None]) -> None:
+        loop.run_until_complete(
+            connection.execute("SELECT pg_advisory_lock($1, $2)", ADVISORY_CLASS, key)
+        )
+        let_the_waiter_in()
+        loop.run_until_complete(
+            connection.execute("SELECT pg_advisory_unlock($1, $2)", ADVISORY_CLASS, key)
+        )
+
+    try:
+        return rounds_of(advisory_waiter, (url,), hold_and_release, list(range(rounds)))
+    finally:
+        loop.run_until_complete(connection.close())
+        loop.close()
+
+
+def report(name: str, handoffs: list[float], best: float | None = None) -> float:
+    p50 = statistics.median(handoffs)
+    p95 = statistics.quantiles(handoffs, n=20)[-1]
+    versus = "" if best is None else f"   x{p50 / best:.2f} of the peer's p50"
+    print(f"  {name:<40} p50 {p50:6.2f} ms   p95 {p95:6.2f} ms{versus}")
+    return p50
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stores", default="redis,postgres")
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get("LEASELOCK_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL),
+    )
+    parser.add_argument(
+        "--redis-url", default=os.environ.get("LEASELOCK_TEST_REDIS_URL", DEFAULT_REDIS_URL)
+    )
+    arguments = parser.parse_args()
+    logging.getLogger("leaselock").setLevel(logging.ERROR)
+    chosen = arguments.stores.split(",")
+    rounds = arguments.rounds
+    print(f"handoff: release() to the waiter in another process holding; {rounds} rounds")
+    if "redis" in chosen:
+        url = arguments.redis_url
+        print("Redis")
+        peer = report("python-redis-lock", python_redis_lock_rounds(url, rounds))
+        report("redis-py Lock (polls every 0.1 s)", redis_py_lock_rounds(url, rounds), peer)
+        report("leaselock", leaselock_rounds("redis", url, rounds), peer)
+    if "postgres" in chosen:
+        url = arguments.postgres_url
+        print("PostgreSQL")
+        floor = report("pg_advisory_lock blocked in a session", advisory_rounds(url, rounds))
+        report("leaselock", leaselock_rounds("postgres", url, rounds), floor)
+
+
+if __name__ == "__main__":
+    main()
