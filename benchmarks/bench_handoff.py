@@ -8,9 +8,10 @@ rounds for:
     Redis:       leaselock (RedisLockStore), python-redis-lock (SET NX + BLPOP on a signal
                  list), the best Python peer, and redis-py's own Lock (it polls);
     PostgreSQL:  leaselock (PostgresLockStore) and the floor of the server, a session blocked
-                 in pg_advisory_lock that the holder's pg_advisory_unlock lets through.
+                 in pg_advisory_lock that the holder's pg_advisory_unlock lets through;
+    SQLite:      leaselock (SQLiteLockStore) on a file in a temporary directory.
 
-Run: .venv/bin/python benchmarks/bench_handoff.py [--stores redis,postgres] [--rounds 30]
+Run: .venv/bin/python benchmarks/bench_handoff.py [--stores redis,postgres,sqlite] [--rounds 30]
 python-redis-lock comes with the benchmark dependency group: make bench installs it. URLs default to
 LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL, else the machine's servers.
 """
@@ -24,6 +25,7 @@ import multiprocessing
 import os
 import random
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -36,6 +38,7 @@ import redis_lock
 from leaselock import Locks
 from leaselock.stores.postgres import PostgresLockStore
 from leaselock.stores.redis import RedisLockStore
+from leaselock.stores.sqlite import SQLiteLockStore
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -43,7 +46,11 @@ BLOCKED_S = 0.3
 ADVISORY_CLASS = 4242
 
 
-def leaselock_store(kind: str, url: str, run: str) -> PostgresLockStore | RedisLockStore:
+def leaselock_store(
+    kind: str, url: str, run: str
+) -> PostgresLockStore | RedisLockStore | SQLiteLockStore:
+    if kind == "sqlite":
+        return SQLiteLockStore(url)
     if kind == "redis":
         return RedisLockStore.from_url(url, prefix=f"leaselock-handoff-{run}:")
     table = f"leaselock_handoff_{run}"
@@ -220,7 +227,7 @@ def report(name: str, handoffs: list[float], best: float | None = None) -> float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stores", default="redis,postgres")
+    parser.add_argument("--stores", default="redis,postgres,sqlite")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument(
         "--postgres-url",
@@ -245,6 +252,10 @@ def main() -> None:
         print("PostgreSQL")
         floor = report("pg_advisory_lock blocked in a session", advisory_rounds(url, rounds))
         report("leaselock", leaselock_rounds("postgres", url, rounds), floor)
+    if "sqlite" in chosen:
+        with tempfile.TemporaryDirectory() as directory:
+            print("SQLite (one host; no peer: the figure to beat is 5 ms)")
+            report("leaselock", leaselock_rounds("sqlite", f"{directory}/locks.db", rounds))
 
 
 if __name__ == "__main__":

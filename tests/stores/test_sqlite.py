@@ -427,3 +427,73 @@ async def test_concurrent_first_calls_open_one_connection_on_one_thread(path: Pa
     thread = worker_thread(store)
     await store.aclose()
     assert not thread.is_alive()
+
+
+# --- release wake-ups between the processes of the host ----------------------------------------
+
+
+def take_and_release(path: str, key: str) -> None:
+    """In a process of its own: take ``key`` and release it."""
+
+    async def cycle() -> None:
+        store = SQLiteLockStore(path)
+        await store.open()
+        try:
+            assert isinstance(await store.acquire(key, "elsewhere", LONG_TTL_MS), Acquired)
+            assert await store.release(key, "elsewhere")
+        finally:
+            await store.aclose()
+
+    asyncio.run(cycle())
+
+
+async def test_a_release_in_another_process_is_heard_by_the_followers_of_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(tmp_path / "locks.db")
+    followed, other = unique_key("followed"), unique_key("other")
+    store = SQLiteLockStore(path)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2]))
+    context = multiprocessing.get_context("spawn")
+    await store.open()
+    try:
+        async with (
+            store.follow_releases(heard.put_nowait) as follower,
+            follower.following(followed),
+        ):
+            for key in (other, followed):
+                child = context.Process(target=take_and_release, args=(path, key))
+                child.start()
+                await asyncio.to_thread(child.join, BARRIER_TIMEOUT_S)
+                assert child.exitcode == 0
+            # the other key's release, sent first, would have come first
+            assert await asyncio.wait_for(heard.get(), 5) == followed
+            assert heard.empty()
+    finally:
+        await store.aclose()
+
+
+async def test_the_socket_of_a_follower_that_died_is_removed_by_the_next_release(
+    tmp_path: Path,
+) -> None:
+    import socket  # noqa: PLC0415 -- Unix sockets only in this test
+
+    from leaselock.stores._sqlite_wakeups import _key_directory, wakeup_directory  # noqa: PLC0415
+
+    store = SQLiteLockStore(tmp_path / "locks.db")
+    key = unique_key("orphaned")
+    directory = _key_directory(wakeup_directory(Path(store._path), "leaselock_locks"), key)
+    directory.mkdir(parents=True)
+    dead = directory / "12345-deadbeef"
+    orphan = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    orphan.bind(str(dead))
+    orphan.close()  # its process is gone: the file stays, nobody reads it
+    await store.open()
+    try:
+        assert isinstance(await store.acquire(key, "owner", LONG_TTL_MS), Acquired)
+        assert await store.release(key, "owner")
+        assert not dead.exists()
+    finally:
+        await store.aclose()
+        directory.rmdir()

@@ -17,6 +17,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,8 +28,9 @@ from .._durations import Duration, parse_duration
 from .._errors import LocksConfigurationError, LockStoreError
 from ._capabilities import JobRecord, LockInfo, RunRecord, job_records_from_rows, run_row
 from ._job_control import JobPause, JobState, RunStart, RunStartAnswer
-from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
+from ._protocol import Acquired, AcquireResult, NotAcquired, ReleaseFollower, Renewal
 from ._sqlite_jobs import CREATE_JOBS, SQLiteJobControl, add_missing_columns
+from ._sqlite_wakeups import ReleaseAnnouncer, following_releases, wakeup_directory
 from ._sqlite_worker import SQLiteWorker
 
 __all__ = ["SQLiteLockStore"]
@@ -234,8 +236,10 @@ class SQLiteLockStore:
     - Every commit is synced to disk (``synchronous = FULL``): a power cut can't take a token
       back.
 
-    There are no release notifications across processes: waiters elsewhere find a released key
-    when they next poll (50 ms doubling to 1 s); waiters in this process wake at once.
+    A release wakes the waiters on its key in every process of the host at once, by a Unix
+    datagram to each socket that follows the key (:meth:`follow_releases`); nothing is written
+    to the file for it. Where that cannot reach a waiter (another user's process, no Unix
+    sockets), it finds the key free when it next retries (50 ms doubling to 1 s).
 
     .. versionadded:: 0.1
     """
@@ -243,6 +247,7 @@ class SQLiteLockStore:
     __slots__ = (
         "_acquire_sql",
         "_advance_counter_sql",
+        "_announcer",
         "_busy_timeout_ms",
         "_clock",
         "_guard",
@@ -257,6 +262,7 @@ class SQLiteLockStore:
         "_table",
         "_taken_row_sql",
         "_users",
+        "_wakeups",
         "_worker",
     )
 
@@ -309,6 +315,8 @@ class SQLiteLockStore:
                 "leaselock.testing.ManualClock() in tests"
             )
         self._table = table
+        self._wakeups = wakeup_directory(self._path, table)
+        self._announcer = ReleaseAnnouncer(self._wakeups)
         self._busy_timeout_ms = parse_duration(busy_timeout, name="busy_timeout")
         self._clock: _ReadsTime = clock if clock is not None else _WallClock()
         names = {
@@ -373,6 +381,7 @@ class SQLiteLockStore:
                 return
             self._worker = None
             closed = worker.close()
+            self._announcer.close()
         # shielded: a cancelled aclose must still close the connection on its own thread
         await asyncio.shield(closed)
         worker.thread.join()
@@ -400,8 +409,27 @@ class SQLiteLockStore:
         )
 
     async def release(self, key: str, owner: str) -> bool:
-        """Free ``key`` if ``owner`` holds a live lock on it; the row and its token stay."""
-        return await self._call("release", lambda db, now_ms: self._release(db, now_ms, key, owner))
+        """Free ``key`` if ``owner`` holds a live lock on it; the row and its token stay.
+
+        After the commit, the key's followers on this host are told (:meth:`follow_releases`).
+        """
+        released = await self._call(
+            "release", lambda db, now_ms: self._release(db, now_ms, key, owner)
+        )
+        if released:
+            self._announcer.announce(key)
+        return released
+
+    def follow_releases(
+        self, on_release: Callable[[str], None]
+    ) -> AbstractAsyncContextManager[ReleaseFollower]:
+        """Call ``on_release(key)`` on this loop for releases of the keys followed, while entered.
+
+        Each key followed is a Unix datagram socket in a directory under the system's temporary
+        directory, named after this file and table; a release by any process of the host (of
+        the same user) sends its key there. Nothing is opened until a key is followed.
+        """
+        return following_releases(self._wakeups, on_release)
 
     # --- run records and inspection ------------------------------------------------------
 
@@ -485,7 +513,10 @@ class SQLiteLockStore:
 
     async def break_lock(self, key: str) -> LockInfo | None:
         """Free ``key`` whoever holds it; return what held it, or ``None`` if nothing did."""
-        return await self._call("break_lock", lambda db, now_ms: self._break(db, now_ms, key))
+        broken = await self._call("break_lock", lambda db, now_ms: self._break(db, now_ms, key))
+        if broken is not None:
+            self._announcer.announce(key)
+        return broken
 
     # --- on the worker thread ------------------------------------------------------------
 
