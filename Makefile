@@ -75,6 +75,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_postgres.py
 	$(BIN)/python benchmarks/bench_sqlite.py
 	$(BIN)/python benchmarks/bench_handoff.py
+	$(BIN)/python benchmarks/bench_contention.py
 	$(BIN)/python benchmarks/bench_renewals.py
 	$(BIN)/python benchmarks/bench_election_takeover.py
 	$(BIN)/python benchmarks/fleet.py

@@ -1,0 +1,190 @@
+"""Contention: W workers taking one key in turn, across OS processes, beside python-redis-lock.
+
+Each worker loops for SECONDS: wait for the key (up to 30 s), hold it for a moment (no work),
+release it. All start together. It prints, per store and W:
+
+    handoffs per second (acquisitions of all workers together);
+    starved: workers that never got the key; and the fewest and most acquisitions of one worker;
+    the longest wait of any acquisition;
+    CPU per critical section: the workers' CPU time together, over the acquisitions.
+
+A fair lock serves every worker and bounds the longest wait; an unfair one lets the worker
+that just released take the key again while the others sleep.
+
+Run: .venv/bin/python benchmarks/bench_contention.py [--stores redis,postgres,sqlite]
+     [--workers 8,64] [--seconds 5]
+python-redis-lock comes with the benchmark dependency group (make bench). URLs default to
+LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL, else the machine's servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import multiprocessing
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from multiprocessing.synchronize import Barrier
+
+import redis
+import redis_lock
+
+from leaselock import Locks
+from leaselock.stores.postgres import PostgresLockStore
+from leaselock.stores.redis import RedisLockStore
+from leaselock.stores.sqlite import SQLiteLockStore
+
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+START_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    """What one worker did."""
+
+    acquisitions: int
+    longest_wait_s: float
+    cpu_s: float
+
+
+# what a worker process is given: store kind, URL or path, run id, seconds, start, results
+Job = tuple[str, str, str, float, Barrier, "multiprocessing.Queue[WorkerResult]"]
+
+
+def make_store(
+    kind: str, where: str, run: str
+) -> PostgresLockStore | RedisLockStore | SQLiteLockStore:
+    if kind == "sqlite":
+        return SQLiteLockStore(where)
+    if kind == "redis":
+        return RedisLockStore.from_url(where, prefix=f"leaselock-contention-{run}:")
+    table = f"leaselock_contention_{run}"
+    return PostgresLockStore.from_url(where, table=table, sequence=f"{table}_seq", max_size=2)
+
+
+def leaselock_worker(job: Job) -> None:
+    kind, where, run, seconds, start, results = job
+    logging.getLogger("leaselock").setLevel(logging.ERROR)
+
+    async def work() -> WorkerResult:
+        async with Locks(store=make_store(kind, where, run), ttl="30s") as locks:
+            start.wait(START_TIMEOUT_S)
+            cpu = time.process_time()
+            until = time.monotonic() + seconds
+            acquisitions, longest = 0, 0.0
+            while time.monotonic() < until:
+                asked = time.monotonic()
+                lock = await locks.acquire("contended", wait="30s")
+                longest = max(longest, time.monotonic() - asked)
+                if lock is not None:
+                    acquisitions += 1
+                    await lock.release()
+            return WorkerResult(acquisitions, longest, time.process_time() - cpu)
+
+    results.put(asyncio.run(work()))
+
+
+def python_redis_lock_worker(job: Job) -> None:
+    _, where, run, seconds, start, results = job
+    client = redis.Redis.from_url(where)
+    start.wait(START_TIMEOUT_S)
+    cpu = time.process_time()
+    until = time.monotonic() + seconds
+    acquisitions, longest = 0, 0.0
+    while time.monotonic() < until:
+        asked = time.monotonic()
+        lock = redis_lock.Lock(client, f"contention-{run}", expire=30)
+        if lock.acquire(blocking=True, timeout=30):
+            acquisitions += 1
+            lock.release()
+        longest = max(longest, time.monotonic() - asked)
+    results.put(WorkerResult(acquisitions, longest, time.process_time() - cpu))
+
+
+def contend(
+    target: object, kind: str, where: str, workers: int, seconds: float
+) -> list[WorkerResult]:
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(workers)
+    results: multiprocessing.Queue[WorkerResult] = context.Queue()
+    run = uuid.uuid4().hex[:8]
+    processes = [
+        context.Process(target=target, args=((kind, where, run, seconds, start, results),))
+        for _ in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    gathered = [results.get(timeout=START_TIMEOUT_S + seconds + 60) for _ in processes]
+    for process in processes:
+        process.join(30)
+    return gathered
+
+
+def report(name: str, workers: int, seconds: float, results: list[WorkerResult]) -> None:
+    counts = [result.acquisitions for result in results]
+    total = sum(counts)
+    cpu_ms = sum(result.cpu_s for result in results) * 1000 / max(total, 1)
+    print(
+        f"  {name:<18} W={workers:<3} {total / seconds:8.0f} handoffs/s   "
+        f"starved {counts.count(0):>2}   per worker {min(counts)}-{max(counts)}   "
+        f"longest wait {max(result.longest_wait_s for result in results) * 1000:7.0f} ms   "
+        f"CPU {cpu_ms:6.2f} ms/section"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stores", default="redis,postgres,sqlite")
+    parser.add_argument("--workers", default="8,64")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get("LEASELOCK_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL),
+    )
+    parser.add_argument(
+        "--redis-url", default=os.environ.get("LEASELOCK_TEST_REDIS_URL", DEFAULT_REDIS_URL)
+    )
+    arguments = parser.parse_args()
+    chosen = arguments.stores.split(",")
+    seconds = arguments.seconds
+    print(f"one key, W worker processes, {seconds:g} s")
+    for workers in (int(count) for count in arguments.workers.split(",")):
+        if "redis" in chosen:
+            url = arguments.redis_url
+            print("Redis")
+            peer = contend(python_redis_lock_worker, "redis", url, workers, seconds)
+            report("python-redis-lock", workers, seconds, peer)
+            report(
+                "leaselock",
+                workers,
+                seconds,
+                contend(leaselock_worker, "redis", url, workers, seconds),
+            )
+        if "postgres" in chosen:
+            url = arguments.postgres_url
+            print("PostgreSQL")
+            report(
+                "leaselock",
+                workers,
+                seconds,
+                contend(leaselock_worker, "postgres", url, workers, seconds),
+            )
+        if "sqlite" in chosen:
+            with tempfile.TemporaryDirectory() as directory:
+                print("SQLite")
+                path = f"{directory}/locks.db"
+                report(
+                    "leaselock",
+                    workers,
+                    seconds,
+                    contend(leaselock_worker, "sqlite", path, workers, seconds),
+                )
+
+
+if __name__ == "__main__":
+    main()
