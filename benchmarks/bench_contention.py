@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import logging
 import multiprocessing
-import os
 import tempfile
 import time
 import uuid
@@ -32,14 +31,13 @@ from multiprocessing.synchronize import Barrier
 
 import redis
 import redis_lock
+from _servers import add_server_arguments, delete_prefix, drop_store_tables
 
 from leaselock import Locks
 from leaselock.stores.postgres import PostgresLockStore
 from leaselock.stores.redis import RedisLockStore
 from leaselock.stores.sqlite import SQLiteLockStore
 
-DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 START_TIMEOUT_S = 60.0
 
 
@@ -122,6 +120,10 @@ def contend(
     gathered = [results.get(timeout=START_TIMEOUT_S + seconds + 60) for _ in processes]
     for process in processes:
         process.join(30)
+    if kind == "redis":
+        asyncio.run(delete_prefix(where, f"leaselock-contention-{run}:"))
+    elif kind == "postgres":
+        asyncio.run(drop_store_tables(where, f"leaselock_contention_{run}"))
     return gathered
 
 
@@ -142,13 +144,7 @@ def main() -> None:
     parser.add_argument("--stores", default="redis,postgres,sqlite")
     parser.add_argument("--workers", default="8,64")
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get("LEASELOCK_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL),
-    )
-    parser.add_argument(
-        "--redis-url", default=os.environ.get("LEASELOCK_TEST_REDIS_URL", DEFAULT_REDIS_URL)
-    )
+    add_server_arguments(parser)
     arguments = parser.parse_args()
     chosen = arguments.stores.split(",")
     seconds = arguments.seconds

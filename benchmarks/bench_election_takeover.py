@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import statistics
 import time
 import uuid
@@ -29,14 +28,13 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 import redis.asyncio
+from _servers import add_server_arguments, delete_prefix, drop_store_tables
 
 from leaselock import Lock, Locks, leader_election
 from leaselock.stores import LockStore
 from leaselock.stores.postgres import PostgresLockStore
 from leaselock.stores.redis import RedisLockStore
 
-DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 TTL = "3s"
 SETTLE_S = 0.2
 
@@ -130,13 +128,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", default="redis,postgres")
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get("LEASELOCK_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL),
-    )
-    parser.add_argument(
-        "--redis-url", default=os.environ.get("LEASELOCK_TEST_REDIS_URL", DEFAULT_REDIS_URL)
-    )
+    add_server_arguments(parser)
     arguments = parser.parse_args()
     logging.getLogger("leaselock").setLevel(logging.ERROR)
     run = uuid.uuid4().hex[:8]
@@ -150,9 +142,7 @@ async def main() -> None:
             lambda: redis_floor_s(arguments.redis_url, f"{prefix}floor"),
             arguments.rounds,
         )
-        async with redis.asyncio.Redis.from_url(arguments.redis_url) as admin:
-            async for name in admin.scan_iter(match=f"{prefix}*"):
-                await admin.delete(name)
+        await delete_prefix(arguments.redis_url, prefix)
     if "postgres" in chosen:
         table = f"leaselock_takeover_{run}"
         await measure(
@@ -163,13 +153,7 @@ async def main() -> None:
             lambda: postgres_floor_s(arguments.postgres_url, f"{table}_floor"),
             arguments.rounds,
         )
-        admin = await asyncpg.connect(arguments.postgres_url)
-        try:
-            for suffix in ("", "_runs", "_jobs"):
-                await admin.execute(f'DROP TABLE IF EXISTS "{table}{suffix}"')
-            await admin.execute(f'DROP SEQUENCE IF EXISTS "{table}_seq"')
-        finally:
-            await admin.close()
+        await drop_store_tables(arguments.postgres_url, table)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import logging
 import multiprocessing
-import os
 import random
 import statistics
 import tempfile
@@ -34,14 +33,13 @@ from multiprocessing.connection import Connection
 import asyncpg
 import redis
 import redis_lock
+from _servers import add_server_arguments, delete_prefix, drop_store_tables
 
 from leaselock import Locks
 from leaselock.stores.postgres import PostgresLockStore
 from leaselock.stores.redis import RedisLockStore
 from leaselock.stores.sqlite import SQLiteLockStore
 
-DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 BLOCKED_S = 0.3
 ADVISORY_CLASS = 4242
 
@@ -55,6 +53,14 @@ def leaselock_store(
         return RedisLockStore.from_url(url, prefix=f"leaselock-handoff-{run}:")
     table = f"leaselock_handoff_{run}"
     return PostgresLockStore.from_url(url, table=table, sequence=f"{table}_seq")
+
+
+async def forget_run(kind: str, url: str, run: str) -> None:
+    """Delete what a run of leaselock left on the server (a SQLite file goes with its directory)."""
+    if kind == "redis":
+        await delete_prefix(url, f"leaselock-handoff-{run}:")
+    elif kind == "postgres":
+        await drop_store_tables(url, f"leaselock_handoff_{run}")
 
 
 def leaselock_waiter(kind: str, url: str, run: str, pipe: Connection) -> None:
@@ -166,6 +172,7 @@ def leaselock_rounds(kind: str, url: str, rounds: int) -> list[float]:
         return rounds_of(leaselock_waiter, (kind, url, run), hold_and_release, keys)
     finally:
         loop.run_until_complete(locks.aclose())
+        loop.run_until_complete(forget_run(kind, url, run))
         loop.close()
 
 
@@ -229,13 +236,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", default="redis,postgres,sqlite")
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get("LEASELOCK_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL),
-    )
-    parser.add_argument(
-        "--redis-url", default=os.environ.get("LEASELOCK_TEST_REDIS_URL", DEFAULT_REDIS_URL)
-    )
+    add_server_arguments(parser)
     arguments = parser.parse_args()
     logging.getLogger("leaselock").setLevel(logging.ERROR)
     chosen = arguments.stores.split(",")

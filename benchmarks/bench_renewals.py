@@ -19,22 +19,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
-import asyncpg
-import redis.asyncio
+from _servers import add_server_arguments, delete_prefix, drop_store_tables
 
 from leaselock import Locks
 from leaselock.stores import AcquireResult, Renewal
 from leaselock.stores.postgres import PostgresLockStore
 from leaselock.stores.redis import RedisLockStore
 
-DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 TAKEN_AT_ONCE = 100
 
 
@@ -147,13 +143,7 @@ async def main() -> None:
     parser.add_argument("--locks", default="1000,10000")
     parser.add_argument("--ttl", type=float, default=3.0, help="seconds")
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get("LEASELOCK_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL),
-    )
-    parser.add_argument(
-        "--redis-url", default=os.environ.get("LEASELOCK_TEST_REDIS_URL", DEFAULT_REDIS_URL)
-    )
+    add_server_arguments(parser)
     arguments = parser.parse_args()
     logging.getLogger("leaselock").setLevel(logging.ERROR)
     interval = arguments.ttl / 3
@@ -165,9 +155,7 @@ async def main() -> None:
         await measure(
             "Redis", lambda: RedisLockStore.from_url(arguments.redis_url, prefix=prefix), arguments
         )
-        async with redis.asyncio.Redis.from_url(arguments.redis_url) as admin:
-            async for name in admin.scan_iter(match=f"{prefix}*", count=1000):
-                await admin.delete(name)
+        await delete_prefix(arguments.redis_url, prefix)
     if "postgres" in chosen:
         table = f"leaselock_renewals_{run}"
         await measure(
@@ -177,13 +165,7 @@ async def main() -> None:
             ),
             arguments,
         )
-        admin = await asyncpg.connect(arguments.postgres_url)
-        try:
-            for suffix in ("", "_runs", "_jobs"):
-                await admin.execute(f'DROP TABLE IF EXISTS "{table}{suffix}"')
-            await admin.execute(f'DROP SEQUENCE IF EXISTS "{table}_seq"')
-        finally:
-            await admin.close()
+        await drop_store_tables(arguments.postgres_url, table)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import sys
 import time
 import uuid
@@ -41,16 +40,17 @@ from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import asyncpg
 import psutil
 import redis.asyncio
+from _servers import add_server_arguments, delete_prefix, drop_store_tables
 
 from leaselock.stores import LockStore
 from leaselock.stores.postgres import PostgresLockStore
 from leaselock.stores.redis import RedisLockStore
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 TTL_MS = 30_000
 IDLE_S = 2.0
 
@@ -66,17 +66,19 @@ class Figures:
     cycles_per_s: float
 
 
-class Server:
+class Server(Protocol):
     """Reads what the server has spent so far."""
 
     async def cpu_s(self) -> float:
-        raise NotImplementedError
+        """CPU seconds the server's processes have spent."""
+        ...
 
     async def wal_bytes(self) -> float | None:
-        return None
+        """WAL bytes written so far, where the server has a WAL."""
+        ...
 
 
-class PostgresServer(Server):
+class PostgresServer:
     def __init__(self, admin: asyncpg.Connection) -> None:
         self.admin = admin
         self.postmaster: psutil.Process | None = None
@@ -96,13 +98,16 @@ class PostgresServer(Server):
         return float(await self.admin.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
 
 
-class RedisServer(Server):
+class RedisServer:
     def __init__(self, admin: redis.asyncio.Redis) -> None:
         self.admin = admin
 
     async def cpu_s(self) -> float:
         cpu = await self.admin.info("cpu")
         return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
+
+    async def wal_bytes(self) -> float | None:
+        return None
 
 
 async def listen_as_locks_does(
@@ -238,10 +243,8 @@ async def run_postgres(url: str, arguments: argparse.Namespace) -> None:
 
         await run_scenarios("PostgreSQL", make_store, PostgresServer(admin), arguments)
     finally:
-        for suffix in ("", "_runs", "_jobs"):
-            await admin.execute(f'DROP TABLE IF EXISTS "{table}{suffix}"')
-        await admin.execute(f'DROP SEQUENCE IF EXISTS "{table}_seq"')
         await admin.close()
+        await drop_store_tables(url, table)
 
 
 async def run_redis(url: str, arguments: argparse.Namespace) -> None:
@@ -254,8 +257,7 @@ async def run_redis(url: str, arguments: argparse.Namespace) -> None:
 
             await run_scenarios("Redis", make_store, RedisServer(admin), arguments)
         finally:
-            async for name in admin.scan_iter(match=f"{prefix}*"):
-                await admin.delete(name)
+            await delete_prefix(url, prefix)
 
 
 async def main() -> None:
@@ -264,10 +266,7 @@ async def main() -> None:
     parser.add_argument("--fleet", default="1,10,50,100")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rate", type=float, default=2.0, help="cycles per instance per second")
-    parser.add_argument("--postgres-url", default=None)
-    parser.add_argument(
-        "--redis-url", default=os.environ.get("LEASELOCK_TEST_REDIS_URL", DEFAULT_REDIS_URL)
-    )
+    add_server_arguments(parser, postgres_default=False)
     arguments = parser.parse_args()
     # the stores' warnings of a server without persistence would drown the table
     logging.getLogger("leaselock").setLevel(logging.ERROR)

@@ -42,7 +42,6 @@ __all__ = [
     "UNFOLLOW_SQL",
     "Statements",
     "checked_channel",
-    "interest_class",
     "key_channel",
     "quoted_name",
     "statements",
@@ -320,12 +319,12 @@ class Statements:
     sequence: str
     runs: str
     jobs_table: str
+    interest: int
 
 
 def statements(table: str, sequence: str, runs: str, jobs: str, channel: str | None) -> Statements:
-    notify_waiters = NOTIFY_WAITERS_SQL.format(
-        interest=interest_class(table), channel=_literal(channel or "")
-    )
+    interest = interest_class(table)
+    notify_waiters = NOTIFY_WAITERS_SQL.format(interest=interest, channel=_literal(channel or ""))
     names = {
         "table": table,
         "sequence": sequence,
@@ -362,6 +361,7 @@ def statements(table: str, sequence: str, runs: str, jobs: str, channel: str | N
         sequence=sequence,
         runs=runs,
         jobs_table=jobs,
+        interest=interest,
     )
 
 

@@ -64,7 +64,6 @@ from ._postgres_follower import PostgresReleaseFollower
 from ._postgres_sql import (
     SCHEMA_EXISTS_SQL,
     checked_channel,
-    interest_class,
     quoted_name,
     statements,
 )
@@ -148,7 +147,6 @@ class PostgresLockStore:
     __slots__ = (
         "_create_schema_at_open",
         "_executor",
-        "_interest",
         "_loop",
         "_make_executor",
         "_notify_channel",
@@ -298,7 +296,6 @@ class PostgresLockStore:
         quoted_runs = quoted_name(f"{table}_runs", "table (with _runs appended)")
         quoted_jobs = quoted_name(f"{table}_jobs", "table (with _jobs appended)")
         self._notify_channel = checked if notify_releases else None
-        self._interest = interest_class(quoted_table)
         self._sql = statements(
             quoted_table, quoted_sequence, quoted_runs, quoted_jobs, self._notify_channel
         )
@@ -377,7 +374,7 @@ class PostgresLockStore:
             return
         executor = await self._ready()
         follower = PostgresReleaseFollower(
-            executor.listening, self._notify_channel, self._interest, on_release, repr(self)
+            executor.listening, self._notify_channel, self._sql.interest, on_release, repr(self)
         )
         try:
             yield follower
