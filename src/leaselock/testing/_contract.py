@@ -152,11 +152,21 @@ class _Check:
         if not condition:
             raise self.fail(what)
 
-    async def advance(self, ms: int) -> None:
-        """Let ``ms`` pass on the store's clock: moved by ``advance_time``, else for real."""
+    def mark(self) -> float:
+        """Return now, for :meth:`advance`'s ``since``: taken just before a call is sent."""
+        return asyncio.get_running_loop().time()
+
+    async def advance(self, ms: int, *, since: float | None = None) -> None:
+        """Let ``ms`` pass on the store's clock: moved by ``advance_time``, else for real.
+
+        In real time, ``since`` (a :meth:`mark`) counts the ``ms`` from that moment, so the
+        time a call took before its answer came (a commit waiting for the disk) is not added
+        to the wait: a check "still held" stays ahead of the expiry the call set.
+        """
         if self._advance is None:
+            elapsed_s = 0.0 if since is None else asyncio.get_running_loop().time() - since
             # the store's clock cannot be moved from here: wait, as the NestJS suite does
-            await asyncio.sleep(ms / 1000)  # noqa: TID251 -- real time is the store's time here
+            await asyncio.sleep(max(0.0, ms / 1000 - elapsed_s))  # noqa: TID251 -- real time is the store's time here
             return
         await self._advance(timedelta(milliseconds=ms))
 
@@ -372,8 +382,9 @@ async def thirty_day_ttl(c: _Check) -> None:
 @_case("expiry is measured in milliseconds from the call: held at ttl/2, free at ttl*7/6")
 async def expiry_in_milliseconds(c: _Check) -> None:
     key = c.key()
+    taken_at = c.mark()
     await c.take(key, c.owner(), c.ttl_ms)
-    await c.advance(c.ttl_ms // 2)
+    await c.advance(c.ttl_ms // 2, since=taken_at)
     await c.held_by_someone(key, f"acquire {c.ttl_ms // 2} ms into a {c.ttl_ms} ms lock")
     await c.advance(c.ttl_ms // 2 + c.ttl_ms // 6)
     await c.take(key, c.owner())
@@ -400,10 +411,12 @@ async def release_refused_after_expiry(c: _Check) -> None:
 @_case("renew moves the expiry to ttl from the renewal")
 async def renew_moves_expiry(c: _Check) -> None:
     key, holder = c.key(), c.owner()
+    taken_at = c.mark()
     await c.take(key, holder, c.ttl_ms)
-    await c.advance(c.ttl_ms * 2 // 3)
+    await c.advance(c.ttl_ms * 2 // 3, since=taken_at)
+    renewed_at = c.mark()
     c.answer(await c.store.renew(key, holder, c.ttl_ms), expected=True, doing="renew")
-    await c.advance(c.ttl_ms * 2 // 3)
+    await c.advance(c.ttl_ms * 2 // 3, since=renewed_at)
     await c.held_by_someone(key, "acquire after the first expiry but before the renewed one")
     await c.advance(c.ttl_ms // 2)
     await c.take(key, c.owner())
