@@ -90,13 +90,18 @@ class Partition:
         self._open.set()
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
+        # connections accepted during a cut wait in their handler; at the end they are closed
+        self._handlers: set[asyncio.Task[object]] = set()
+        self._closing = False
 
     async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        self._closing = True
         self.heal()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
         assert self._server is not None
         self._server.close()
         for pipe in list(self._pipes):
@@ -117,7 +122,14 @@ class Partition:
         self._open.set()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
+        handler.add_done_callback(self._handlers.discard)
         await self._open.wait()
+        if self._closing:
+            writer.close()
+            return
         try:
             server_in, server_out = await asyncio.open_connection(*self._target)
         except OSError:
