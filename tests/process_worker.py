@@ -21,6 +21,11 @@ def make_store(kind: str, where: str) -> LockStore:
 
         url, prefix = where.split(" ")
         return RedisLockStore.from_url(url, prefix=prefix)
+    if kind == "redis_cluster":
+        from leaselock.stores import RedisClusterLockStore  # noqa: PLC0415
+
+        url, prefix = where.split(" ")
+        return RedisClusterLockStore.from_url(url, prefix=prefix)
     from leaselock.stores import SQLiteLockStore  # noqa: PLC0415
 
     return SQLiteLockStore(where)

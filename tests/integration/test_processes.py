@@ -38,6 +38,7 @@ def checked_history(record: Path) -> list[int]:
         "sqlite",
         pytest.param("postgres", marks=pytest.mark.postgres),
         pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis_cluster", marks=pytest.mark.redis_cluster),
     ],
 )
 def test_three_processes_never_overlap_and_tokens_grow(
@@ -48,7 +49,8 @@ def test_three_processes_never_overlap_and_tokens_grow(
     elif kind == "postgres":
         where = request.getfixturevalue("postgres_url")
     else:
-        where = f"{request.getfixturevalue('redis_url')} processes:{uuid.uuid4().hex[:8]}:"
+        url = request.getfixturevalue(f"{kind}_url")
+        where = f"{url} processes:{uuid.uuid4().hex[:8]}:"
     record = tmp_path / "sections.log"
     key = unique_key("shared")
     shares = [SECTIONS // PROCESSES + (n < SECTIONS % PROCESSES) for n in range(PROCESSES)]

@@ -36,6 +36,7 @@ from .memory import InMemoryLockStore as InMemoryLockStore
 if TYPE_CHECKING:
     from .postgres import PostgresLockStore as PostgresLockStore
     from .redis import RedisLockStore as RedisLockStore
+    from .redis_cluster import RedisClusterLockStore as RedisClusterLockStore
     from .sqlite import SQLiteLockStore as SQLiteLockStore
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "NotAcquired",
     "OpenRun",
     "PostgresLockStore",
+    "RedisClusterLockStore",
     "RedisLockStore",
     "ReleaseFollower",
     "Renewal",
@@ -70,6 +72,7 @@ __all__ = [
 
 _ON_FIRST_USE = {
     "PostgresLockStore": ".postgres",
+    "RedisClusterLockStore": ".redis_cluster",
     "RedisLockStore": ".redis",
     "SQLiteLockStore": ".sqlite",
 }

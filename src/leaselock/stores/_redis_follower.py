@@ -15,10 +15,12 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Final, final
 
 from ._followed_keys import FollowedKeys
+from ._redis_keyspace import text
 
 if TYPE_CHECKING:
     import redis.asyncio
     from redis.asyncio.client import PubSub
+    from redis.asyncio.cluster import RedisCluster
 
 __all__ = ["RESUBSCRIBE_PAUSE_S", "SUBSCRIBE_TIMEOUT_S", "RedisReleaseFollower"]
 
@@ -56,7 +58,7 @@ class RedisReleaseFollower:
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: redis.asyncio.Redis | RedisCluster,
         channel_prefix: str,
         on_release: Callable[[str], None],
         store: str,
@@ -129,14 +131,14 @@ class RedisReleaseFollower:
             _log.debug("%r could not unsubscribe from %r: %s", self._store, key, error)
 
     async def _read(self, pubsub: PubSub) -> None:
-        encoding = str(self._client.connection_pool.connection_kwargs.get("encoding", "utf-8"))
+        encoding = str(self._client.get_encoder().encoding)
         async for message in _messages(pubsub, self._store):
             kind = message["type"]
             if kind == "subscribe":
-                self._confirm(_text(message["channel"], encoding))
+                self._confirm(text(message["channel"], encoding))
             elif kind == "message":
                 try:
-                    self._on_release(_text(message["data"], encoding))
+                    self._on_release(text(message["data"], encoding))
                 except Exception:  # noqa: BLE001 -- one bad callback must not stop the others
                     _log.exception("A release callback of %r failed", self._store)
 
@@ -176,7 +178,3 @@ async def _messages(pubsub: PubSub, store: str) -> AsyncIterator[dict[str, objec
             failures = 0
         if message is not None:
             yield message
-
-
-def _text(value: object, encoding: str) -> str:
-    return value.decode(encoding) if isinstance(value, bytes) else str(value)

@@ -21,6 +21,7 @@ from ._job_control import (
     pause_from_json,
 )
 from ._protocol import Acquired, NotAcquired
+from ._redis_keyspace import text
 from ._redis_scripts import KEEP_NEWER_RUN, script
 
 __all__ = [
@@ -150,19 +151,19 @@ def closing_open_run(run: RunRecord) -> str:
 def start_answer(reply: Sequence[object], took: bool) -> RunStartAnswer:
     """Read START_RUN's reply; ``took`` says whether a lock was asked for."""
     status, token_or_holder, target, pause, open_before, last, failures = reply
-    kept_pause = None if not target else pause_from_json(_text(target), _text(pause))
-    last_run = run_from_json(_text(last)) if last else None
+    kept_pause = None if not target else pause_from_json(text(target), text(pause))
+    last_run = run_from_json(text(last)) if last else None
     taken: Acquired | NotAcquired | None = None
-    if took and _text(status) == "started":
-        taken = Acquired(int(_text(token_or_holder)))
-    elif took and _text(status) == "busy":
-        taken = NotAcquired(None if not token_or_holder else _text(token_or_holder))
+    if took and text(status) == "started":
+        taken = Acquired(int(text(token_or_holder)))
+    elif took and text(status) == "busy":
+        taken = NotAcquired(None if not token_or_holder else text(token_or_holder))
     return RunStartAnswer(
         taken,
         kept_pause,
-        open_run_from_json(None if not open_before else _text(open_before)),
+        open_run_from_json(None if not open_before else text(open_before)),
         last_run,
-        int(_text(failures)),
+        int(text(failures)),
     )
 
 
@@ -187,7 +188,3 @@ def job_states_from_fields(fields: dict[str, str], jobs: Sequence[str] | None) -
         if state.open_run or state.failures or state.missed_at is not None:
             states.append(state)
     return states
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -13,7 +13,7 @@ __all__ = ["URL_FORMS", "store_from_url"]
 
 URL_FORMS = (
     "postgresql://user:password@host:5432/database, redis://host:6379/0 (rediss:// for TLS), "
-    "or sqlite:///path/to/locks.db"
+    "redis+cluster://node:6379 (any node of a Redis Cluster), or sqlite:///path/to/locks.db"
 )
 
 
@@ -29,11 +29,12 @@ def store_from_url(
     What the ``leaselock`` command is pointed at (``--url``, or ``LEASELOCK_URL``).
 
     Args:
-        url: ``postgresql://`` (or ``postgres://``), ``redis://``, ``rediss://``, ``unix://`` or
+        url: ``postgresql://`` (or ``postgres://``), ``redis://``, ``rediss://``, ``unix://``,
+            ``redis+cluster://`` or ``rediss+cluster://`` (any node of a Redis Cluster), or
             ``sqlite:///path``.
         factory: a callable taking the URL and returning a store, as ``"package.module:name"``:
             your own store, checked the same way.
-        prefix: the key prefix of a Redis store (default: the store's own).
+        prefix: the key prefix of a Redis or Redis Cluster store (default: the store's own).
         create_schema: whether a PostgreSQL store creates its tables if missing (the
             ``leaselock`` command's reading commands pass ``False``: a missing table is an
             error naming the fix, never a table made by a tool).
@@ -54,12 +55,8 @@ def store_from_url(
         from .postgres import PostgresLockStore  # noqa: PLC0415 -- the driver is optional
 
         return PostgresLockStore.from_url(url, create_schema=create_schema)
-    if scheme in ("redis", "rediss", "unix"):
-        from .redis import RedisLockStore  # noqa: PLC0415 -- the driver is optional
-
-        if prefix is None:
-            return RedisLockStore.from_url(url)
-        return RedisLockStore.from_url(url, prefix=prefix)
+    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
+        return _redis_store(url, scheme, prefix)
     if scheme == "sqlite":
         from .sqlite import SQLiteLockStore  # noqa: PLC0415 -- loads on first use
 
@@ -73,6 +70,18 @@ def store_from_url(
     raise LocksConfigurationError(
         f"url={url!r} is not a store URL leaselock knows; pass {URL_FORMS}"
     )
+
+
+def _redis_store(url: str, scheme: str, prefix: str | None) -> LockStore:
+    """A Redis store for ``url``; a ``+cluster`` scheme names any node of a Redis Cluster."""
+    options = {} if prefix is None else {"prefix": prefix}
+    if scheme.endswith("+cluster"):
+        from .redis_cluster import RedisClusterLockStore  # noqa: PLC0415 -- the driver is optional
+
+        return RedisClusterLockStore.from_url(url.replace("+cluster", "", 1), **options)
+    from .redis import RedisLockStore  # noqa: PLC0415 -- the driver is optional
+
+    return RedisLockStore.from_url(url, **options)
 
 
 def _from_factory(factory: str, url: str) -> LockStore:

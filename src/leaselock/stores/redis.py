@@ -22,7 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, Final, cast, final
+from typing import Any, Final, final
 
 from .._errors import LocksConfigurationError, LockStoreError
 from ._capabilities import (
@@ -30,8 +30,6 @@ from ._capabilities import (
     LockInfo,
     RunRecord,
     epoch_ms,
-    job_records_of,
-    run_from_json,
     run_row,
 )
 from ._job_control import JobPause, JobState, RunStart, RunStartAnswer, pause_json
@@ -48,7 +46,10 @@ from ._redis_jobs import (
     pauses_from_fields,
     start_answer,
 )
-from ._redis_scripts import KEEP_NEWER_RUN, Script, script
+from ._redis_keyspace import glob_escaped, lock_info, text
+from ._redis_runs import RECORD_RUN, read_job_records, record_run_args
+from ._redis_scripts import Script, script
+from ._redis_settings import DEFAULT_PREFIX, DEFAULT_SOCKET_TIMEOUTS, check_options, check_prefix
 
 try:
     import redis.asyncio
@@ -62,23 +63,14 @@ __all__ = ["RedisLockStore"]
 
 _log = logging.getLogger("leaselock.stores.redis")
 
-DEFAULT_PREFIX: Final = "leaselock:"
-MAX_PREFIX_LENGTH: Final = 100
 LOCKS_SEGMENT: Final = "lock:"
 COUNTER_NAME: Final = "fencing-token"
 CHANNEL_NAME: Final = "released"
 RUNS_NAME: Final = "runs"
 JOBS_NAME: Final = "jobs"
 PAUSES_NAME: Final = "pauses"
-LAST_FIELD: Final = "last:"
-SUCCESS_FIELD: Final = "success:"
 # SCAN's COUNT hint: keys looked at per round trip when listing locks
 SCAN_BATCH: Final = 1000
-# redis-py 5 waits for ever by default; leaselock bounds every call anyway, and these let the
-# driver notice a dead connection and let the pool give it up
-DEFAULT_SOCKET_TIMEOUTS: Final = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
-_SECONDS_OPTIONS: Final = ("socket_timeout", "socket_connect_timeout", "timeout")
-_FLAG_OPTIONS: Final = ("decode_responses", "retry_on_timeout", "socket_keepalive", "ssl")
 
 
 ACQUIRE: Final = script(
@@ -160,23 +152,6 @@ return {owner, left}
 """,
 )
 
-RECORD_RUN: Final = script(
-    "record_run",
-    KEEP_NEWER_RUN
-    + """
--- KEYS[1] = runs hash
--- ARGV[1] = "last:<job>", ARGV[2] = the run as JSON, ARGV[3] = "success:<job>" if it went well,
--- ARGV[4] = its started_at_ms, ARGV[5] = its token (-1: none)
--- -> 1. Each field is written unless the run kept there started later (the same millisecond:
---    has a greater token).
-local started, token = tonumber(ARGV[4]), tonumber(ARGV[5])
-keep(KEYS[1], ARGV[1], ARGV[2], started, token)
-if ARGV[3] ~= '' then
-  keep(KEYS[1], ARGV[3], ARGV[2], started, token)
-end
-return 1
-""",
-)
 
 _SCRIPTS: Final = (ACQUIRE, RENEW, RELEASE, RENEW_MANY, BREAK_LOCK, RECORD_RUN, *JOB_SCRIPTS)
 
@@ -239,8 +214,8 @@ class RedisLockStore:
         if not isinstance(client, redis.asyncio.Redis):
             raise LocksConfigurationError(
                 f"client={client!r} is not a redis.asyncio.Redis client; pass "
-                "redis.asyncio.Redis(...) (not the blocking redis.Redis, and not RedisCluster, "
-                "which RedisLockStore does not support), or use RedisLockStore.from_url(url)"
+                "redis.asyncio.Redis(...) (not the blocking redis.Redis; for a cluster, use "
+                "RedisClusterLockStore), or use RedisLockStore.from_url(url)"
             )
         self._setup(
             prefix,
@@ -280,7 +255,7 @@ class RedisLockStore:
                 f"url={url!r} is a {type(url).__name__}; pass a str such as "
                 '"redis://localhost:6379/0"'
             )
-        _check_options(options)
+        check_options(options)
         options = {**DEFAULT_SOCKET_TIMEOUTS, **options}
         try:
             # builds no connection and binds to no loop: it only checks url and options now
@@ -312,7 +287,7 @@ class RedisLockStore:
         options: Mapping[str, object],
         database: int,
     ) -> None:
-        _check_prefix(prefix)
+        check_prefix(prefix)
         self._prefix = prefix
         self._lock_prefix = prefix + LOCKS_SEGMENT
         self._counter_key = prefix + COUNTER_NAME
@@ -407,7 +382,7 @@ class RedisLockStore:
                     answer,
                 )
                 return
-            settings.update({_text(name): _text(value) for name, value in answer.items()})
+            settings.update({text(name): text(value) for name, value in answer.items()})
         if settings.get("save") == "" and settings.get("appendonly") == "no":
             _log.warning(
                 '%r: the Redis server keeps nothing on disk (save "", appendonly no): a restart '
@@ -436,7 +411,7 @@ class RedisLockStore:
         # comes back as bytes or str, or None when its lock expired in between
         if isinstance(reply, int):
             return Acquired(reply)
-        return NotAcquired(holder=None if reply is None else _text(reply))
+        return NotAcquired(holder=None if reply is None else text(reply))
 
     async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
         """Move the expiry to ``ttl_ms`` from now if ``owner`` holds a live lock on ``key``."""
@@ -476,18 +451,7 @@ class RedisLockStore:
 
     async def record_run(self, run: RunRecord) -> None:
         """Keep ``run`` as its job's last run, and its last success if it went well; one trip."""
-        value = json.dumps(run_row(run), ensure_ascii=False, separators=(",", ":"))
-        success = SUCCESS_FIELD + run.job if run.outcome == "ok" else ""
-        await self._run(
-            RECORD_RUN,
-            1,
-            self._runs_key,
-            LAST_FIELD + run.job,
-            value,
-            success,
-            epoch_ms(run.started_at),
-            -1 if run.fencing_token is None else run.fencing_token,
-        )
+        await self._run(RECORD_RUN, 1, self._runs_key, *record_run_args(run))
 
     async def start_run(self, start: RunStart) -> RunStartAnswer:
         """Start a run unless paused, taking its lock if asked: one script, one round trip."""
@@ -546,41 +510,23 @@ class RedisLockStore:
             pipe.hget(self._pauses_key, target)
             pipe.hdel(self._pauses_key, target)
             kept, _ = await pipe.execute()
-        return None if kept is None else pauses_from_fields({target: _text(kept)})[0]
+        return None if kept is None else pauses_from_fields({target: text(kept)})[0]
 
     async def job_pauses(self) -> list[JobPause]:
         """Return every pause kept, by target."""
         client = self._client or self._connected()
         fields: Mapping[Any, Any] = await client.hgetall(self._pauses_key)
-        return pauses_from_fields({_text(k): _text(v) for k, v in fields.items()})
+        return pauses_from_fields({text(k): text(v) for k, v in fields.items()})
 
     async def job_states(self, jobs: Sequence[str] | None = None) -> list[JobState]:
         """Return the states of ``jobs`` (every job when ``None``), by job."""
         client = self._client or self._connected()
         fields: Mapping[Any, Any] = await client.hgetall(self._jobs_key)
-        return job_states_from_fields({_text(k): _text(v) for k, v in fields.items()}, jobs)
+        return job_states_from_fields({text(k): text(v) for k, v in fields.items()}, jobs)
 
     async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
         """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""
-        client = self._client or self._connected()
-        if jobs is None:
-            fields: Mapping[Any, Any] = await client.hgetall(self._runs_key)
-            found = [(_text(field), value) for field, value in fields.items()]
-        else:
-            wanted = [
-                kind + job for job in sorted(set(jobs)) for kind in (LAST_FIELD, SUCCESS_FIELD)
-            ]
-            values = await client.hmget(self._runs_key, wanted) if wanted else []
-            found = list(zip(wanted, values, strict=True))
-        last: dict[str, RunRecord] = {}
-        success: dict[str, RunRecord] = {}
-        for field, value in found:
-            if value is not None:
-                kind, _, job = field.partition(":")
-                (success if kind + ":" == SUCCESS_FIELD else last)[job] = run_from_json(
-                    _text(value)
-                )
-        return job_records_of(last, success)
+        return await read_job_records(self._client or self._connected(), self._runs_key, jobs)
 
     async def read_lock(self, key: str) -> LockInfo | None:
         """Return ``key``'s live lock, or ``None``: Redis keeps no trace of a freed key.
@@ -593,7 +539,7 @@ class RedisLockStore:
             pipe.get(lock_key)
             pipe.pttl(lock_key)
             owner, left = await pipe.execute()
-        return _lock_info(key, owner, left)
+        return lock_info(key, owner, left)
 
     async def list_locks(self, prefix: str = "", limit: int = 1000) -> list[LockInfo]:
         """Return up to ``limit`` live locks whose key starts with ``prefix``, by key.
@@ -601,9 +547,9 @@ class RedisLockStore:
         Walks the keyspace with ``SCAN`` (never ``KEYS``): for operators, not hot paths.
         """
         client = self._client or self._connected()
-        pattern = _glob_escaped(self._lock_prefix + prefix) + "*"
+        pattern = glob_escaped(self._lock_prefix + prefix) + "*"
         names = sorted(
-            {_text(name) async for name in client.scan_iter(match=pattern, count=SCAN_BATCH)}
+            {text(name) async for name in client.scan_iter(match=pattern, count=SCAN_BATCH)}
         )
         found: list[LockInfo] = []
         for start in range(0, len(names), SCAN_BATCH):
@@ -614,7 +560,7 @@ class RedisLockStore:
                     pipe.pttl(name)
                 answers = await pipe.execute()
             for index, name in enumerate(batch):
-                info = _lock_info(
+                info = lock_info(
                     name[len(self._lock_prefix) :], answers[2 * index], answers[2 * index + 1]
                 )
                 if info is not None:
@@ -630,7 +576,7 @@ class RedisLockStore:
         if not reply:
             return None
         owner, left = reply
-        return LockInfo(key, _text(owner), None, max(int(left), 0))
+        return LockInfo(key, text(owner), None, max(int(left), 0))
 
     # --- release notifications -----------------------------------------------------------------
 
@@ -666,55 +612,6 @@ def _require_driver() -> None:
         )
 
 
-def _check_options(options: Mapping[str, object]) -> None:
-    """Refuse option values the pool would only trip over at the first connection.
-
-    Raises:
-        LocksConfigurationError: naming the option, what it got and what it takes.
-    """
-    for name in _SECONDS_OPTIONS:
-        value = options.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise LocksConfigurationError(
-                f"RedisLockStore.from_url: {name}={value!r}; pass a positive number of seconds "
-                "(such as 5), or None to wait without limit"
-            )
-    for name in _FLAG_OPTIONS:
-        if name in options and not isinstance(options[name], bool):
-            raise LocksConfigurationError(
-                f"RedisLockStore.from_url: {name}={options[name]!r}; pass True or False"
-            )
-    connections = options.get("max_connections")
-    if connections is not None and (
-        isinstance(connections, bool) or not isinstance(connections, int) or connections < 1
-    ):
-        raise LocksConfigurationError(
-            f"RedisLockStore.from_url: max_connections={connections!r}; pass a positive int"
-        )
-
-
-def _check_prefix(prefix: object) -> None:
-    """Refuse a prefix under which one store's counter could be another store's lock key.
-
-    Lock keys are ``<prefix>lock:<key>``; a prefix that ends with ``:`` and has no ``lock``
-    segment cannot start with another prefix's ``<prefix>lock:``, so no two stores share a key.
-    """
-    if (
-        not isinstance(prefix, str)
-        or not prefix.endswith(":")
-        or len(prefix) > MAX_PREFIX_LENGTH
-        or "lock" in prefix.split(":")
-        or "\x00" in prefix
-    ):
-        raise LocksConfigurationError(
-            f"prefix={prefix!r}; pass a str of at most {MAX_PREFIX_LENGTH} characters that ends "
-            'with ":" and has no "lock" segment (which would overlap lock keys), such as '
-            f'{DEFAULT_PREFIX!r} or "myapp:leaselock:"'
-        )
-
-
 def _describe(pool: redis.asyncio.ConnectionPool) -> str:
     """Describe where a pool connects, for logs: host, port, db, or socket path; no secrets."""
     kwargs = pool.connection_kwargs
@@ -727,23 +624,7 @@ def _describe(pool: redis.asyncio.ConnectionPool) -> str:
     return f"{type(pool).__name__}, db={db}"
 
 
-def _lock_info(key: str, owner: object, left: object) -> LockInfo | None:
-    if owner is None:
-        return None
-    # PTTL: -1 no expiry (never set by leaselock), -2 gone since the GET (not in a MULTI)
-    return LockInfo(key, _text(owner), None, int(cast("int", left)) if left else None)
-
-
-def _glob_escaped(text: str) -> str:
-    """Return ``text`` with SCAN's pattern characters escaped, so it matches only itself."""
-    return "".join("\\" + char if char in "*?[]\\" else char for char in text)
-
-
 def _database(connection_kwargs: Mapping[str, object]) -> int:
     """The database number a client's connections select (0 unless told otherwise)."""
     database = connection_kwargs.get("db", 0)
     return int(database) if isinstance(database, int | str) else 0
-
-
-def _text(value: object, encoding: str = "utf-8") -> str:
-    return value.decode(encoding) if isinstance(value, bytes) else str(value)
