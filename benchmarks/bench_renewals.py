@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -98,13 +100,19 @@ async def floor(
     ttl_s: float,
     seconds: float,
 ) -> float:
-    """Client CPU seconds per second of one bare renew_many of every lease per interval."""
+    """Client CPU seconds per second of one bare renew_many of every lease per interval.
+
+    The leases look like those ``Locks`` holds (``renewals:<run>:<n>`` keys, owner ids of 32
+    hex digits and this process's instance label), so both send the same bytes.
+    """
     store = make_store()
     await store.open()
     run = uuid.uuid4().hex[:8]
     try:
+        instance = f"{socket.gethostname()}:{os.getpid()}"
         renewals = [
-            Renewal(f"floor:{run}:{n}", "owner", int(ttl_s * 1000)) for n in range(locks_held)
+            Renewal(f"renewals:{run}:{n}", f"{uuid.uuid4().hex}@{instance}", int(ttl_s * 1000))
+            for n in range(locks_held)
         ]
         for start in range(0, locks_held, TAKEN_AT_ONCE):
             await asyncio.gather(

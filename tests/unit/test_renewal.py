@@ -109,6 +109,38 @@ async def test_a_lease_renewed_early_to_share_a_batch_keeps_five_sixths_of_its_t
         assert store.inner._rows["second"].expires_at_ms == 10_000 + 30_000
 
 
+async def test_a_lease_due_with_others_but_outside_its_own_early_window_waits_for_its_time(clock):
+    store = BatchingStore(clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        await clock.advance("1s")
+        assert await locks.acquire("due-first") is not None  # renewal due at 11 s
+        await clock.advance("3s")
+        assert await locks.acquire("long") is not None  # due at 14 s; early window 5 s
+        await clock.advance("6s")
+        assert await locks.acquire("short", ttl="12s") is not None  # due at 14 s; window 2 s
+        await clock.advance("1s")
+        assert store.batches == [2]  # at 11 s: "long" came along, "short" is 3 s early
+        assert store.inner._rows["short"].expires_at_ms == 10_000 + 12_000
+        await clock.advance("3s")
+        assert store.batches == [2]
+        assert store.single_renewals == 1  # a batch of one is a plain renew
+        assert store.inner._rows["short"].expires_at_ms == 14_000 + 12_000
+
+
+async def test_released_leases_leave_no_renewal_timer_behind(clock):
+    store = BatchingStore(clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        held = [await locks.acquire(f"k{n}") for n in range(500)]
+        await clock.advance("10s")
+        assert store.batches == [500]
+        for lock in held:
+            assert lock is not None
+            assert await lock.release()
+        await clock.advance("10s")
+        assert store.batches == [500]
+        assert pending_timers(clock) == 0
+
+
 async def test_a_refused_renewal_loses_the_lock_aborts_its_signal_and_warns(
     clock, caplog: pytest.LogCaptureFixture
 ):

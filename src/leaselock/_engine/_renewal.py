@@ -1,17 +1,17 @@
 """RenewalScheduler: one timer per Locks renews every held lease and watches every deadline.
 
-No task or thread per lock: held leases sit in one heap keyed by when each next needs attention
-(its renewal, or its deadline while a renewal is in flight), and one clock timer is armed for the
-earliest. When it fires, every due renewal goes to the store in one batch, with every lease
-due within half a renewal interval: renewed together once, leases of one ttl stay in step, so a
-process holding thousands of leases renews them in one or two round trips per interval instead
-of one per moment they were taken.
+No task or thread per lock: held leases sit in buckets keyed by when each next needs attention
+(its renewal, or its deadline while a renewal is in flight), the bucket times in one heap, and
+one clock timer is armed for the earliest. When it fires, every due renewal goes to the store in
+one batch, with every lease due within half a renewal interval: renewed together once, leases of
+one ttl stay in step, so a process holding thousands of leases renews them in one or two round
+trips per interval instead of one per moment they were taken. Leases renewed in one batch share
+their next times, hence their buckets: the heap holds a few times, not an entry per lease.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import logging
 from collections.abc import Callable
 from typing import final
@@ -58,14 +58,14 @@ class RenewalScheduler:
 
     __slots__ = (
         "_armed_at_ms",
+        "_buckets",
         "_clock",
-        "_heap",
         "_on_failing",
         "_on_lost",
-        "_seq",
         "_store",
         "_telemetry",
         "_timer",
+        "_times",
     )
 
     def __init__(
@@ -83,8 +83,9 @@ class RenewalScheduler:
         self._clock = clock
         self._on_lost = on_lost
         self._on_failing = on_failing
-        self._heap: list[tuple[int, int, int, Lease]] = []
-        self._seq = itertools.count()
+        # due time -> (schedule version, lease) entries; _times heaps the keys of _buckets
+        self._buckets: dict[int, list[tuple[int, Lease]]] = {}
+        self._times: list[int] = []
         self._timer: TimerHandle | None = None
         self._armed_at_ms: int | None = None
 
@@ -99,21 +100,25 @@ class RenewalScheduler:
             self._timer.cancel()
         self._timer = None
         self._armed_at_ms = None
-        self._heap.clear()
+        self._buckets.clear()
+        self._times.clear()
 
     def _schedule(self, lease: Lease) -> None:
         lease.schedule_version += 1
-        due_ms = (
-            lease.deadline_ms if lease.renewing else min(lease.next_renew_ms, lease.deadline_ms)
-        )
-        heapq.heappush(self._heap, (due_ms, next(self._seq), lease.schedule_version, lease))
+        due_ms = lease.deadline_ms
+        if not lease.renewing and lease.next_renew_ms < due_ms:
+            due_ms = lease.next_renew_ms
+        bucket = self._buckets.get(due_ms)
+        if bucket is None:
+            bucket = self._buckets[due_ms] = []
+            heapq.heappush(self._times, due_ms)
+        bucket.append((lease.schedule_version, lease))
 
     def _arm(self) -> None:
-        while self._heap and _is_stale(self._heap[0]):
-            heapq.heappop(self._heap)
-        if not self._heap:
+        self._drop_stale_buckets()
+        if not self._times:
             return
-        due_ms = self._heap[0][0]
+        due_ms = self._times[0]
         if self._armed_at_ms is not None and self._armed_at_ms <= due_ms:
             return
         if self._timer is not None:
@@ -121,23 +126,37 @@ class RenewalScheduler:
         self._armed_at_ms = due_ms
         self._timer = self._clock.call_at(due_ms, self._tick)
 
+    def _drop_stale_buckets(self) -> None:
+        """Drop the earliest buckets while they hold only released, lost or moved leases."""
+        while self._times:
+            due_ms = self._times[0]
+            if not all(_is_stale(entry) for entry in self._buckets[due_ms]):
+                return
+            heapq.heappop(self._times)
+            del self._buckets[due_ms]
+
+    def _pop_bucket(self) -> tuple[int, list[tuple[int, Lease]]]:
+        due_ms = heapq.heappop(self._times)
+        return due_ms, self._buckets.pop(due_ms)
+
     async def _tick(self) -> None:
         self._timer = None
         self._armed_at_ms = None
         now_ms = self._clock.now_ms()
         due: list[Lease] = []
-        while self._heap and self._heap[0][0] <= now_ms:
-            entry = heapq.heappop(self._heap)
-            if _is_stale(entry):
-                continue
-            lease = entry[3]
-            if now_ms >= lease.deadline_ms:
-                self._on_lost(lease, "deadline")
-                continue
-            if not lease.renewing and now_ms >= lease.next_renew_ms:
-                lease.renewing = True
-                due.append(lease)
-            self._schedule(lease)
+        while self._times and self._times[0] <= now_ms:
+            _, bucket = self._pop_bucket()
+            for entry in bucket:
+                if _is_stale(entry):
+                    continue
+                lease = entry[1]
+                if now_ms >= lease.deadline_ms:
+                    self._on_lost(lease, "deadline")
+                    continue
+                if not lease.renewing and now_ms >= lease.next_renew_ms:
+                    lease.renewing = True
+                    due.append(lease)
+                self._schedule(lease)
         if due:
             due.extend(self._due_soon(now_ms))
         # re-arm before awaiting the store: deadlines must fire even while renewals hang
@@ -148,21 +167,28 @@ class RenewalScheduler:
     def _due_soon(self, now_ms: int) -> list[Lease]:
         """Take the next leases due within their early window into this batch (marked renewing).
 
-        In due order, from the heap: the first that is not a renewal within its window ends it.
+        In due order, bucket by bucket: a bucket holding a lease that is not a renewal within
+        its window is the last one looked at, and keeps that lease.
         """
         soon: list[Lease] = []
-        while self._heap:
-            entry = self._heap[0]
-            if _is_stale(entry):
-                heapq.heappop(self._heap)
-                continue
-            due_ms, _, _, lease = entry
-            if lease.renewing or due_ms - now_ms > early_renewal_ms(lease.ttl_ms):
+        while self._times:
+            due_ms, bucket = self._pop_bucket()
+            kept: list[tuple[int, Lease]] = []
+            for entry in bucket:
+                if _is_stale(entry):
+                    continue
+                lease = entry[1]
+                if lease.renewing or due_ms - now_ms > early_renewal_ms(lease.ttl_ms):
+                    kept.append(entry)
+                    continue
+                lease.renewing = True
+                soon.append(lease)
+                self._schedule(lease)
+            if kept:
+                self._buckets.setdefault(due_ms, []).extend(kept)
+                if len(self._buckets[due_ms]) == len(kept):
+                    heapq.heappush(self._times, due_ms)
                 break
-            heapq.heappop(self._heap)
-            lease.renewing = True
-            soon.append(lease)
-            self._schedule(lease)
         return soon
 
     async def _renew(self, leases: list[Lease], sent_at_ms: int) -> None:
@@ -226,6 +252,6 @@ class RenewalScheduler:
         self._schedule(lease)
 
 
-def _is_stale(entry: tuple[int, int, int, Lease]) -> bool:
-    _, _, version, lease = entry
+def _is_stale(entry: tuple[int, Lease]) -> bool:
+    version, lease = entry
     return lease.state is not LeaseState.HELD or version != lease.schedule_version
