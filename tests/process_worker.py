@@ -16,6 +16,10 @@ def make_store(kind: str, where: str) -> LockStore:
         from leaselock.stores import PostgresLockStore  # noqa: PLC0415
 
         return PostgresLockStore.from_url(where)
+    if kind == "mysql":
+        from leaselock.stores import MySQLLockStore  # noqa: PLC0415
+
+        return MySQLLockStore.from_url(where)
     if kind == "redis":
         from leaselock.stores import RedisLockStore  # noqa: PLC0415
 
@@ -26,6 +30,11 @@ def make_store(kind: str, where: str) -> LockStore:
 
         url, prefix = where.split(" ")
         return RedisClusterLockStore.from_url(url, prefix=prefix)
+    if kind == "etcd":
+        from leaselock.stores import EtcdLockStore  # noqa: PLC0415
+
+        url, prefix = where.split(" ")
+        return EtcdLockStore(url, prefix=prefix)
     from leaselock.stores import SQLiteLockStore  # noqa: PLC0415
 
     return SQLiteLockStore(where)

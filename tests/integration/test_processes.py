@@ -37,8 +37,10 @@ def checked_history(record: Path) -> list[int]:
     [
         "sqlite",
         pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
         pytest.param("redis", marks=pytest.mark.redis),
         pytest.param("redis_cluster", marks=pytest.mark.redis_cluster),
+        pytest.param("etcd", marks=pytest.mark.etcd),
     ],
 )
 def test_three_processes_never_overlap_and_tokens_grow(
@@ -46,11 +48,12 @@ def test_three_processes_never_overlap_and_tokens_grow(
 ):
     if kind == "sqlite":
         where = str(tmp_path / "locks.db")
-    elif kind == "postgres":
-        where = request.getfixturevalue("postgres_url")
+    elif kind in ("postgres", "mysql"):
+        where = request.getfixturevalue(f"{kind}_url")
     else:
         url = request.getfixturevalue(f"{kind}_url")
-        where = f"{url} processes:{uuid.uuid4().hex[:8]}:"
+        separator = "/" if kind == "etcd" else ":"
+        where = f"{url} processes{separator}{uuid.uuid4().hex[:8]}{separator}"
     record = tmp_path / "sections.log"
     key = unique_key("shared")
     shares = [SECTIONS // PROCESSES + (n < SECTIONS % PROCESSES) for n in range(PROCESSES)]

@@ -34,6 +34,8 @@ from ._urls import store_from_url as store_from_url
 from .memory import InMemoryLockStore as InMemoryLockStore
 
 if TYPE_CHECKING:
+    from .etcd import EtcdLockStore as EtcdLockStore
+    from .mysql import MySQLLockStore as MySQLLockStore
     from .postgres import PostgresLockStore as PostgresLockStore
     from .redis import RedisLockStore as RedisLockStore
     from .redis_cluster import RedisClusterLockStore as RedisClusterLockStore
@@ -43,12 +45,14 @@ __all__ = [
     "MAX_FENCING_TOKEN",
     "AcquireResult",
     "Acquired",
+    "EtcdLockStore",
     "InMemoryLockStore",
     "JobPause",
     "JobRecord",
     "JobState",
     "LockInfo",
     "LockStore",
+    "MySQLLockStore",
     "NotAcquired",
     "OpenRun",
     "PostgresLockStore",
@@ -71,6 +75,8 @@ __all__ = [
 ]
 
 _ON_FIRST_USE = {
+    "EtcdLockStore": ".etcd",
+    "MySQLLockStore": ".mysql",
     "PostgresLockStore": ".postgres",
     "RedisClusterLockStore": ".redis_cluster",
     "RedisLockStore": ".redis",

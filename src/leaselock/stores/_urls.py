@@ -12,8 +12,10 @@ from ._protocol import LockStore
 __all__ = ["URL_FORMS", "store_from_url"]
 
 URL_FORMS = (
-    "postgresql://user:password@host:5432/database, redis://host:6379/0 (rediss:// for TLS), "
-    "redis+cluster://node:6379 (any node of a Redis Cluster), or sqlite:///path/to/locks.db"
+    "postgresql://user:password@host:5432/database, mysql://user:password@host:3306/database "
+    "(mariadb:// too), redis://host:6379/0 (rediss:// for TLS), "
+    "redis+cluster://node:6379 (any node of a Redis Cluster), etcd://host:2379 (several members: "
+    "etcd://h1:2379,h2:2379; etcd+https:// for TLS), or sqlite:///path/to/locks.db"
 )
 
 
@@ -29,13 +31,15 @@ def store_from_url(
     What the ``leaselock`` command is pointed at (``--url``, or ``LEASELOCK_URL``).
 
     Args:
-        url: ``postgresql://`` (or ``postgres://``), ``redis://``, ``rediss://``, ``unix://``,
-            ``redis+cluster://`` or ``rediss+cluster://`` (any node of a Redis Cluster), or
-            ``sqlite:///path``.
+        url: ``postgresql://`` (or ``postgres://``), ``mysql://`` (or ``mariadb://``),
+            ``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://`` or
+            ``rediss+cluster://`` (any node of a Redis Cluster), ``etcd://`` (``etcd+https://``
+            for TLS), or ``sqlite:///path``.
         factory: a callable taking the URL and returning a store, as ``"package.module:name"``:
             your own store, checked the same way.
-        prefix: the key prefix of a Redis or Redis Cluster store (default: the store's own).
-        create_schema: whether a PostgreSQL store creates its tables if missing (the
+        prefix: the key prefix of a Redis, Redis Cluster or etcd store (default: the store's
+            own).
+        create_schema: whether a PostgreSQL or MySQL store creates its tables if missing (the
             ``leaselock`` command's reading commands pass ``False``: a missing table is an
             error naming the fix, never a table made by a tool).
 
@@ -57,6 +61,14 @@ def store_from_url(
         return PostgresLockStore.from_url(url, create_schema=create_schema)
     if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         return _redis_store(url, scheme, prefix)
+    if scheme in ("mysql", "mariadb", "mysql+asyncmy", "mariadb+asyncmy"):
+        from .mysql import MySQLLockStore  # noqa: PLC0415 -- the driver is optional
+
+        return MySQLLockStore.from_url(url, create_schema=create_schema)
+    if scheme in ("etcd", "etcd+http", "etcd+https"):
+        from .etcd import EtcdLockStore  # noqa: PLC0415 -- the driver is optional
+
+        return EtcdLockStore.from_url(url, **({} if prefix is None else {"prefix": prefix}))
     if scheme == "sqlite":
         from .sqlite import SQLiteLockStore  # noqa: PLC0415 -- loads on first use
 

@@ -1,0 +1,91 @@
+"""What MySQLLockStore accepts from its caller: the URL, the pool sizes, flags, key lengths.
+
+Each check raises LocksConfigurationError with a message that names what works instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+from urllib.parse import unquote, urlsplit
+
+from .._errors import LocksConfigurationError
+from .._redact import redact_secrets
+
+__all__ = [
+    "DEFAULT_MAX_SIZE",
+    "DEFAULT_MIN_SIZE",
+    "URL_SCHEMES",
+    "check_flags",
+    "check_length",
+    "check_pool_size",
+    "connect_args",
+]
+
+DEFAULT_MIN_SIZE: Final = 1
+DEFAULT_MAX_SIZE: Final = 10
+DEFAULT_PORT: Final = 3306
+URL_SCHEMES: Final = ("mysql", "mariadb", "mysql+asyncmy", "mariadb+asyncmy")
+
+
+def connect_args(url: object) -> dict[str, Any]:
+    """Return asyncmy's connection arguments for a ``mysql://`` URL."""
+    if not isinstance(url, str):
+        raise LocksConfigurationError(
+            f"url={url!r} is not a str; pass 'mysql://user:password@host:3306/database'"
+        )
+    parts = urlsplit(url)
+    if parts.scheme not in URL_SCHEMES or not parts.netloc:
+        raise LocksConfigurationError(
+            f"url={redact_secrets(url)!r} is not a URL MySQLLockStore.from_url accepts; use "
+            "mysql://user:password@host:3306/database (or mariadb://, mysql+asyncmy://)"
+        )
+    if parts.query or parts.fragment:
+        raise LocksConfigurationError(
+            f"url={redact_secrets(url)!r} has options after '?' or '#', which from_url does not "
+            "pass on; for TLS or other driver options build an asyncmy pool "
+            "(asyncmy.create_pool(..., autocommit=True)) and pass MySQLLockStore(pool)"
+        )
+    try:
+        port = parts.port or DEFAULT_PORT
+    except ValueError:
+        raise LocksConfigurationError(
+            f"url={redact_secrets(url)!r} has a port that is not a number from 1 to 65535"
+        ) from None
+    database = unquote(parts.path.removeprefix("/"))
+    return {
+        "host": parts.hostname or "localhost",
+        "port": port,
+        "user": unquote(parts.username) if parts.username else None,
+        "password": unquote(parts.password) if parts.password else "",
+        "database": database or None,
+    }
+
+
+def check_length(value: str, name: str, limit: int) -> None:
+    # a server outside strict mode would cut a longer value short, silently: two long keys
+    # would become one
+    if len(value) * 4 > limit and len(value.encode()) > limit:
+        raise LocksConfigurationError(
+            f"{name} is {len(value.encode())} bytes long in UTF-8; MySQLLockStore keeps at most "
+            f"{limit} (a key of 500 characters always fits): pass a shorter {name}"
+        )
+
+
+def check_pool_size(min_size: object, max_size: object) -> None:
+    if (
+        type(min_size) is not int
+        or type(max_size) is not int
+        or not 0 <= min_size <= max_size
+        or max_size < 1
+    ):
+        raise LocksConfigurationError(
+            f"min_size={min_size!r}, max_size={max_size!r}; pass ints with "
+            f"0 <= min_size <= max_size and max_size >= 1 (defaults {DEFAULT_MIN_SIZE} and "
+            f"{DEFAULT_MAX_SIZE})"
+        )
+
+
+def check_flags(**flags: object) -> None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise LocksConfigurationError(f"{name}={value!r}; pass True or False")

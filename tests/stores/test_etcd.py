@@ -1,0 +1,384 @@
+"""EtcdLockStore: the contract suite on a real etcd, and what only the etcd store does."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+
+from etcd_server import ETCD_URL_ENV, etcd_server
+from helpers import unique_key, wait_for_real
+from leaselock import Locks, LocksConfigurationError, LockStoreError
+from leaselock.stores import Acquired, LockStore, NotAcquired, Renewal
+from leaselock.stores import etcd as etcd_module
+from leaselock.stores.etcd import EtcdLockStore
+from leaselock.testing.pytest import LockStoreContractTests
+from servers import ServerUnavailable
+
+LOGGER = "leaselock.stores.etcd"
+ONE_MINUTE_MS = 60_000
+# the shortest lease a default etcd grants (1.5 election timeouts, rounded up to seconds)
+SHORT_TTL_MS = 2_000
+# every key this module writes, deleted at its end
+RUN_PREFIX = f"leaselock-test-{uuid.uuid4().hex[:12]}/"
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def prefix_end(prefix: str) -> str:
+    raw = bytearray(prefix.encode())
+    raw[-1] += 1
+    return base64.b64encode(bytes(raw)).decode()
+
+
+@pytest.fixture(scope="module")
+def run_prefix(etcd_url: str) -> Iterator[str]:
+    """The prefix of every key this module writes; deleted at its end, for shared servers."""
+    yield RUN_PREFIX
+    with httpx.Client(trust_env=False) as client:
+        client.post(
+            f"{etcd_url}/v3/kv/deleterange",
+            json={"key": b64(RUN_PREFIX), "range_end": prefix_end(RUN_PREFIX)},
+        )
+
+
+@pytest.fixture
+def prefix(run_prefix: str) -> str:
+    """A key prefix of this test's own."""
+    return f"{run_prefix}{uuid.uuid4().hex[:8]}/"
+
+
+@contextlib.asynccontextmanager
+async def opened(store: EtcdLockStore) -> AsyncIterator[EtcdLockStore]:
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def lock_kvs(url: str, prefix: str) -> list[dict[str, Any]]:
+    """Every lock key under ``prefix``, as etcd keeps it (lease, revisions)."""
+    start = prefix + "locks/"
+    async with httpx.AsyncClient(trust_env=False) as client:
+        answer = await client.post(
+            f"{url}/v3/kv/range", json={"key": b64(start), "range_end": prefix_end(start)}
+        )
+    kvs: list[dict[str, Any]] = answer.json().get("kvs", [])
+    return kvs
+
+
+def dead_url() -> str:
+    """A client URL of 127.0.0.1 where nothing listens."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+# --- the contract ---------------------------------------------------------------------------
+
+
+@pytest.mark.etcd
+class TestEtcdContract(LockStoreContractTests):
+    """32 racing callers through one store's httpx client.
+
+    etcd leases last whole seconds and expire within about 500 ms after their time: a 6 s
+    lease is gone by 6.5 s, half a second inside the ttl*7/6 that the expiry cases allow, so a
+    loaded CI machine has room; 4 s leaves 160 ms, and 3 s none.
+    """
+
+    concurrent: ClassVar[Mapping[str, int]] = {"callers": 32}
+    ttl = "6s"
+
+    @pytest.fixture(autouse=True)
+    def _server(self, etcd_url: str, run_prefix: str) -> None:
+        self.url = etcd_url
+        self.prefix = run_prefix
+
+    def make_store(self) -> LockStore:
+        return EtcdLockStore(self.url, prefix=f"{self.prefix}{uuid.uuid4().hex[:8]}/")
+
+
+# --- construction ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"endpoints": "ftp://etcd:2379"}, r"pass an etcd client URL http\(s\)://host:port"),
+        ({"endpoints": "http://etcd:2379/v3"}, "no path"),
+        ({"endpoints": "http://root:secret@etcd:2379"}, "no user"),
+        ({"endpoints": []}, "or a list of them"),
+        ({"endpoints": 2379}, "or a list of them"),
+        ({"prefix": "app"}, 'ends with "/"'),
+        ({"prefix": "app/locks/"}, 'no "locks" segment'),
+        ({"prefix": "x" * 100 + "/"}, "at most 100 characters"),
+        ({"client": object()}, "not an httpx.AsyncClient"),
+        ({"timeout": -1}, "timeout="),
+    ],
+)
+def test_unusable_arguments_are_refused_with_the_fix(arguments: dict[str, Any], named: str) -> None:
+    with pytest.raises(LocksConfigurationError, match=named) as refused:
+        EtcdLockStore(**arguments)
+    assert "secret" not in str(refused.value)
+
+
+def test_from_url_takes_several_members_and_tls() -> None:
+    plain = EtcdLockStore.from_url("etcd://etcd-1:2379,etcd-2:2379")
+    assert repr(plain) == (
+        "EtcdLockStore(http://etcd-1:2379, http://etcd-2:2379, prefix='leaselock/')"
+    )
+    secure = EtcdLockStore.from_url("etcd+https://etcd:2379", prefix="app/")
+    assert repr(secure) == "EtcdLockStore(https://etcd:2379, prefix='app/')"
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://etcd:2379", "etcd://", "etcd://etcd:2379/path", "etcd://u:p@etcd:2379"]
+)
+def test_from_url_refuses_what_is_not_an_etcd_url(url: str) -> None:
+    with pytest.raises(LocksConfigurationError, match=r"pass etcd://host:2379"):
+        EtcdLockStore.from_url(url)
+
+
+def test_a_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(etcd_module, "_HAVE_DRIVER", False)
+    with pytest.raises(LocksConfigurationError, match=r"pip install 'leaselock\[etcd\]'"):
+        EtcdLockStore()
+
+
+# --- tokens and leases ----------------------------------------------------------------------
+
+
+@pytest.mark.etcd
+async def test_the_token_is_the_keys_create_revision(etcd_url: str, prefix: str) -> None:
+    async with opened(EtcdLockStore(etcd_url, prefix=prefix)) as store:
+        first = await store.acquire("a", "owner-a", ONE_MINUTE_MS)
+        second = await store.acquire("b", "owner-b", ONE_MINUTE_MS)
+    assert isinstance(first, Acquired)
+    assert isinstance(second, Acquired)
+    kvs = {base64.b64decode(kv["key"]).decode(): kv for kv in await lock_kvs(etcd_url, prefix)}
+    assert int(kvs[prefix + "locks/a"]["create_revision"]) == first.fencing_token
+    assert int(kvs[prefix + "locks/b"]["create_revision"]) == second.fencing_token
+    assert second.fencing_token > first.fencing_token
+
+
+@pytest.mark.etcd
+async def test_locks_of_one_ttl_share_one_lease_and_renew_in_two_calls(
+    etcd_url: str, prefix: str
+) -> None:
+    held = 300
+    calls: list[str] = []
+
+    async def count(request: httpx.Request) -> None:
+        calls.append(request.url.path)
+
+    async with (
+        httpx.AsyncClient(trust_env=False, event_hooks={"request": [count]}) as client,
+        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
+    ):
+        owners = {f"k{n}": unique_key("owner") for n in range(held)}
+        results = await asyncio.gather(
+            *(store.acquire(key, owner, ONE_MINUTE_MS) for key, owner in owners.items())
+        )
+        assert all(isinstance(result, Acquired) for result in results)
+        renewals = [Renewal(key, owner, ONE_MINUTE_MS) for key, owner in owners.items()]
+        # the first batch gathers the locks under the lease of the most (moves, once)
+        assert list(await store.renew_many(renewals)) == [True] * held
+        leases = {kv["lease"] for kv in await lock_kvs(etcd_url, prefix)}
+        assert len(leases) == 1
+        calls.clear()
+        assert list(await store.renew_many(renewals)) == [True] * held
+        assert calls == ["/v3/lease/timetolive", "/v3/lease/keepalive"]
+
+
+@pytest.mark.etcd
+async def test_a_lock_not_renewed_expires_though_its_lease_mates_are_renewed(
+    etcd_url: str, prefix: str
+) -> None:
+    async with (
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as store,
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as other,
+    ):
+        assert isinstance(await store.acquire("renewed", "keeper", SHORT_TTL_MS), Acquired)
+        assert isinstance(await store.acquire("left", "leaver", SHORT_TTL_MS), Acquired)
+        leases = {kv["lease"] for kv in await lock_kvs(etcd_url, prefix)}
+        assert len(leases) == 1, "the two locks were meant to share a lease"
+        for _ in range(6):
+            await wait_for_real(SHORT_TTL_MS // 4)
+            assert await store.renew("renewed", "keeper", SHORT_TTL_MS) is True
+        # 3 s after the acquire: the 2 s lock that nobody renewed is gone, the other held
+        assert isinstance(await other.acquire("left", "next", ONE_MINUTE_MS), Acquired)
+        assert isinstance(await other.acquire("renewed", "next", ONE_MINUTE_MS), NotAcquired)
+        assert await store.renew("left", "leaver", SHORT_TTL_MS) is False
+
+
+@pytest.mark.etcd
+async def test_a_key_the_store_did_not_put_under_a_lease_stops_its_keep_alive(
+    etcd_url: str, prefix: str
+) -> None:
+    async with opened(EtcdLockStore(etcd_url, prefix=prefix)) as store:
+        assert isinstance(await store.acquire("mine", "owner", ONE_MINUTE_MS), Acquired)
+        (kv,) = await lock_kvs(etcd_url, prefix)
+        # what an acquire whose answer never came leaves: a key under the lease, unknown here
+        async with httpx.AsyncClient(trust_env=False) as raw:
+            await raw.post(
+                f"{etcd_url}/v3/kv/put",
+                json={"key": b64(prefix + "locks/stray"), "value": b64("x"), "lease": kv["lease"]},
+            )
+        assert await store.renew("mine", "owner", ONE_MINUTE_MS) is True
+        leases = {
+            base64.b64decode(kv["key"]).decode(): kv["lease"]
+            for kv in await lock_kvs(etcd_url, prefix)
+        }
+        # the renewed lock moved to another lease; the stray's lease was not kept alive
+        assert leases[prefix + "locks/mine"] != leases[prefix + "locks/stray"] == kv["lease"]
+
+
+@pytest.mark.etcd
+async def test_locks_keeps_a_lock_past_its_ttl_through_keep_alives(
+    etcd_url: str, prefix: str
+) -> None:
+    key = unique_key("held")
+    async with (
+        Locks(store=EtcdLockStore(etcd_url, prefix=prefix), ttl="2s") as locks,
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as other,
+    ):
+        async with locks.hold(key) as lock:
+            await wait_for_real(3 * SHORT_TTL_MS // 2)
+            assert lock.held
+            assert isinstance(await other.acquire(key, "other", ONE_MINUTE_MS), NotAcquired)
+        assert isinstance(await other.acquire(key, "other", ONE_MINUTE_MS), Acquired)
+
+
+# --- release wake-ups -----------------------------------------------------------------------
+
+
+@pytest.mark.etcd
+async def test_a_release_a_break_and_an_expiry_wake_the_followers_of_the_key(
+    etcd_url: str, prefix: str
+) -> None:
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    async with (
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as store,
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as elsewhere,
+        store.follow_releases(heard.put_nowait) as follower,
+        follower.following("released"),
+        follower.following("broken"),
+        follower.following("expired"),
+    ):
+        for key in ("released", "broken", "expired", "unfollowed"):
+            await elsewhere.acquire(key, "holder", SHORT_TTL_MS if key == "expired" else 60_000)
+        await elsewhere.release("released", "holder")
+        await elsewhere.release("unfollowed", "holder")
+        assert await asyncio.wait_for(heard.get(), 5) == "released"
+        await elsewhere.break_lock("broken")
+        assert await asyncio.wait_for(heard.get(), 5) == "broken"
+        # the 2 s lease expires, etcd deletes the key: its waiters hear it at once
+        assert await asyncio.wait_for(heard.get(), 5) == "expired"
+        assert heard.empty()
+
+
+@pytest.mark.etcd
+async def test_following_returns_only_once_the_watch_is_established(
+    etcd_url: str, prefix: str
+) -> None:
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    async with (
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as store,
+        store.follow_releases(heard.put_nowait) as follower,
+    ):
+        for round_number in range(10):
+            key = f"k{round_number}"
+            await store.acquire(key, "holder", ONE_MINUTE_MS)
+            async with follower.following(key):
+                # no wait between entering and releasing: the watch must already be there
+                await store.release(key, "holder")
+                assert await asyncio.wait_for(heard.get(), 5) == key
+
+
+async def test_following_an_unreachable_server_warns_and_does_not_raise(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = EtcdLockStore(dead_url(), timeout=1)
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    async with store.follow_releases(lambda _key: None) as follower, follower.following("k"):
+        pass
+    assert "could not watch 'k'" in caplog.text
+    await store.aclose()
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+async def test_an_unreachable_server_is_a_store_error_naming_the_fix() -> None:
+    url = dead_url()
+    store = EtcdLockStore(url)
+    with pytest.raises(
+        LockStoreError, match=r"could not connect to etcd at .*--listen-client-urls"
+    ):
+        await store.open()
+    with pytest.raises(LockStoreError, match=r"could not connect"):
+        await store.acquire("k", "owner", ONE_MINUTE_MS)
+
+
+async def test_a_server_that_does_not_answer_is_a_store_error_within_the_timeout() -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        store = EtcdLockStore(url, timeout="300ms")
+        async with asyncio.timeout(5):
+            with pytest.raises(LockStoreError, match=r"did not answer /v3/\S+ within 0.3 s"):
+                await store.acquire("k", "owner", ONE_MINUTE_MS)
+
+
+@pytest.mark.etcd
+async def test_a_dead_member_is_skipped_for_a_live_one(etcd_url: str, prefix: str) -> None:
+    async with opened(EtcdLockStore([dead_url(), etcd_url], prefix=prefix)) as store:
+        assert isinstance(await store.acquire("k", "owner", ONE_MINUTE_MS), Acquired)
+        assert await store.release("k", "owner") is True
+
+
+@contextlib.contextmanager
+def throwaway_server(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Start an etcd of this test's own, even where a shared server is configured."""
+    with contextlib.ExitStack() as stack:
+        with pytest.MonkeyPatch.context() as patch:
+            # a shared server must not be stopped: start one of our own even if it is set
+            patch.delenv(ETCD_URL_ENV, raising=False)
+            try:
+                url = stack.enter_context(etcd_server())
+            except ServerUnavailable as unavailable:
+                if request.config.getoption("--require-servers"):
+                    pytest.fail(f"--require-servers: no throwaway etcd: {unavailable}")
+                pytest.skip(f"no throwaway etcd: {unavailable}")
+        yield url
+
+
+@pytest.mark.etcd
+async def test_a_server_that_stops_turns_calls_into_store_errors(
+    request: pytest.FixtureRequest,
+) -> None:
+    with contextlib.ExitStack() as server:
+        store = EtcdLockStore(server.enter_context(throwaway_server(request)))
+        await store.open()
+        try:
+            assert isinstance(await store.acquire("k", "owner", ONE_MINUTE_MS), Acquired)
+            server.close()
+            with pytest.raises(LockStoreError, match=r"could not connect|connection to etcd"):
+                await store.renew("k", "owner", ONE_MINUTE_MS)
+            with pytest.raises(LockStoreError, match=r"could not connect|connection to etcd"):
+                await store.release("k", "owner")
+        finally:
+            await store.aclose()

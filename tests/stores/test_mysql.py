@@ -1,0 +1,533 @@
+"""MySQLLockStore: the shipped contract suite, and what only MySQL and MariaDB can show.
+
+Runs against LEASELOCK_TEST_MYSQL_URL, else a throwaway mariadbd/mysqld (tests/mysql_server.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import socket
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any, ClassVar
+
+import pytest
+
+from helpers import unique_key, wait_for_real
+from leaselock import Locks, LocksConfigurationError, LockStoreError
+from leaselock.stores import Acquired, LockStore, NotAcquired, Renewal
+from leaselock.stores._mysql_arguments import connect_args
+from leaselock.stores.mysql import RENEW_CHUNK, MySQLLockStore
+from leaselock.testing.pytest import LockStoreContractTests
+
+asyncmy = pytest.importorskip("asyncmy")
+
+pytestmark = pytest.mark.mysql
+
+CALLERS: Mapping[str, int] = {"callers": 32}
+ALEMBIC_MIGRATION = (
+    Path(__file__).resolve().parents[2] / "docs" / "stores" / "alembic_leaselock_locks_mysql.py"
+)
+HAS_ALEMBIC = importlib.util.find_spec("alembic") is not None
+
+
+def sqlalchemy_url(url: str) -> str:
+    return "mysql+asyncmy://" + url.partition("://")[2]
+
+
+async def make_pool(url: str, **options: Any) -> Any:
+    settings: dict[str, Any] = {"autocommit": True, "maxsize": 20, **options}
+    return await asyncmy.create_pool(**connect_args(url), **settings)
+
+
+class Scratch:
+    """Fresh table names on the test server, dropped when the module ends."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.tables: list[str] = []
+
+    def table(self, label: str) -> str:
+        name = f"leaselock_test_{label.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+        self.tables.append(name)
+        return name
+
+    def store(self, label: str, **options: Any) -> MySQLLockStore:
+        return MySQLLockStore.from_url(self.url, table=self.table(label), **options)
+
+    async def sql(self, statement: str, *args: object) -> list[Any]:
+        """Run one statement on a connection of its own; return its rows."""
+        connection = await asyncmy.connect(**connect_args(self.url), autocommit=True)
+        try:
+            async with connection.cursor() as cursor:
+                await cursor.execute(statement, args)
+                return list(await cursor.fetchall())
+        finally:
+            connection.close()
+
+    async def drop_all(self) -> None:
+        for table in self.tables:
+            await self.sql(f"DROP TABLE IF EXISTS `{table}`")
+
+
+@pytest.fixture(scope="module")
+def scratch(mysql_url: str) -> Iterator[Scratch]:
+    made = Scratch(mysql_url)
+    yield made
+    asyncio.run(made.drop_all())
+
+
+@pytest.fixture
+async def store(scratch: Scratch) -> AsyncIterator[MySQLLockStore]:
+    opened = scratch.store("store")
+    await opened.open()
+    yield opened
+    await opened.aclose()
+
+
+# --- the contract, over the application's pool and over its SQLAlchemy engine --------------
+
+
+class MySQLContract(LockStoreContractTests):
+    concurrent: ClassVar[Mapping[str, int]] = CALLERS
+    table: ClassVar[str]
+
+    @pytest.fixture(autouse=True)
+    def _server(self, scratch: Scratch) -> None:
+        self.url = scratch.url
+        # one table per class: the class's cases share it (their keys are unique)
+        if "table" not in type(self).__dict__:
+            type(self).table = scratch.table(type(self).__name__.lower())
+
+
+class TestMySQLContractAsyncmyPool(MySQLContract):
+    """An application's asyncmy pool of 20 connections, 32 racing callers."""
+
+    async def make_store(self) -> LockStore:
+        pool = await make_pool(self.url)
+        return MySQLLockStore(pool, table=self.table, own_pool=True)
+
+
+class TestMySQLContractSQLAlchemy(MySQLContract):
+    """A SQLAlchemy AsyncEngine (mysql+asyncmy) with a pool of 20."""
+
+    def make_store(self) -> LockStore:
+        from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
+
+        engine = create_async_engine(sqlalchemy_url(self.url), pool_size=20)
+        return MySQLLockStore(engine, table=self.table, own_pool=True)
+
+
+# --- fencing tokens ------------------------------------------------------------------------
+
+
+async def test_tokens_keep_growing_after_the_counter_was_set_back(
+    store: MySQLLockStore, scratch: Scratch
+) -> None:
+    key = unique_key("set-back")
+    for number in range(5):
+        taken = await store.acquire(key, f"owner-{number}", 60_000)
+        assert await store.release(key, f"owner-{number}")
+    assert isinstance(taken, Acquired)
+    await scratch.sql(f"ALTER TABLE {store._table} AUTO_INCREMENT = 1")
+
+    after = await store.acquire(key, "after", 60_000)
+
+    assert isinstance(after, Acquired)
+    assert after.fencing_token > taken.fencing_token
+
+
+async def test_a_freed_row_whose_token_was_raised_floors_the_next_token(
+    store: MySQLLockStore, scratch: Scratch
+) -> None:
+    key = unique_key("raised")
+    taken = await store.acquire(key, "holder", 300)
+    assert isinstance(taken, Acquired)
+    raised = taken.fencing_token + 1_000_000
+    await scratch.sql(f"UPDATE {store._table} SET fencing_token = %s WHERE `key` = %s", raised, key)
+    await wait_for_real(400)
+
+    after = await store.acquire(key, "taker", 60_000)
+
+    assert isinstance(after, Acquired)
+    assert after.fencing_token > raised
+
+
+async def test_a_release_keeps_the_row_with_its_token_and_clears_the_owner(
+    store: MySQLLockStore, scratch: Scratch
+) -> None:
+    key = unique_key("kept")
+    taken = await store.acquire(key, "holder", 60_000)
+    assert isinstance(taken, Acquired)
+
+    assert await store.release(key, "holder")
+
+    rows = await scratch.sql(
+        f"SELECT owner, fencing_token FROM {store._table} WHERE `key` = %s", key
+    )
+    assert rows == [(None, taken.fencing_token)]
+
+
+async def test_a_refused_acquire_leaves_the_row_as_it_was(
+    store: MySQLLockStore, scratch: Scratch
+) -> None:
+    key = unique_key("busy")
+    assert isinstance(await store.acquire(key, "holder", 60_000), Acquired)
+    query = f"SELECT owner, fencing_token, expires_at FROM {store._table} WHERE `key` = %s"
+    before = await scratch.sql(query, key)
+
+    refused = await asyncio.gather(*(store.acquire(key, "holder", 90_000) for _ in range(10)))
+
+    assert refused == [NotAcquired()] * 10
+    assert await scratch.sql(query, key) == before
+
+
+# --- MySQL's quirks ------------------------------------------------------------------------
+
+
+async def test_sessions_in_different_time_zones_see_one_expiry(scratch: Scratch) -> None:
+    # NOW(6) and TIMESTAMP columns read in the session's time_zone: east of UTC a lock would
+    # look expired to a session west of it hours early. UTC_TIMESTAMP(6) is the same for both.
+    table = scratch.table("zones")
+    east = MySQLLockStore(
+        await make_pool(scratch.url, init_command="SET time_zone = '+13:00'"),
+        table=table,
+        own_pool=True,
+    )
+    west = MySQLLockStore(
+        await make_pool(scratch.url, init_command="SET time_zone = '-12:00'"),
+        table=table,
+        own_pool=True,
+    )
+    await east.open()
+    await west.open()
+    try:
+        key = unique_key("zones")
+        first = await east.acquire(key, "east", 600)
+        assert isinstance(first, Acquired)
+        info = await west.read_lock(key)
+        assert info is not None
+        assert info.owner == "east"
+        assert info.expires_in_ms is not None
+        assert 0 < info.expires_in_ms <= 600
+        assert await west.acquire(key, "west", 60_000) == NotAcquired()
+
+        await wait_for_real(700)
+
+        second = await west.acquire(key, "west", 60_000)
+        assert isinstance(second, Acquired)
+        assert second.fencing_token > first.fencing_token
+        assert not await east.renew(key, "east", 60_000)
+    finally:
+        await east.aclose()
+        await west.aclose()
+
+
+async def test_keys_differing_in_trailing_spaces_or_case_are_different_locks(
+    store: MySQLLockStore,
+) -> None:
+    # a _bin collation of MariaDB (and MySQL 5.7) is PAD SPACE: 'job' = 'job '; _ci folds case
+    base = unique_key("pad")
+    keys = [base, base + " ", base + "  ", base.upper(), base + "\t"]
+
+    taken = [await store.acquire(key, f"owner-{n}", 60_000) for n, key in enumerate(keys)]
+
+    assert all(isinstance(result, Acquired) for result in taken)
+    for n, key in enumerate(keys):
+        info = await store.read_lock(key)
+        assert info is not None
+        assert (info.key, info.owner) == (key, f"owner-{n}")
+
+
+# --- round trips and batches ---------------------------------------------------------------
+
+
+async def test_renew_many_answers_each_lease_across_chunks_when_some_are_lost(
+    store: MySQLLockStore,
+) -> None:
+    keys = [unique_key(f"many-{n}") for n in range(RENEW_CHUNK + 20)]
+    for key in keys:
+        assert isinstance(await store.acquire(key, "me", 60_000), Acquired)
+    lost = set(keys[3 : RENEW_CHUNK + 20 : 97])
+    for key in lost:
+        assert await store.release(key, "me")
+
+    answers = await store.renew_many([Renewal(key, "me", 60_000) for key in keys])
+
+    assert list(answers) == [key not in lost for key in keys]
+
+
+async def test_a_pool_not_in_autocommit_commits_each_call_and_reads_fresh_state(
+    scratch: Scratch,
+) -> None:
+    # asyncmy's default is autocommit=False: without a COMMIT per call, the row lock of an
+    # acquire would be held, and a read would see its transaction's old snapshot
+    table = scratch.table("no-autocommit")
+    manual = MySQLLockStore(
+        await make_pool(scratch.url, autocommit=False), table=table, own_pool=True
+    )
+    other = MySQLLockStore.from_url(scratch.url, table=table)
+    await manual.open()
+    await other.open()
+    try:
+        key = unique_key("manual")
+        assert isinstance(await manual.acquire(key, "holder", 60_000), Acquired)
+        info = await manual.read_lock(key)
+        assert info is not None
+        assert info.live
+
+        assert await asyncio.wait_for(other.release(key, "holder"), 5)
+
+        info = await manual.read_lock(key)
+        assert info is not None
+        assert not info.live
+    finally:
+        await manual.aclose()
+        await other.aclose()
+
+
+async def test_a_statement_that_timed_out_on_a_row_lock_is_sent_again(scratch: Scratch) -> None:
+    table = scratch.table("lock-wait")
+    store = MySQLLockStore(
+        await make_pool(scratch.url, init_command="SET SESSION innodb_lock_wait_timeout = 1"),
+        table=table,
+        own_pool=True,
+    )
+    await store.open()
+    blocker = await asyncmy.connect(**connect_args(scratch.url), autocommit=False)
+    try:
+        key = unique_key("row-lock")
+        assert isinstance(await store.acquire(key, "holder", 60_000), Acquired)
+        async with blocker.cursor() as cursor:
+            await cursor.execute(f"SELECT * FROM `{table}` WHERE `key` = %s FOR UPDATE", (key,))
+
+        async def release_later() -> None:
+            await wait_for_real(1300)  # past one lock wait timeout, within two
+            await blocker.commit()
+
+        renewed, _ = await asyncio.gather(store.renew(key, "holder", 60_000), release_later())
+
+        assert renewed
+    finally:
+        blocker.close()
+        await store.aclose()
+
+
+# --- schema --------------------------------------------------------------------------------
+
+
+async def test_create_schema_is_idempotent_and_from_many_pools_at_once(scratch: Scratch) -> None:
+    table = scratch.table("race")
+    stores = [
+        MySQLLockStore.from_url(scratch.url, table=table, create_schema=False, min_size=0)
+        for _ in range(8)
+    ]
+    try:
+        await asyncio.gather(*(created.create_schema() for created in stores))
+        await stores[0].create_schema()
+        result = await stores[1].acquire(unique_key("race"), "owner", 60_000)
+    finally:
+        await asyncio.gather(*(created.aclose() for created in stores))
+    assert isinstance(result, Acquired)
+
+
+async def test_a_missing_table_with_create_schema_off_fails_at_start_naming_the_fix(
+    scratch: Scratch,
+) -> None:
+    missing = scratch.store("missing", create_schema=False)
+    with pytest.raises(LockStoreError, match=r"does not exist, and create_schema=False"):
+        await missing.open()
+
+
+async def test_a_table_dropped_after_start_is_reported_with_the_ways_to_create_it(
+    scratch: Scratch,
+) -> None:
+    store = scratch.store("dropped")
+    await store.open()
+    try:
+        await scratch.sql(f"DROP TABLE {store._table}")
+        with pytest.raises(LockStoreError, match=r"does not exist .*create_schema=True"):
+            await store.acquire(unique_key("dropped"), "owner", 60_000)
+    finally:
+        await store.aclose()
+
+
+def load_migration(table: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(ALEMBIC_MIGRATION.stem, ALEMBIC_MIGRATION)
+    assert spec is not None
+    assert spec.loader is not None
+    migration = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(migration)
+    migration.__dict__.update(TABLE=table)
+    return migration
+
+
+async def migrate(url: str, migration: ModuleType, step: str) -> None:
+    from alembic.migration import MigrationContext  # noqa: PLC0415
+    from alembic.operations import Operations  # noqa: PLC0415
+    from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
+
+    def in_context(connection: Any) -> None:
+        with Operations.context(MigrationContext.configure(connection)):
+            getattr(migration, step)()
+
+    engine = create_async_engine(sqlalchemy_url(url))
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(in_context)
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.skipif(not HAS_ALEMBIC, reason="alembic is not installed")
+async def test_the_alembic_migration_makes_the_table_create_schema_makes(
+    scratch: Scratch,
+) -> None:
+    by_store = scratch.store("by-store")
+    await by_store.create_schema()
+    await by_store.aclose()
+    table = scratch.table("alembic")
+    migration = load_migration(table)
+
+    await migrate(scratch.url, migration, "upgrade")
+    await migrate(scratch.url, migration, "upgrade")  # adopts what exists
+
+    async def definition(name: str) -> str:
+        (row,) = await scratch.sql(f"SHOW CREATE TABLE `{name}`")
+        return str(row[1]).replace(f"`{name}`", "`T`")
+
+    assert await definition(table) == await definition(by_store._table_name)
+    migrated = MySQLLockStore.from_url(scratch.url, table=table, create_schema=False)
+    try:
+        assert isinstance(await migrated.acquire(unique_key("alembic"), "o", 60_000), Acquired)
+    finally:
+        await migrated.aclose()
+    await migrate(scratch.url, migration, "downgrade")
+    assert await scratch.sql("SHOW TABLES LIKE %s", table) == []
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+def closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+async def test_an_unreachable_server_fails_the_start_with_a_lock_store_error_naming_the_fix() -> (
+    None
+):
+    store = MySQLLockStore.from_url(f"mysql://root@127.0.0.1:{closed_port()}/test")
+
+    with pytest.raises(LockStoreError, match=r"cannot start: could not connect .*host and port"):
+        async with Locks(store=store):
+            pass
+
+
+async def test_an_unreachable_engine_fails_the_first_call_with_a_lock_store_error() -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
+
+    engine = create_async_engine(f"mysql+asyncmy://root@127.0.0.1:{closed_port()}/test")
+    store = MySQLLockStore(engine, own_pool=True)
+
+    with pytest.raises(LockStoreError, match=r"cannot start: could not connect"):
+        await store.acquire(unique_key("nowhere"), "owner", 60_000)
+
+
+async def test_an_unknown_database_is_named_in_the_error(scratch: Scratch) -> None:
+    url = scratch.url.rpartition("/")[0] + f"/no_such_db_{uuid.uuid4().hex[:8]}"
+    store = MySQLLockStore.from_url(url)
+
+    with pytest.raises(LockStoreError, match=r"the database does not exist .*CREATE DATABASE"):
+        await store.open()
+
+
+# --- arguments -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["", "1table", "locks;drop", "a.b.c", "t-1", "x" * 65, 5])
+def test_a_bad_table_name_is_refused(name: object) -> None:
+    with pytest.raises(LocksConfigurationError, match=r"is not a name MySQLLockStore accepts"):
+        MySQLLockStore.from_url("mysql://localhost/db", table=name)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("url", "hint"),
+    [
+        ("postgresql://localhost/db", "mysql://user:password@host:3306/database"),
+        ("mysql+aiomysql://localhost/db", "mysql://user:password@host:3306/database"),
+        ("mysql://localhost/db?ssl=true", "build an asyncmy pool"),
+        ("mysql://localhost:99999/db", "not a number from 1 to 65535"),
+        (b"mysql://localhost/db", "is not a str"),
+    ],
+)
+def test_from_url_refuses_other_urls_naming_what_works(url: object, hint: str) -> None:
+    with pytest.raises(LocksConfigurationError, match=hint):
+        MySQLLockStore.from_url(url)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("scheme", ["mysql", "mariadb", "mysql+asyncmy"])
+async def test_from_url_accepts_the_mysql_schemes(scratch: Scratch, scheme: str) -> None:
+    url = scheme + "://" + scratch.url.partition("://")[2]
+    store = MySQLLockStore.from_url(url, table=scratch.table("scheme"))
+    try:
+        assert isinstance(await store.acquire(unique_key(scheme), "owner", 60_000), Acquired)
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"min_size": 3, "max_size": 2}, "0 <= min_size <= max_size"),
+        ({"max_size": 0}, "max_size >= 1"),
+        ({"create_schema": "yes"}, "create_schema='yes'; pass True or False"),
+        ({"connect_timeout": -1}, "connect_timeout"),
+    ],
+)
+def test_bad_pool_options_are_refused_naming_what_works(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(LocksConfigurationError, match=message):
+        MySQLLockStore.from_url("mysql://localhost/db", **options)
+
+
+def test_something_that_is_not_a_pool_is_refused_naming_what_works() -> None:
+    with pytest.raises(LocksConfigurationError, match=r"use MySQLLockStore.from_url\(url\)"):
+        MySQLLockStore("mysql://localhost/db")  # type: ignore[arg-type]
+    with pytest.raises(LocksConfigurationError, match=r"pass an asyncmy Pool"):
+        MySQLLockStore(object())  # type: ignore[arg-type]
+
+
+def test_an_engine_of_another_database_is_refused_naming_the_url_to_use() -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
+
+    engine = create_async_engine("postgresql+asyncpg://localhost/db")
+    with pytest.raises(LocksConfigurationError, match=r"mysql\+asyncmy://"):
+        MySQLLockStore(engine)
+
+
+def test_a_missing_asyncmy_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "asyncmy", None)
+
+    with pytest.raises(LocksConfigurationError, match=r"pip install 'leaselock\[mysql\]'"):
+        MySQLLockStore.from_url("mysql://localhost/db")
+
+
+async def test_a_key_longer_than_the_column_is_refused_not_cut_short(
+    store: MySQLLockStore,
+) -> None:
+    with pytest.raises(LocksConfigurationError, match=r"at most 2000 .*shorter key"):
+        await store.acquire("\u732b" * 700, "owner", 60_000)
+
+
+def test_from_url_repr_names_the_server_and_table_but_never_the_password() -> None:
+    store = MySQLLockStore.from_url("mysql://app:s3cret@db.internal:3307/locks", table="t")
+
+    assert repr(store) == "MySQLLockStore(mysql://app@db.internal:3307/locks, table='t')"
