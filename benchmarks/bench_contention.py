@@ -1,4 +1,4 @@
-"""Contention: W workers taking one key in turn, across OS processes, beside python-redis-lock.
+"""Contention: W workers taking one key in turn, across OS processes or in one, beside peers.
 
 Each worker loops for SECONDS: wait for the key (up to 30 s), hold it for a moment (no work),
 release it. All start together. It prints, per store and W:
@@ -11,8 +11,11 @@ release it. All start together. It prints, per store and W:
 A fair lock serves every worker and bounds the longest wait; an unfair one lets the worker
 that just released take the key again while the others sleep.
 
+With --in-process, the W workers are tasks of one process sharing one Locks (python-redis-lock's
+are threads sharing one client), and CPU is that process's.
+
 Run: .venv/bin/python benchmarks/bench_contention.py [--stores redis,postgres,sqlite]
-     [--workers 8,64] [--seconds 5]
+     [--workers 8,64] [--seconds 5] [--in-process]
 python-redis-lock comes with the benchmark dependency group (make bench). URLs default to
 LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL, else the machine's servers.
 """
@@ -24,6 +27,7 @@ import asyncio
 import logging
 import multiprocessing
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -50,8 +54,9 @@ class WorkerResult:
     cpu_s: float
 
 
-# what a worker process is given: store kind, URL or path, run id, seconds, start, results
-Job = tuple[str, str, str, float, Barrier, "multiprocessing.Queue[WorkerResult]"]
+# what a worker process is given: store kind, URL or path, run id, seconds, start, results, and
+# how many workers it runs (tasks, or python-redis-lock's threads)
+Job = tuple[str, str, str, float, Barrier, "multiprocessing.Queue[WorkerResult]", int]
 
 
 def make_store(
@@ -66,58 +71,79 @@ def make_store(
 
 
 def leaselock_worker(job: Job) -> None:
-    kind, where, run, seconds, start, results = job
+    kind, where, run, seconds, start, results, tasks = job
     logging.getLogger("leaselock").setLevel(logging.ERROR)
 
-    async def work() -> WorkerResult:
+    async def loop(locks: Locks, until: float) -> tuple[int, float]:
+        acquisitions, longest = 0, 0.0
+        while time.monotonic() < until:
+            asked = time.monotonic()
+            lock = await locks.acquire("contended", wait="30s")
+            longest = max(longest, time.monotonic() - asked)
+            if lock is not None:
+                acquisitions += 1
+                await lock.release()
+        return acquisitions, longest
+
+    async def work() -> list[WorkerResult]:
         async with Locks(store=make_store(kind, where, run), ttl="30s") as locks:
             start.wait(START_TIMEOUT_S)
             cpu = time.process_time()
             until = time.monotonic() + seconds
-            acquisitions, longest = 0, 0.0
-            while time.monotonic() < until:
-                asked = time.monotonic()
-                lock = await locks.acquire("contended", wait="30s")
-                longest = max(longest, time.monotonic() - asked)
-                if lock is not None:
-                    acquisitions += 1
-                    await lock.release()
-            return WorkerResult(acquisitions, longest, time.process_time() - cpu)
+            done = await asyncio.gather(*(loop(locks, until) for _ in range(tasks)))
+            cpu_s = (time.process_time() - cpu) / tasks
+            return [WorkerResult(count, longest, cpu_s) for count, longest in done]
 
-    results.put(asyncio.run(work()))
+    for result in asyncio.run(work()):
+        results.put(result)
 
 
 def python_redis_lock_worker(job: Job) -> None:
-    _, where, run, seconds, start, results = job
-    client = redis.Redis.from_url(where)
+    _, where, run, seconds, start, results, threads = job
+    client = redis.Redis.from_url(where, max_connections=threads + 4)
+    done: list[tuple[int, float]] = []
+
+    def loop(until: float) -> None:
+        acquisitions, longest = 0, 0.0
+        while time.monotonic() < until:
+            asked = time.monotonic()
+            lock = redis_lock.Lock(client, f"contention-{run}", expire=30)
+            if lock.acquire(blocking=True, timeout=30):
+                acquisitions += 1
+                lock.release()
+            longest = max(longest, time.monotonic() - asked)
+        done.append((acquisitions, longest))
+
     start.wait(START_TIMEOUT_S)
     cpu = time.process_time()
     until = time.monotonic() + seconds
-    acquisitions, longest = 0, 0.0
-    while time.monotonic() < until:
-        asked = time.monotonic()
-        lock = redis_lock.Lock(client, f"contention-{run}", expire=30)
-        if lock.acquire(blocking=True, timeout=30):
-            acquisitions += 1
-            lock.release()
-        longest = max(longest, time.monotonic() - asked)
-    results.put(WorkerResult(acquisitions, longest, time.process_time() - cpu))
+    workers = [threading.Thread(target=loop, args=(until,)) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    cpu_s = (time.process_time() - cpu) / threads
+    for count, longest in done:
+        results.put(WorkerResult(count, longest, cpu_s))
 
 
 def contend(
-    target: object, kind: str, where: str, workers: int, seconds: float
+    target: object, kind: str, where: str, workers: int, seconds: float, *, in_process: bool
 ) -> list[WorkerResult]:
     context = multiprocessing.get_context("spawn")
-    start = context.Barrier(workers)
+    processes_needed, per_process = (1, workers) if in_process else (workers, 1)
+    start = context.Barrier(processes_needed)
     results: multiprocessing.Queue[WorkerResult] = context.Queue()
     run = uuid.uuid4().hex[:8]
     processes = [
-        context.Process(target=target, args=((kind, where, run, seconds, start, results),))
-        for _ in range(workers)
+        context.Process(
+            target=target, args=((kind, where, run, seconds, start, results, per_process),)
+        )
+        for _ in range(processes_needed)
     ]
     for process in processes:
         process.start()
-    gathered = [results.get(timeout=START_TIMEOUT_S + seconds + 60) for _ in processes]
+    gathered = [results.get(timeout=START_TIMEOUT_S + seconds + 60) for _ in range(workers)]
     for process in processes:
         process.join(30)
     if kind == "redis":
@@ -144,22 +170,28 @@ def main() -> None:
     parser.add_argument("--stores", default="redis,postgres,sqlite")
     parser.add_argument("--workers", default="8,64")
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--in-process", action="store_true", help="W tasks (threads) in one process"
+    )
     add_server_arguments(parser)
     arguments = parser.parse_args()
     chosen = arguments.stores.split(",")
     seconds = arguments.seconds
-    print(f"one key, W worker processes, {seconds:g} s")
+    in_process = arguments.in_process
+    print(f"one key, W workers {'in one process' if in_process else 'in processes'}, {seconds:g} s")
     for workers in (int(count) for count in arguments.workers.split(",")):
         if "redis" in chosen:
             url = arguments.redis_url
             print("Redis")
-            peer = contend(python_redis_lock_worker, "redis", url, workers, seconds)
+            peer = contend(
+                python_redis_lock_worker, "redis", url, workers, seconds, in_process=in_process
+            )
             report("python-redis-lock", workers, seconds, peer)
             report(
                 "leaselock",
                 workers,
                 seconds,
-                contend(leaselock_worker, "redis", url, workers, seconds),
+                contend(leaselock_worker, "redis", url, workers, seconds, in_process=in_process),
             )
         if "postgres" in chosen:
             url = arguments.postgres_url
@@ -168,7 +200,7 @@ def main() -> None:
                 "leaselock",
                 workers,
                 seconds,
-                contend(leaselock_worker, "postgres", url, workers, seconds),
+                contend(leaselock_worker, "postgres", url, workers, seconds, in_process=in_process),
             )
         if "sqlite" in chosen:
             with tempfile.TemporaryDirectory() as directory:
@@ -178,7 +210,9 @@ def main() -> None:
                     "leaselock",
                     workers,
                     seconds,
-                    contend(leaselock_worker, "sqlite", path, workers, seconds),
+                    contend(
+                        leaselock_worker, "sqlite", path, workers, seconds, in_process=in_process
+                    ),
                 )
 
 

@@ -77,6 +77,50 @@ async def test_a_release_in_this_process_wakes_a_waiter_at_once_without_time_pas
         assert clock.now_ms() == 0
 
 
+async def test_a_release_wakes_only_the_longest_waiting_waiter_so_waiters_take_turns(clock):
+    store = faulty(clock)
+    async with Locks(store=store, clock=clock) as locks:
+        holder = await locks.acquire("k")
+        assert holder is not None
+        order: list[int] = []
+
+        async def wait_then_hold(number: int) -> None:
+            lock = await locks.acquire("k", wait="1m")
+            assert lock is not None
+            order.append(number)
+            await wait_all_tasks_blocked()
+            await lock.release()
+
+        waiters = []
+        for number in range(20):
+            waiters.append(asyncio.create_task(wait_then_hold(number)))
+            await wait_all_tasks_blocked()  # each asks, is refused, and waits, in turn
+        before = len(acquires(store))
+        await holder.release()
+        await asyncio.wait_for(asyncio.gather(*waiters), timeout=5)
+        assert order == list(range(20))
+        # one attempt per release: the woken waiter's; waking all 20 would cost 190 more
+        assert len(acquires(store)) - before == 20
+        assert clock.now_ms() == 0
+
+
+async def test_a_waiter_that_gave_up_passes_its_turn_to_the_next(clock):
+    store = faulty(clock)
+    async with Locks(store=store, clock=clock) as locks:
+        holder = await locks.acquire("k")
+        assert holder is not None
+        leaving = asyncio.create_task(locks.acquire("k", wait="1m"))
+        await wait_all_tasks_blocked()
+        staying = asyncio.create_task(locks.acquire("k", wait="1m"))
+        await wait_all_tasks_blocked()
+        leaving.cancel()
+        await wait_all_tasks_blocked()
+        await holder.release()
+        lock = await asyncio.wait_for(staying, timeout=5)
+        assert lock is not None
+        assert clock.now_ms() == 0
+
+
 async def test_the_signal_of_an_outer_lock_stops_the_wait_with_its_reason(locks, store, clock):
     outer = await locks.acquire("outer")
     assert outer is not None

@@ -499,8 +499,13 @@ class LockEngine:
             future.cancel()
 
     @contextmanager
-    def hearing_releases(self, key: str, wake: Callable[[], None]) -> Iterator[None]:
-        """Call ``wake()`` on this loop at each release of ``key``, while inside.
+    def hearing_releases(
+        self, key: str, wake: Callable[[], None], still_waiting: Callable[[], bool] = lambda: True
+    ) -> Iterator[None]:
+        """Call ``wake()`` on this loop at each release of ``key`` that is its turn, while inside.
+
+        A release wakes one of this process's hearers of ``key``: the one inside the longest
+        for which ``still_waiting()`` is true (see :class:`Wakeups`).
 
         A release through this process's locks on the store wakes at once; one by another
         process does where the store tells (:class:`SupportsReleaseNotifications`). Entering
@@ -508,7 +513,7 @@ class LockEngine:
         entering may go unheard: callers keep a retry of their own.
         """
         token = object()
-        WAKEUPS.add(self.store.inner, key, token, wake)
+        WAKEUPS.add(self.store.inner, key, token, wake, still_waiting)
         left = asyncio.get_running_loop().create_future()
         if self._follower is not None:
             self.spawn(_follow_until(self._follower, key, left))

@@ -64,8 +64,8 @@ class Waiter:
         clock: retries and the give-up time read it.
         give_up_at_ms: when the wait ends.
         last_error: the failure of the attempt made before waiting, if any.
-        hear_releases: calls its ``wake`` at each release of the key while inside (the
-            engine's :meth:`~LockEngine.hearing_releases`).
+        hear_releases: calls its ``wake`` at each release of the key that is its turn, while
+            inside and still waiting (the engine's :meth:`~LockEngine.hearing_releases`).
     """
 
     __slots__ = (
@@ -94,7 +94,9 @@ class Waiter:
         clock: Clock,
         give_up_at_ms: int,
         last_error: LockStoreError | None,
-        hear_releases: Callable[[str, Callable[[], None]], AbstractContextManager[None]],
+        hear_releases: Callable[
+            [str, Callable[[], None], Callable[[], bool]], AbstractContextManager[None]
+        ],
     ) -> None:
         """Prepare to wait for ``key``; :meth:`wait` starts."""
         self._key = key
@@ -120,7 +122,7 @@ class Waiter:
         """
         remove_callback = signal.add_callback(self._abort) if signal is not None else None
         try:
-            with self._hear_releases(self._key, self._wake):
+            with self._hear_releases(self._key, self._wake, self._still_waiting):
                 self._arm()
                 won = await self._outcome
         except BaseException:
@@ -155,6 +157,9 @@ class Waiter:
     def _abort(self, reason: LockLostError) -> None:
         if not self._outcome.done():
             self._outcome.set_exception(reason)
+
+    def _still_waiting(self) -> bool:
+        return not self._outcome.done()
 
     def _wake(self) -> None:
         if self._outcome.done():
