@@ -43,6 +43,8 @@ class Target:
         pytest.param("postgres", marks=pytest.mark.postgres),
         pytest.param("redis", marks=pytest.mark.redis),
         pytest.param("redis_cluster", marks=pytest.mark.redis_cluster),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+        pytest.param("etcd", marks=pytest.mark.etcd),
     ]
 )
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
@@ -51,6 +53,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
     url = request.getfixturevalue(f"{request.param}_url")
     if request.param == "redis":
         return Target(url, f"cli-{uuid.uuid4().hex[:10]}:")
+    if request.param == "etcd":
+        return Target(url.replace("http://", "etcd://", 1), f"cli-{uuid.uuid4().hex[:10]}/")
     if request.param == "redis_cluster":
         return Target(
             url.replace("redis://", "redis+cluster://", 1), f"cli-{uuid.uuid4().hex[:10]}:"
@@ -140,7 +144,8 @@ async def test_jobs_shows_each_jobs_last_run_and_where_it_is_owned(target: Targe
         (["locks", "--url", "postgresql://postgres@127.0.0.1:1/db"], "could not connect"),
         (["locks", "--url", "redis://127.0.0.1:1/0"], "could not reach Redis"),
         (["jobs", "--url", "sqlite:////nowhere/locks.db"], "no SQLite file at"),
-        (["break", "k", "--url", "mysql://x"], "is not a store URL leaselock knows"),
+        (["locks", "--url", "mysql://root@127.0.0.1:1/db"], "could not connect"),
+        (["break", "k", "--url", "memcached://x"], "is not a store URL leaselock knows"),
     ],
 )
 async def test_a_store_that_cannot_be_read_is_one_line_and_exit_2(

@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import logging
+import random
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
+from functools import reduce
 from typing import Any, ClassVar
 
 import httpx
@@ -17,8 +21,19 @@ import pytest
 from etcd_server import ETCD_URL_ENV, etcd_server
 from helpers import unique_key, wait_for_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError
-from leaselock.stores import Acquired, LockStore, NotAcquired, Renewal
+from leaselock.stores import (
+    Acquired,
+    JobRecord,
+    LockStore,
+    NotAcquired,
+    Renewal,
+    RunOutcome,
+    RunRecord,
+)
 from leaselock.stores import etcd as etcd_module
+from leaselock.stores._capabilities import run_from_json, with_run
+from leaselock.stores._etcd_runs import run_value
+from leaselock.stores._protocol import MAX_FENCING_TOKEN
 from leaselock.stores.etcd import EtcdLockStore
 from leaselock.testing.pytest import LockStoreContractTests
 from servers import ServerUnavailable
@@ -69,7 +84,11 @@ async def opened(store: EtcdLockStore) -> AsyncIterator[EtcdLockStore]:
 
 async def lock_kvs(url: str, prefix: str) -> list[dict[str, Any]]:
     """Every lock key under ``prefix``, as etcd keeps it (lease, revisions)."""
-    start = prefix + "locks/"
+    return await kvs_under(url, prefix + "locks/")
+
+
+async def kvs_under(url: str, start: str) -> list[dict[str, Any]]:
+    """Every key that starts with ``start``, as etcd keeps it (value, lease, revisions)."""
     async with httpx.AsyncClient(trust_env=False) as client:
         answer = await client.post(
             f"{url}/v3/kv/range", json={"key": b64(start), "range_end": prefix_end(start)}
@@ -122,7 +141,8 @@ class TestEtcdContract(LockStoreContractTests):
         ({"endpoints": []}, "or a list of them"),
         ({"endpoints": 2379}, "or a list of them"),
         ({"prefix": "app"}, 'ends with "/"'),
-        ({"prefix": "app/locks/"}, 'no "locks" segment'),
+        ({"prefix": "app/locks/"}, 'no "locks" or "runs" segment'),
+        ({"prefix": "app/runs/"}, 'no "locks" or "runs" segment'),
         ({"prefix": "x" * 100 + "/"}, "at most 100 characters"),
         ({"client": object()}, "not an httpx.AsyncClient"),
         ({"timeout": -1}, "timeout="),
@@ -259,6 +279,218 @@ async def test_locks_keeps_a_lock_past_its_ttl_through_keep_alives(
             assert lock.held
             assert isinstance(await other.acquire(key, "other", ONE_MINUTE_MS), NotAcquired)
         assert isinstance(await other.acquire(key, "other", ONE_MINUTE_MS), Acquired)
+
+
+# --- run records ----------------------------------------------------------------------------
+
+STARTED = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
+
+
+def make_run(
+    job: str,
+    *,
+    at_ms: int,
+    token: int | None,
+    outcome: RunOutcome = "ok",
+    started: datetime = STARTED,
+) -> RunRecord:
+    started_at = started + timedelta(milliseconds=at_ms)
+    return RunRecord(
+        job,
+        f"shop-{at_ms}",
+        token,
+        started_at,
+        started_at + timedelta(seconds=1),
+        outcome,
+        error='ValueError: the feed is down \u2014 "again"' if outcome == "error" else None,
+    )
+
+
+def kept(runs: list[RunRecord]) -> JobRecord:
+    """What a store keeps of ``runs`` recorded in this order: the reference, ``with_run``."""
+    return reduce(with_run, runs[1:], with_run(None, runs[0]))
+
+
+@pytest.mark.etcd
+async def test_runs_are_json_keys_without_a_lease_under_runs_and_never_under_locks(
+    etcd_url: str, prefix: str
+) -> None:
+    job, other = "feed/poll \u732b", "nightly export"
+    ok, failed = make_run(job, at_ms=0, token=5), make_run(other, at_ms=1, token=6, outcome="error")
+    async with opened(EtcdLockStore(etcd_url, prefix=prefix)) as store:
+        await store.record_run(ok)
+        await store.record_run(failed)
+    kvs = {base64.b64decode(kv["key"]).decode(): kv for kv in await kvs_under(etcd_url, prefix)}
+    assert sorted(kvs) == sorted(
+        [f"{prefix}runs/last/{job}", f"{prefix}runs/success/{job}", f"{prefix}runs/last/{other}"]
+    )
+    assert all(kv.get("lease", "0") == "0" for kv in kvs.values())
+    values = {key: base64.b64decode(kv["value"]).decode() for key, kv in kvs.items()}
+    assert run_from_json(values[f"{prefix}runs/last/{job}"]) == ok
+    assert run_from_json(values[f"{prefix}runs/success/{job}"]) == ok
+    assert run_from_json(values[f"{prefix}runs/last/{other}"]) == failed
+
+
+@pytest.mark.etcd
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        pytest.param({"token": None}, {"token": 0}, id="no token, then 0"),
+        pytest.param({"token": 9}, {"token": 10}, id="9, then 10 (one more digit)"),
+        pytest.param({"token": 5}, {"token": MAX_FENCING_TOKEN}, id="5, then the largest"),
+        pytest.param(
+            {"token": MAX_FENCING_TOKEN, "at_ms": -1}, {"token": None}, id="one ms earlier"
+        ),
+        pytest.param(
+            {"token": 1, "started": datetime(1, 1, 1, tzinfo=UTC)},
+            {"token": 1, "started": datetime(1969, 12, 31, 23, 59, tzinfo=UTC)},
+            id="year 1, then 1969",
+        ),
+        pytest.param(
+            {"token": 1, "started": datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)},
+            {"token": 1, "started": datetime(1970, 1, 1, tzinfo=UTC)},
+            id="the last ms of 1969, then the epoch",
+        ),
+        pytest.param(
+            {"token": 1, "started": datetime(9999, 12, 30, 23, 59, tzinfo=UTC)},
+            {"token": 1, "started": datetime(9999, 12, 31, 23, 59, tzinfo=UTC)},
+            id="year 9999",
+        ),
+    ],
+)
+async def test_a_run_is_kept_over_the_run_just_before_it_in_either_order(
+    etcd_url: str, prefix: str, older: dict[str, Any], newer: dict[str, Any]
+) -> None:
+    async with opened(EtcdLockStore(etcd_url, prefix=prefix)) as store:
+        for first, second in (("older", "newer"), ("newer", "older")):
+            job = unique_key(f"{first} first")
+            runs = {
+                "older": make_run(job, **{"at_ms": 0, **older}),
+                "newer": make_run(job, **{"at_ms": 0, **newer}),
+            }
+            await store.record_run(runs[first])
+            await store.record_run(runs[second])
+            assert await store.job_records([job]) == [JobRecord(job, runs["newer"], runs["newer"])]
+
+
+@pytest.mark.etcd
+async def test_a_run_of_the_same_start_and_token_replaces_the_kept_one(
+    etcd_url: str, prefix: str
+) -> None:
+    job = unique_key("job")
+    ended = make_run(job, at_ms=0, token=7)
+    abandoned = dataclasses.replace(ended, outcome="lost", detected_by="abandoned")
+    async with opened(EtcdLockStore(etcd_url, prefix=prefix)) as store:
+        await store.record_run(ended)
+        await store.record_run(abandoned)
+        assert await store.job_records([job]) == [JobRecord(job, abandoned, ended)]
+
+
+@pytest.mark.etcd
+@pytest.mark.parametrize("seed", range(4))
+async def test_the_kept_runs_are_the_newest_whatever_order_they_are_recorded_in(
+    etcd_url: str, prefix: str, seed: int
+) -> None:
+    job = unique_key("job")
+    runs = [
+        # one millisecond, tokens none < 0 < 5 < the largest; two runs equal in order
+        make_run(job, at_ms=0, token=None),
+        make_run(job, at_ms=0, token=0, outcome="error"),
+        make_run(job, at_ms=0, token=5),
+        make_run(job, at_ms=0, token=5, outcome="lost"),
+        make_run(job, at_ms=0, token=MAX_FENCING_TOKEN, outcome="error"),
+        make_run(job, at_ms=1, token=1, outcome="cancelled"),
+        make_run(job, at_ms=-1, token=MAX_FENCING_TOKEN),
+        # the ends of what a datetime holds, and before 1970: the order is fixed-width digits
+        make_run(job, at_ms=0, token=9, started=datetime(1, 1, 1, tzinfo=UTC)),
+        make_run(job, at_ms=0, token=9, started=datetime(1969, 12, 31, 23, 59, tzinfo=UTC)),
+        make_run(
+            job, at_ms=0, token=2, outcome="error", started=datetime(9999, 12, 30, tzinfo=UTC)
+        ),
+        make_run(job, at_ms=0, token=1, started=datetime(9999, 12, 29, tzinfo=UTC)),
+    ]
+    random.Random(seed).shuffle(runs)  # noqa: S311 -- a seeded order of the runs, not a secret
+    async with opened(EtcdLockStore(etcd_url, prefix=prefix)) as store:
+        for recorded in range(1, len(runs) + 1):
+            await store.record_run(runs[recorded - 1])
+            assert await store.job_records([job]) == [kept(runs[:recorded])]
+
+
+@pytest.mark.etcd
+@pytest.mark.parametrize("seed", range(3))
+async def test_racing_stores_leave_the_newest_run_whole_each_in_one_transaction(
+    etcd_url: str, prefix: str, seed: int
+) -> None:
+    job = unique_key("job")
+    runs = [
+        make_run(job, at_ms=n // 2, token=n, outcome="ok" if n % 3 else "error") for n in range(32)
+    ]
+    random.Random(seed).shuffle(runs)  # noqa: S311 -- a seeded order of the runs, not a secret
+    calls: list[str] = []
+
+    async def count(request: httpx.Request) -> None:
+        calls.append(request.url.path)
+
+    async with contextlib.AsyncExitStack() as stack:
+        # four stores, each with connections of its own: the 32 calls reach etcd together
+        stores = [
+            await stack.enter_async_context(
+                opened(
+                    EtcdLockStore(
+                        etcd_url,
+                        prefix=prefix,
+                        client=await stack.enter_async_context(
+                            httpx.AsyncClient(trust_env=False, event_hooks={"request": [count]})
+                        ),
+                    )
+                )
+            )
+            for _ in range(4)
+        ]
+        calls.clear()
+        await asyncio.gather(*(stores[n % 4].record_run(run) for n, run in enumerate(runs)))
+        assert calls == ["/v3/kv/txn"] * len(runs)
+        newest = max(runs, key=lambda run: run.fencing_token or 0)
+        newest_ok = max(
+            (run for run in runs if run.outcome == "ok"), key=lambda run: run.fencing_token or 0
+        )
+        assert await stores[0].job_records([job]) == [JobRecord(job, newest, newest_ok)]
+
+
+@pytest.mark.etcd
+async def test_job_records_read_every_job_in_one_range_and_given_jobs_64_to_a_transaction(
+    etcd_url: str, prefix: str
+) -> None:
+    jobs = [f"job {n:03d}" for n in range(70)]
+    calls: list[str] = []
+
+    async def count(request: httpx.Request) -> None:
+        calls.append(request.url.path)
+
+    async with (
+        httpx.AsyncClient(trust_env=False, event_hooks={"request": [count]}) as client,
+        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
+    ):
+        runs = [
+            make_run(job, at_ms=n, token=n, outcome="ok" if n % 2 else "error")
+            for n, job in enumerate(jobs)
+        ]
+        await asyncio.gather(*(store.record_run(run) for run in runs))
+        expected = [JobRecord(run.job, run, run if run.outcome == "ok" else None) for run in runs]
+        calls.clear()
+        assert await store.job_records() == expected
+        assert calls == ["/v3/kv/range"]
+        calls.clear()
+        assert await store.job_records([*reversed(jobs), "never ran", jobs[0]]) == expected
+        assert calls == ["/v3/kv/txn"] * 2
+        calls.clear()
+        assert await store.job_records([]) == []
+        assert calls == []
+
+
+def test_a_run_whose_token_no_store_hands_out_is_refused_naming_it() -> None:
+    with pytest.raises(LockStoreError, match=r"fencing token -2, outside 0\.\.2\*\*53-1"):
+        run_value(make_run("job", at_ms=0, token=-2))
 
 
 # --- release wake-ups -----------------------------------------------------------------------

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import random
 import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
@@ -19,7 +21,8 @@ import pytest
 
 from helpers import unique_key, wait_for_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError
-from leaselock.stores import Acquired, LockStore, NotAcquired, Renewal
+from leaselock.stores import Acquired, LockStore, NotAcquired, Renewal, RunRecord
+from leaselock.stores._capabilities import RunOutcome
 from leaselock.stores._mysql_arguments import connect_args
 from leaselock.stores.mysql import RENEW_CHUNK, MySQLLockStore
 from leaselock.testing.pytest import LockStoreContractTests
@@ -29,10 +32,13 @@ asyncmy = pytest.importorskip("asyncmy")
 pytestmark = pytest.mark.mysql
 
 CALLERS: Mapping[str, int] = {"callers": 32}
-ALEMBIC_MIGRATION = (
-    Path(__file__).resolve().parents[2] / "docs" / "stores" / "alembic_leaselock_locks_mysql.py"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "stores"
+ALEMBIC_MIGRATIONS = (
+    DOCS / "alembic_leaselock_locks_mysql.py",
+    DOCS / "alembic_leaselock_runs_mysql.py",
 )
 HAS_ALEMBIC = importlib.util.find_spec("alembic") is not None
+RUN_STARTED = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -42,6 +48,20 @@ def sqlalchemy_url(url: str) -> str:
 async def make_pool(url: str, **options: Any) -> Any:
     settings: dict[str, Any] = {"autocommit": True, "maxsize": 20, **options}
     return await asyncmy.create_pool(**connect_args(url), **settings)
+
+
+def make_run(job: str, outcome: RunOutcome, *, at: int, token: int | None) -> RunRecord:
+    """A run of ``job`` that started ``at`` minutes after a fixed time."""
+    started = RUN_STARTED + timedelta(minutes=at)
+    return RunRecord(
+        job=job,
+        instance=f"shop-{at}",
+        fencing_token=token,
+        started_at=started,
+        ended_at=started + timedelta(seconds=2),
+        outcome=outcome,
+        error="ValueError: no stock" if outcome == "error" else None,
+    )
 
 
 class Scratch:
@@ -71,7 +91,7 @@ class Scratch:
 
     async def drop_all(self) -> None:
         for table in self.tables:
-            await self.sql(f"DROP TABLE IF EXISTS `{table}`")
+            await self.sql(f"DROP TABLE IF EXISTS `{table}`, `{table}_runs`")
 
 
 @pytest.fixture(scope="module")
@@ -317,6 +337,134 @@ async def test_a_statement_that_timed_out_on_a_row_lock_is_sent_again(scratch: S
         await store.aclose()
 
 
+# --- run records ---------------------------------------------------------------------------
+
+
+async def test_concurrent_runs_of_one_job_leave_the_newest_run_and_the_newest_success(
+    scratch: Scratch,
+) -> None:
+    # 48 runs on 20 connections, in shuffled order, several started in one millisecond (the
+    # greater token is the newer) and one without a token: in whatever order InnoDB takes them
+    # (deadlock victims sent again), the rows end as the newest run and the newest success
+    store = MySQLLockStore(
+        await make_pool(scratch.url), table=scratch.table("run-race"), own_pool=True
+    )
+    job = unique_key("run-race")
+    runs = [
+        make_run(job, "error" if n % 3 == 0 else "ok", at=n % 10, token=n or None)
+        for n in range(48)
+    ]
+    random.Random(48).shuffle(runs)  # noqa: S311 -- an order that repeats, not a secret
+
+    def newness(run: RunRecord) -> tuple[datetime, int]:
+        return run.started_at, -1 if run.fencing_token is None else run.fencing_token
+
+    try:
+        await asyncio.gather(*(store.record_run(run) for run in runs))
+        (record,) = await store.job_records([job])
+    finally:
+        await store.aclose()
+
+    assert record.last_run == max(runs, key=newness)
+    assert record.last_success == max((run for run in runs if run.outcome == "ok"), key=newness)
+    assert record.last_run != record.last_success
+
+
+async def test_record_run_is_one_statement_and_draws_no_warning(scratch: Scratch) -> None:
+    # one connection, so the session's Questions counter sees every statement the store sends,
+    # including the SHOW WARNINGS asyncmy would send after a statement that drew a warning
+    pool = await make_pool(scratch.url, minsize=1, maxsize=1)
+    store = MySQLLockStore(pool, table=scratch.table("run-trips"), own_pool=True)
+    job = unique_key("run-trips")
+
+    async def questions() -> int:
+        async with pool.acquire() as connection, connection.cursor() as cursor:
+            await cursor.execute("SHOW SESSION STATUS LIKE 'Questions'")
+            (row,) = await cursor.fetchall()
+        return int(row[1])
+
+    sent = []
+    try:
+        await store.open()
+        # new rows, both rows replaced, a late run refused
+        for run in (
+            make_run(job, "ok", at=1, token=1),
+            make_run(job, "ok", at=2, token=2),
+            make_run(job, "error", at=0, token=3),
+        ):
+            before = await questions()
+            await store.record_run(run)
+            sent.append(await questions() - before - 1)  # less the probe itself
+        (record,) = await store.job_records([job])
+    finally:
+        await store.aclose()
+
+    assert sent == [1, 1, 1]
+    assert record.last_run == record.last_success == make_run(job, "ok", at=2, token=2)
+
+
+async def test_a_store_without_create_schema_refuses_to_start_when_only_the_runs_table_is_missing(
+    scratch: Scratch,
+) -> None:
+    # a schema made before run records: the lock table alone
+    store = scratch.store("locks-only")
+    await store.create_schema()
+    await store.aclose()
+    await scratch.sql(f"DROP TABLE `{store._table_name}_runs`")
+    strict = MySQLLockStore.from_url(scratch.url, table=store._table_name, create_schema=False)
+
+    with pytest.raises(LockStoreError, match=r"_runs` does not exist, and create_schema=False"):
+        await strict.open()
+
+
+async def test_create_schema_adds_the_runs_table_beside_a_lock_table_and_keeps_its_locks(
+    scratch: Scratch,
+) -> None:
+    table = scratch.table("add-runs")
+    old = MySQLLockStore.from_url(scratch.url, table=table)
+    key = unique_key("kept")
+    try:
+        taken = await old.acquire(key, "holder", 60_000)
+        await scratch.sql(f"DROP TABLE `{table}_runs`")
+        await old.create_schema()
+        job = unique_key("job")
+        await old.record_run(make_run(job, "ok", at=1, token=4))
+        records = await old.job_records([job])
+        info = await old.read_lock(key)
+    finally:
+        await old.aclose()
+
+    assert isinstance(taken, Acquired)
+    assert info is not None
+    assert (info.owner, info.fencing_token) == ("holder", taken.fencing_token)
+    assert [record.last_run for record in records] == [make_run(job, "ok", at=1, token=4)]
+
+
+async def test_a_job_longer_than_its_column_is_refused_not_cut_short(
+    store: MySQLLockStore,
+) -> None:
+    with pytest.raises(LocksConfigurationError, match=r"at most 2000 .*shorter job"):
+        await store.record_run(make_run("\u732b" * 700, "ok", at=1, token=1))
+
+
+async def test_a_table_name_of_59_characters_keeps_its_runs_in_a_64_character_table(
+    scratch: Scratch,
+) -> None:
+    table = scratch.table("long")
+    table += "x" * (59 - len(table))
+    scratch.tables.append(table)
+    store = MySQLLockStore.from_url(scratch.url, table=table)
+    job = unique_key("long")
+    try:
+        await store.record_run(make_run(job, "error", at=1, token=None))
+        (record,) = await store.job_records([job])
+    finally:
+        await store.aclose()
+
+    assert record.last_run == make_run(job, "error", at=1, token=None)
+    assert await scratch.sql("SHOW TABLES LIKE %s", f"{table}_runs") == [(f"{table}_runs",)]
+
+
 # --- schema --------------------------------------------------------------------------------
 
 
@@ -339,7 +487,7 @@ async def test_a_missing_table_with_create_schema_off_fails_at_start_naming_the_
     scratch: Scratch,
 ) -> None:
     missing = scratch.store("missing", create_schema=False)
-    with pytest.raises(LockStoreError, match=r"does not exist, and create_schema=False"):
+    with pytest.raises(LockStoreError, match=r"_runs` do not exist, and create_schema=False"):
         await missing.open()
 
 
@@ -356,8 +504,8 @@ async def test_a_table_dropped_after_start_is_reported_with_the_ways_to_create_i
         await store.aclose()
 
 
-def load_migration(table: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(ALEMBIC_MIGRATION.stem, ALEMBIC_MIGRATION)
+def load_migration(path: Path, table: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None
     assert spec.loader is not None
     migration = importlib.util.module_from_spec(spec)
@@ -384,29 +532,37 @@ async def migrate(url: str, migration: ModuleType, step: str) -> None:
 
 
 @pytest.mark.skipif(not HAS_ALEMBIC, reason="alembic is not installed")
-async def test_the_alembic_migration_makes_the_table_create_schema_makes(
+async def test_the_alembic_migrations_make_the_tables_create_schema_makes(
     scratch: Scratch,
 ) -> None:
     by_store = scratch.store("by-store")
     await by_store.create_schema()
     await by_store.aclose()
     table = scratch.table("alembic")
-    migration = load_migration(table)
+    locks, runs = (load_migration(path, table) for path in ALEMBIC_MIGRATIONS)
+    assert runs.down_revision == locks.revision
 
-    await migrate(scratch.url, migration, "upgrade")
-    await migrate(scratch.url, migration, "upgrade")  # adopts what exists
+    for migration in (locks, runs, locks, runs):  # the second pass adopts what exists
+        await migrate(scratch.url, migration, "upgrade")
 
-    async def definition(name: str) -> str:
+    async def definition(name: str, made_for: str) -> str:
         (row,) = await scratch.sql(f"SHOW CREATE TABLE `{name}`")
-        return str(row[1]).replace(f"`{name}`", "`T`")
+        return str(row[1]).replace(f"`{made_for}", "`T")
 
-    assert await definition(table) == await definition(by_store._table_name)
+    for suffix in ("", "_runs"):
+        assert await definition(table + suffix, table) == await definition(
+            by_store._table_name + suffix, by_store._table_name
+        )
     migrated = MySQLLockStore.from_url(scratch.url, table=table, create_schema=False)
     try:
         assert isinstance(await migrated.acquire(unique_key("alembic"), "o", 60_000), Acquired)
+        await migrated.record_run(make_run(unique_key("alembic job"), "ok", at=1, token=1))
     finally:
         await migrated.aclose()
-    await migrate(scratch.url, migration, "downgrade")
+    await migrate(scratch.url, runs, "downgrade")
+    assert await scratch.sql("SHOW TABLES LIKE %s", f"{table}_runs") == []
+    assert await scratch.sql("SHOW TABLES LIKE %s", table) != []
+    await migrate(scratch.url, locks, "downgrade")
     assert await scratch.sql("SHOW TABLES LIKE %s", table) == []
 
 
@@ -451,7 +607,9 @@ async def test_an_unknown_database_is_named_in_the_error(scratch: Scratch) -> No
 # --- arguments -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["", "1table", "locks;drop", "a.b.c", "t-1", "x" * 65, 5])
+@pytest.mark.parametrize(
+    "name", ["", "1table", "locks;drop", "a.b.c", "t-1", "x" * 65, "x" * 60, "db.x" + "x" * 59, 5]
+)
 def test_a_bad_table_name_is_refused(name: object) -> None:
     with pytest.raises(LocksConfigurationError, match=r"is not a name MySQLLockStore accepts"):
         MySQLLockStore.from_url("mysql://localhost/db", table=name)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from typing import Final
 
 from ._etcd_gateway import encoded
 
-__all__ = ["MAX_MOVES", "acquire_txn", "move_txn", "release_txn"]
+__all__ = ["MAX_MOVES", "MAX_TXN_OPS", "acquire_txn", "move_txn", "release_txn"]
 
 MAX_TXN_OPS: Final = 128
 """etcd's default ``--max-txn-ops``: the most compares, or operations, one txn may carry."""

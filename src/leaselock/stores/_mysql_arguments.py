@@ -67,7 +67,7 @@ def check_length(value: str, name: str, limit: int) -> None:
     if len(value) * 4 > limit and len(value.encode()) > limit:
         raise LocksConfigurationError(
             f"{name} is {len(value.encode())} bytes long in UTF-8; MySQLLockStore keeps at most "
-            f"{limit} (a key of 500 characters always fits): pass a shorter {name}"
+            f"{limit} ({limit // 4} characters always fit): pass a shorter {name}"
         )
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from typing import Final
+from typing import Final, NamedTuple
 
 from .._errors import LocksConfigurationError
 
@@ -36,8 +36,10 @@ __all__ = [
     "READ_LOCK_SQL",
     "RELEASE_SQL",
     "RENEW_SQL",
+    "RUNS_SUFFIX",
     "SERVER_SQL",
     "Statements",
+    "TableNames",
     "checked_table",
     "renew_many_sql",
     "statements",
@@ -46,8 +48,11 @@ __all__ = [
 # a key is at most 500 characters, at most 4 bytes each in UTF-8
 MAX_KEY_BYTES: Final = 2000
 MAX_OWNER_BYTES: Final = 2000
-_NAME_PART: Final = r"[A-Za-z_][A-Za-z0-9_$]{0,63}"
-_QUALIFIED_NAME: Final = re.compile(rf"(?:{_NAME_PART}\.)?{_NAME_PART}")
+# the run records live in "<table>_runs": a name of at most 64 characters, as any MySQL name
+RUNS_SUFFIX: Final = "_runs"
+_DATABASE_NAME: Final = r"[A-Za-z_][A-Za-z0-9_$]{0,63}"
+_TABLE_NAME: Final = rf"[A-Za-z_][A-Za-z0-9_$]{{0,{63 - len(RUNS_SUFFIX)}}}"
+_QUALIFIED_NAME: Final = re.compile(rf"(?:{_DATABASE_NAME}\.)?{_TABLE_NAME}")
 # MySQL 8.0.19 reads the inserted row by alias; 8.0.20 deprecates VALUES(col) with a warning,
 # and a warning costs asyncmy a SHOW WARNINGS round trip on every acquire
 _ROW_ALIAS_SINCE: Final = (8, 0, 19)
@@ -137,12 +142,15 @@ LIST_LOCKS_SQL: Final = (
  ORDER BY `key` LIMIT %s"""
 )
 
-# %s schema or NULL (the connection's database) , %s table -> (server version, the database in
-# use, whether the table exists). Needs no privilege beyond reading the table.
+# %s schema or NULL (the connection's database), %s lock table, %s runs table -> (server
+# version, the database in use, whether the lock table exists, whether the runs table exists).
+# Needs no privilege beyond reading the tables.
 SERVER_SQL: Final = """\
-SELECT VERSION(), DATABASE(), EXISTS(
-    SELECT 1 FROM information_schema.tables
-     WHERE table_schema = COALESCE(%s, DATABASE()) AND table_name = %s)"""
+SELECT VERSION(), DATABASE(),
+       EXISTS(SELECT 1 FROM information_schema.tables
+               WHERE table_schema = COALESCE(%s, DATABASE()) AND table_name = %s),
+       EXISTS(SELECT 1 FROM information_schema.tables
+               WHERE table_schema = COALESCE(%s, DATABASE()) AND table_name = %s)"""
 
 # no input, no output. VARBINARY keys compare byte for byte: a _bin collation of MySQL 5.7
 # and MariaDB pads with spaces ("job" = "job "), and a _ci one folds case and accents. The
@@ -214,19 +222,37 @@ def _reads_row_alias(server_version: str) -> bool:
     return tuple(int(part) for part in numbers.groups()) >= _ROW_ALIAS_SINCE
 
 
-def checked_table(value: object) -> tuple[str, str | None, str]:
-    """Return ``value`` quoted, and its schema (``None``: the connection's database) and name.
+class TableNames(NamedTuple):
+    """The store's two tables, quoted for its SQL and bare for ``information_schema``."""
+
+    locks: str
+    runs: str
+    schema: str | None
+    """The database named in ``table=``; ``None``: the connection's."""
+    locks_name: str
+    runs_name: str
+
+
+def checked_table(value: object) -> TableNames:
+    """Return the names of the lock table ``value`` and of its run records table.
 
     Raises:
         LocksConfigurationError: not a name of letters, digits, ``_`` and ``$``, optionally
-            qualified by a database.
+            qualified by a database, short enough for ``_runs`` to be appended.
     """
     if not isinstance(value, str) or not _QUALIFIED_NAME.fullmatch(value):
         raise LocksConfigurationError(
             f"table={value!r} is not a name MySQLLockStore accepts: use letters, digits, '_' "
-            "and '$', starting with a letter or underscore, at most 64 characters, optionally "
+            f"and '$', starting with a letter or underscore, at most {64 - len(RUNS_SUFFIX)} "
+            f"characters (its run records go in '<table>{RUNS_SUFFIX}', at most 64), optionally "
             'qualified by a database ("locks.leaselock_locks"); it is used as written (quoted)'
         )
     schema, _, name = value.rpartition(".")
-    quoted = ".".join(f"`{part}`" for part in value.split("."))
-    return quoted, schema or None, name
+    prefix = f"`{schema}`." if schema else ""
+    return TableNames(
+        locks=f"{prefix}`{name}`",
+        runs=f"{prefix}`{name}{RUNS_SUFFIX}`",
+        schema=schema or None,
+        locks_name=name,
+        runs_name=name + RUNS_SUFFIX,
+    )

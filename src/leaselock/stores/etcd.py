@@ -4,7 +4,8 @@ A lock is the key ``<prefix>locks/<key>``, whose value is its owner, put under a
 when the lease expires, etcd deletes the key. Locks of one ttl share a lease, so one keep-alive
 renews them all (``_etcd_leases`` says how each lock still expires on its own). An acquire is
 one transaction that creates the key only if it does not exist; its revision is the token.
-A watch of a key's deletions wakes the waiters on it at once.
+A watch of a key's deletions wakes the waiters on it at once. Job run records are keys of
+their own under ``<prefix>runs/`` (``_etcd_runs`` says how one transaction keeps the newer run).
 
 Talks to etcd 3.4 or later through etcd's own gRPC JSON gateway (``POST /v3/...`` on the client
 URL) with httpx: no gRPC stack, and nothing between leaselock and etcd but an HTTP client.
@@ -21,7 +22,7 @@ from urllib.parse import urlsplit
 from .._durations import Duration, parse_ttl
 from .._errors import LocksConfigurationError, LockStoreError
 from .._redact import redact_secrets
-from ._capabilities import LockInfo
+from ._capabilities import JobRecord, LockInfo, RunRecord
 from ._etcd_follower import EtcdReleaseFollower
 from ._etcd_gateway import (
     EtcdGateway,
@@ -34,6 +35,7 @@ from ._etcd_gateway import (
 )
 from ._etcd_leases import Cohort, LeaseBook, lease_seconds
 from ._etcd_requests import MAX_MOVES, acquire_txn, move_txn, release_txn
+from ._etcd_runs import RUNS_SEGMENT, read_job_records, record_run_txn
 from ._protocol import MAX_FENCING_TOKEN, Acquired, AcquireResult, NotAcquired, Renewal
 
 try:
@@ -71,6 +73,8 @@ class EtcdLockStore:
     - **release** deletes the key if the owner holds it: one transaction.
     - a watch of a key's deletions (release, break, expiry) wakes waiters at once
       (:meth:`follow_releases`).
+    - job run records are keys with no lease, ``<prefix>runs/last/<job>`` and
+      ``<prefix>runs/success/<job>`` (:meth:`record_run`).
 
     **Expiry precision.** etcd leases last whole seconds, and etcd deletes an expired lease's
     keys within about 500 ms: a lock lives from its ttl rounded up to a second, to that plus
@@ -91,8 +95,9 @@ class EtcdLockStore:
             certificates); it stays the application's: the store never closes it. Without
             one, the store makes its own at :meth:`open`, on the loop that opens it, and
             closes it at the last :meth:`aclose`.
-        prefix: the start of every key this store writes; ends with ``/``. Stores with
-            different prefixes never see each other's locks.
+        prefix: the start of every key this store writes; ends with ``/``, and has no
+            ``locks`` or ``runs`` segment. Stores with different prefixes never see each
+            other's locks or runs.
         timeout: the bound of every call to etcd (connecting, sending, waiting for the
             answer); the engine bounds its calls too.
 
@@ -112,6 +117,7 @@ class EtcdLockStore:
         "_opens",
         "_owns_client",
         "_prefix",
+        "_runs_prefix",
         "_timeout_s",
     )
 
@@ -135,6 +141,7 @@ class EtcdLockStore:
         self._timeout_s = parse_ttl(timeout, name="timeout") / 1000
         self._prefix = prefix
         self._key_prefix = prefix + LOCKS_SEGMENT
+        self._runs_prefix = prefix + RUNS_SEGMENT
         self._client = client
         self._owns_client = client is None
         self._gateway: EtcdGateway | None = None
@@ -506,6 +513,32 @@ class EtcdLockStore:
         seconds = as_int(answer.get("TTL"))
         return 0 if seconds < 0 else max(seconds * 1000, 1)
 
+    # --- run records ----------------------------------------------------------------------------
+
+    async def record_run(self, run: RunRecord) -> None:
+        """Keep ``run`` as its job's last run, and as its last success if it went well.
+
+        Unless the run kept there started later, or in the same millisecond with a greater
+        token. One transaction, so one round trip, whether or not other calls race it: each
+        value starts with its run's order, and etcd puts each key only if it is absent or its
+        value sorts below that order, comparing and writing in one step, in raft order.
+        Racing calls cost nothing more: nothing is read first, nothing is retried, and the
+        newest run stays whatever order they arrive in. Both keys are written whole, together.
+
+        Raises:
+            LockStoreError: etcd could not be reached or refused the write, or the run's token
+                is outside 0..2**53-1.
+        """
+        await self._ready().call("kv/txn", record_run_txn(self._runs_prefix, run))
+
+    async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
+        """Return the records of ``jobs`` (every job when ``None``), sorted by job key.
+
+        Every job: one range read of ``<prefix>runs/``; given jobs: one transaction of range
+        reads per 64 jobs.
+        """
+        return await read_job_records(self._ready(), self._runs_prefix, jobs)
+
     # --- release notifications -----------------------------------------------------------------
 
     @asynccontextmanager
@@ -587,20 +620,22 @@ def _checked_endpoints(endpoints: object) -> tuple[str, ...]:
 
 
 def _check_prefix(prefix: object) -> None:
-    """Refuse a prefix under which one store's locks could be another store's.
+    """Refuse a prefix under which one store's keys could be another store's.
 
-    Lock keys are ``<prefix>locks/<key>``; a prefix that ends with ``/`` and has no ``locks``
-    segment cannot start with another prefix's ``<prefix>locks/``.
+    Keys are ``<prefix>locks/<key>`` and ``<prefix>runs/<kind>/<job>``: with prefixes that end
+    with ``/`` and have no ``locks`` or ``runs`` segment, no key of one prefix starts with
+    another prefix's ``<prefix>locks/`` or ``<prefix>runs/``.
     """
     if (
         not isinstance(prefix, str)
         or not prefix.endswith("/")
         or len(prefix) > MAX_PREFIX_LENGTH
-        or "locks" in prefix.split("/")
+        or {"locks", "runs"}.intersection(prefix.split("/"))
     ):
         raise LocksConfigurationError(
             f"prefix={prefix!r}; pass a str of at most {MAX_PREFIX_LENGTH} characters that ends "
-            'with "/" and has no "locks" segment (which would overlap lock keys), such as '
+            'with "/" and has no "locks" or "runs" segment (which would overlap the keys of '
+            "another prefix's locks or runs), such as "
             f'{DEFAULT_PREFIX!r} or "myapp/leaselock/"'
         )
 

@@ -6,10 +6,13 @@ SQLAlchemy ``AsyncEngine`` on ``mysql+asyncmy``; or it owns an asyncmy pool, mad
 :meth:`MySQLLockStore.from_url`. The SQL is written once (``_mysql_sql``); a small executor per
 driver family (``_mysql_executors``) runs it.
 
-Schema (the default name)::
+Schema (the default names)::
 
     leaselock_locks(key VARBINARY(2000) PRIMARY KEY, owner VARBINARY(2000) NULL once released,
                     fencing_token BIGINT AUTO_INCREMENT (the counter), expires_at DATETIME(6) UTC)
+    leaselock_locks_runs(job, kind "last" | "success", instance, fencing_token, started_at_ms,
+                         ended_at_ms, outcome, error, trigger, detected_by;
+                         PRIMARY KEY (job, kind))   -- run records (``_mysql_runs``)
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Final, final
 from .._durations import Duration, parse_ttl
 from .._errors import LocksConfigurationError, LockStoreError
 from .._redact import redact_secrets
-from ._capabilities import LockInfo
+from ._capabilities import JobRecord, LockInfo, RunRecord
 from ._mysql_arguments import (
     DEFAULT_MAX_SIZE,
     DEFAULT_MIN_SIZE,
@@ -35,6 +38,7 @@ from ._mysql_arguments import (
 )
 from ._mysql_errors import NO_SUCH_TABLE, RETRIED_ERRORS, mysql_errno, open_failure
 from ._mysql_executors import Executor, PoolExecutor, Row, Written, executor_over, safe_url
+from ._mysql_runs import CREATE_RUNS_SQL, RunStatements, records_from_rows
 from ._mysql_sql import (
     CREATE_TABLE_SQL,
     MAX_KEY_BYTES,
@@ -73,9 +77,10 @@ class MySQLLockStore:
     keeps its row (owner NULL). Tokens come from the table's ``AUTO_INCREMENT`` counter, and the
     key's row is the floor of its next token (``GREATEST(drawn, row.token + 1)``), so tokens of
     a key grow however it was freed, and even if the counter went back. Renewals of many leases
-    go in one statement (:meth:`renew_many`). No release notifications: MySQL has no
-    LISTEN/NOTIFY, so waiters in other processes find a released key by polling (their backoff
-    caps at a second).
+    go in one statement (:meth:`renew_many`). Each job's last run and last success are kept in
+    ``<table>_runs`` (:meth:`record_run`: one statement). No release notifications: MySQL has
+    no LISTEN/NOTIFY, so waiters in other processes find a released key by polling (their
+    backoff caps at a second).
 
     Build it over what the application has: ``MySQLLockStore(pool)`` with an asyncmy pool
     (``autocommit=True`` for one round trip a call), ``MySQLLockStore(engine)`` with a
@@ -85,9 +90,9 @@ class MySQLLockStore:
     Args:
         pool: an asyncmy ``Pool`` or a SQLAlchemy ``AsyncEngine``.
         table: the lock table, optionally qualified by its database (``"locks.leaselock_locks"``);
-            used as written (quoted).
-        create_schema: at open, create the table if it is missing (no DDL runs when it
-            exists). Pass ``False`` where migrations own the schema.
+            used as written (quoted). The run records go in ``<table>_runs`` beside it.
+        create_schema: at open, create the lock table and the runs table if either is missing
+            (no DDL runs when both exist). Pass ``False`` where migrations own the schema.
         own_pool: close the pool or dispose the engine when the last user closes the store;
             for a pool made for this store alone.
 
@@ -104,6 +109,8 @@ class MySQLLockStore:
         "_loop",
         "_make_executor",
         "_opening",
+        "_runs_name",
+        "_runs_sql",
         "_schema",
         "_sql",
         "_table",
@@ -207,7 +214,10 @@ class MySQLLockStore:
         return store
 
     def _configure(self, opener: _Opener, *, where: str, table: str, create_schema: bool) -> None:
-        self._table, self._schema, self._table_name = checked_table(table)
+        names = checked_table(table)
+        self._table, self._schema, self._table_name = names.locks, names.schema, names.locks_name
+        self._runs_name = names.runs_name
+        self._runs_sql = RunStatements.of(names.runs)
         self._make_executor = opener
         self._create_schema_at_open = create_schema
         self._where = where
@@ -280,6 +290,33 @@ class MySQLLockStore:
             )
         )
 
+    # --- run records ----------------------------------------------------------------------
+
+    async def record_run(self, run: RunRecord) -> None:
+        """Keep ``run`` as its job's last run, and its last success if it went well; one trip.
+
+        Each is kept unless the run kept there started later, or in the same millisecond with a
+        greater token. Concurrent calls for one job leave each row one whole run: InnoDB locks
+        the rows the statement writes (a deadlock's victim is sent again, as every statement).
+
+        Raises:
+            LocksConfigurationError: the job, the instance or the error is longer than its
+                column (2,000, 2,000 and 65,535 bytes in UTF-8).
+        """
+        sql, args = self._runs_sql.record(run)
+        await self._write(sql, args)
+
+    async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
+        """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""
+        if jobs is None:
+            rows = await self._fetch(self._runs_sql.all_runs, ())
+        else:
+            wanted = sorted(set(jobs))
+            if not wanted:
+                return []
+            rows = await self._fetch(self._runs_sql.job_runs(len(wanted)), wanted)
+        return records_from_rows(rows)
+
     # --- inspection -----------------------------------------------------------------------
 
     async def read_lock(self, key: str) -> LockInfo | None:
@@ -336,31 +373,42 @@ class MySQLLockStore:
     # --- schema and lifecycle -------------------------------------------------------------
 
     async def create_schema(self) -> None:
-        """Create the table if it is missing; safe when processes race to do it.
+        """Create the lock table and the runs table if missing; safe when processes race.
 
         Raises:
             LockStoreError: the server refused (e.g. the user may not create tables).
         """
         executor, _ = await self._ready(create_missing=True)
-        # the table may have gone since the store opened; CREATE ... IF NOT EXISTS on a table
+        # a table may have gone since the store opened; CREATE ... IF NOT EXISTS on a table
         # that exists draws a warning that asyncmy fetches in a round trip of its own and logs
-        rows = await self._fetch(SERVER_SQL, (self._schema, self._table_name))
-        if not rows[0][2]:
-            await self._create_table(executor)
+        rows = await self._fetch(SERVER_SQL, self._server_args())
+        await self._create_tables(executor, locks=not rows[0][2], runs=not rows[0][3])
 
-    async def _create_table(self, executor: Executor) -> None:
+    async def _create_tables(self, executor: Executor, *, locks: bool, runs: bool) -> None:
+        wanted = [
+            sql
+            for sql, missing in (
+                (CREATE_TABLE_SQL.format(table=self._table), locks),
+                (CREATE_RUNS_SQL.format(runs=self._runs_sql.runs), runs),
+            )
+            if missing
+        ]
         try:
-            await executor.write(CREATE_TABLE_SQL.format(table=self._table), ())
+            for sql in wanted:
+                await executor.write(sql, ())
         except Exception as error:
             raise LockStoreError(
-                f"{self!r} could not create its table: {type(error).__name__}: {error}. "
-                "GRANT the user CREATE on the database, or create the table once with the "
-                "Alembic migration in the docs (docs/stores/alembic_leaselock_locks_mysql.py), "
-                "and pass create_schema=False"
+                f"{self!r} could not create its tables: {type(error).__name__}: {error}. "
+                "GRANT the user CREATE on the database, or create the tables once with the "
+                "Alembic migrations in the docs (docs/stores/alembic_leaselock_locks_mysql.py, "
+                "then docs/stores/alembic_leaselock_runs_mysql.py), and pass create_schema=False"
             ) from error
 
+    def _server_args(self) -> tuple[object, ...]:
+        return (self._schema, self._table_name, self._schema, self._runs_name)
+
     async def open(self) -> None:
-        """Open the pool (if the store owns one) and create the table if asked; counted."""
+        """Open the pool (if the store owns one) and create the tables if asked; counted."""
         await self._ready()
         self._users += 1
 
@@ -421,23 +469,33 @@ class MySQLLockStore:
         return executor, sql
 
     async def _check_server(self, executor: Executor, *, create: bool) -> Statements:
-        rows = await executor.fetch(SERVER_SQL, (self._schema, self._table_name))
-        version, database, exists = _text(rows[0][0]), rows[0][1], rows[0][2]
+        rows = await executor.fetch(SERVER_SQL, self._server_args())
+        version, database = _text(rows[0][0]), rows[0][1]
+        locks_exist, runs_exist = rows[0][2], rows[0][3]
         if self._schema is None and database is None:
             raise LockStoreError(
                 f"{self!r} cannot start: its connections have no database, and the table "
                 f"{self._table} names none. Put the database at the end of the URL "
                 "(mysql://host:3306/locks), or qualify the table (table='locks.leaselock_locks')"
             )
-        if not exists:
+        if not (locks_exist and runs_exist):
             if not create:
                 # fail at start, not with a warning at every tick
+                missing = [
+                    table
+                    for table, exists in (
+                        (self._table, locks_exist),
+                        (self._runs_sql.runs, runs_exist),
+                    )
+                    if not exists
+                ]
+                verb = "does" if len(missing) == 1 else "do"
                 raise LockStoreError(
-                    f"{self!r} cannot start: the table {self._table} does not exist, and "
-                    "create_schema=False. Create it (apply the Alembic migration in the docs, "
+                    f"{self!r} cannot start: {' and '.join(missing)} {verb} not exist, and "
+                    "create_schema=False. Create them (apply the Alembic migrations in the docs, "
                     "or call await store.create_schema()), or pass create_schema=True"
                 )
-            await self._create_table(executor)
+            await self._create_tables(executor, locks=not locks_exist, runs=not runs_exist)
         return statements(self._table, version)
 
     # --- plumbing -------------------------------------------------------------------------
@@ -478,9 +536,9 @@ class MySQLLockStore:
         if mysql_errno(error) != NO_SUCH_TABLE:
             return error
         return LockStoreError(
-            f"{self!r}: the table {self._table} does not exist ({error}). Create it: pass "
-            "create_schema=True, call await store.create_schema(), or apply the Alembic "
-            "migration from the docs"
+            f"{self!r}: the table {self._table} or {self._runs_sql.runs} does not exist "
+            f"({error}). Create them: pass create_schema=True, call await "
+            "store.create_schema(), or apply the Alembic migrations from the docs"
         )
 
     def _token(self, value: object) -> int:
