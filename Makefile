@@ -74,8 +74,12 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_redis.py
 	$(BIN)/python benchmarks/bench_postgres.py
 	$(BIN)/python benchmarks/bench_sqlite.py
+	$(BIN)/python benchmarks/bench_mysql.py
+	$(BIN)/python benchmarks/bench_etcd.py
+	$(BIN)/python benchmarks/bench_redis_cluster.py
 	$(BIN)/python benchmarks/bench_handoff.py
 	$(BIN)/python benchmarks/bench_contention.py
+	$(BIN)/python benchmarks/bench_contention.py --in-process
 	$(BIN)/python benchmarks/bench_renewals.py
 	$(BIN)/python benchmarks/bench_election_takeover.py
 	$(BIN)/python benchmarks/fleet.py

@@ -13,7 +13,8 @@ Usage::
 
     .venv/bin/python benchmarks/bench_etcd.py [--url URL] [--seconds N]
 
-The URL defaults to LEASELOCK_TEST_ETCD_URL, else http://127.0.0.1:2379. The variants take
+The URL defaults to LEASELOCK_TEST_ETCD_URL; without one, a throwaway etcd is started from the
+local binary as the tests start it (its data on disk, as a real member's). The variants take
 turns in slices of a few milliseconds for about ``seconds`` each, so that load from other
 processes falls on all of them alike; each ratio is the median of the per-turn ratios. Keys
 live under a prefix of this run's own, deleted at the end.
@@ -24,13 +25,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import logging
 import os
 import secrets
 import statistics
+import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import httpx
 
@@ -38,7 +42,6 @@ from leaselock import Lock, Locks
 from leaselock.stores._etcd_requests import acquire_txn, release_txn
 from leaselock.stores.etcd import EtcdLockStore
 
-DEFAULT_URL = "http://127.0.0.1:2379"
 TTL_MS = 30_000
 SLICE_CYCLES = 50
 WARM_UP_SLICES = 3
@@ -181,8 +184,13 @@ async def main(url: str, seconds: float) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--url", default=os.environ.get("LEASELOCK_TEST_ETCD_URL") or DEFAULT_URL)
+    parser.add_argument("--url", default=os.environ.get("LEASELOCK_TEST_ETCD_URL"))
     parser.add_argument("--seconds", type=float, default=5.0, help="time for each variant")
     arguments = parser.parse_args()
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
-    asyncio.run(main(arguments.url, arguments.seconds))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from etcd_server import etcd_server
+
+    with contextlib.ExitStack() as servers:
+        url = arguments.url or servers.enter_context(etcd_server())
+        asyncio.run(main(url, arguments.seconds))

@@ -1,6 +1,7 @@
 """Sequential acquire + release cycles per second on Redis: the raw floor, the store, the engine.
 
-(a) raw: the store's two scripts by EVALSHA through the same redis.asyncio client, nothing else;
+(a) raw: the store's two scripts by EVALSHA through the same redis.asyncio client, nothing else
+    (the release announces itself as the store's does: to the next follower in turn, here none);
 (b) store: RedisLockStore.acquire + release;
 (c) Locks: Locks.acquire + Lock.release (owner ids, leases, renewal timer, release wake-ups);
 (d) as (c), over the store's three methods only: no release subscription, so (c) - (d) is what
@@ -32,7 +33,8 @@ import redis.asyncio
 
 from leaselock import Locks
 from leaselock.stores import AcquireResult
-from leaselock.stores.redis import ACQUIRE, RELEASE, RedisLockStore
+from leaselock.stores._redis_turns import RELEASE_IN_TURN, queue_name
+from leaselock.stores.redis import ACQUIRE, RedisLockStore
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 TTL_MS = 30_000
@@ -52,16 +54,19 @@ async def timed_slice(cycle: Cycle) -> float:
 
 def raw_cycle(client: redis.asyncio.Redis, prefix: str) -> Cycle:
     key = "bench:raw"
-    lock_key, counter, channel = (
+    lock_key, counter, channel, followers = (
         prefix + "lock:" + key,
         prefix + "fencing-token",
-        prefix + "released",
+        prefix + "released@db0:" + key,
+        prefix + "followers@db0",
     )
     owner = secrets.token_hex(16)
 
     async def cycle() -> None:
         token = await client.evalsha(ACQUIRE.sha, 2, lock_key, counter, owner, TTL_MS)
-        released = await client.evalsha(RELEASE.sha, 1, lock_key, owner, channel, key)
+        released = await client.evalsha(
+            RELEASE_IN_TURN.sha, 3, lock_key, queue_name(lock_key), followers, owner, channel, key
+        )
         if not token or released != 1:
             raise RuntimeError(f"raw cycle failed: token {token!r}, released {released!r}")
 
@@ -110,7 +115,7 @@ class WithoutNotifications:
 async def main(url: str, seconds: float) -> None:
     prefix = f"leaselock-bench-{secrets.token_hex(6)}:"
     async with redis.asyncio.Redis.from_url(url) as client:
-        for script in (ACQUIRE, RELEASE):
+        for script in (ACQUIRE, RELEASE_IN_TURN):
             await client.script_load(script.source)
         store = RedisLockStore(client, prefix=prefix)
         async with (

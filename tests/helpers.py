@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Generic, Protocol, Self, TypeVar
@@ -27,6 +28,27 @@ def unique_key(name: str) -> str:
 async def wait_for_real(ms: int) -> None:
     """Let real time pass: only for stores whose clock is the server's and cannot be moved."""
     await asyncio.sleep(ms / 1000)  # noqa: TID251 -- the server's clock cannot be advanced
+
+
+async def until_real(
+    check: Callable[[], Awaitable[bool]] | Callable[[], bool], within_s: float = 5.0
+) -> None:
+    """Poll ``check`` until it is true, for at most ``within_s`` of real time; fail if never.
+
+    For what a real server does in the background (a subscription, a queue), which no clock of
+    the test can move.
+    """
+    try:
+        async with asyncio.timeout(within_s):
+            while True:
+                outcome = check()
+                if inspect.isawaitable(outcome):
+                    outcome = await outcome
+                if outcome:
+                    return
+                await asyncio.sleep(0.01)  # noqa: TID251 -- a bounded poll of a real server
+    except TimeoutError:
+        raise AssertionError(f"not true within {within_s} s: {check}") from None
 
 
 async def yield_once() -> None:

@@ -16,10 +16,11 @@ import pytest
 import redis
 import redis.asyncio
 
-from helpers import TokensAsText, unique_key
+from helpers import TokensAsText, unique_key, until_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
 from leaselock.stores import Acquired, Renewal
 from leaselock.stores.redis import RedisLockStore
+from leaselock.testing import ManualClock
 from servers import REDIS_URL_ENV, ServerUnavailable, redis_server
 
 LOGGER = "leaselock.stores.redis"
@@ -667,3 +668,132 @@ async def test_the_engine_refuses_a_token_returned_as_str(redis_url: str, prefix
     async with opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store:
         # the engine handed back the lock it could not use
         assert isinstance(await store.acquire(key, "next owner", ONE_MINUTE_MS), Acquired)
+
+
+# --- releases in turn ------------------------------------------------------------------------
+
+
+async def released(store: RedisLockStore, key: str) -> None:
+    owner = unique_key("owner")
+    assert isinstance(await store.acquire(key, owner, ONE_MINUTE_MS), Acquired)
+    assert await store.release(key, owner)
+
+
+@pytest.mark.redis
+async def test_turns_go_round_the_followers_of_a_key_in_the_order_they_came(
+    redis_url: str, prefix: str
+) -> None:
+    key = unique_key("turns")
+    heard: list[str] = []
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store,
+        store.follow_releases_in_turn(lambda _: heard.append("first")) as first,
+        store.follow_releases_in_turn(lambda _: heard.append("second")) as second,
+        store.follow_releases_in_turn(lambda _: heard.append("third")) as third,
+        first.following(key),
+        second.following(key),
+        third.following(key),
+    ):
+        for turn in range(1, 7):
+            await released(store, key)
+            await until_real(lambda turn=turn: len(heard) == turn)
+    assert heard == ["first", "second", "third"] * 2
+
+
+@pytest.mark.redis
+async def test_a_follower_whose_process_died_loses_its_turn_and_its_place(
+    redis_url: str, prefix: str
+) -> None:
+    key = unique_key("dead")
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    queue = f"{prefix}lock:{key}\x00queue"
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store,
+        store.follow_releases_in_turn(heard.put_nowait) as alive,
+        alive.following(key),
+    ):
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            # a follower that came first, then stopped saying it is alive (its process died)
+            await client.zadd(queue, {"dead-follower": 0})
+            await client.zadd(f"{prefix}followers@db0", {"dead-follower": 1})
+            await released(store, key)
+            assert await asyncio.wait_for(heard.get(), 5) == key
+            assert alive.in_turn_id is not None
+            assert await client.zrange(queue, 0, -1) == [alive.in_turn_id.encode()]
+        finally:
+            await client.aclose()
+
+
+@pytest.mark.redis
+async def test_a_process_that_just_left_a_queue_does_not_take_the_turn_of_its_own_release(
+    redis_url: str, prefix: str
+) -> None:
+    key = unique_key("left")
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as releaser,
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as waiter,
+        releaser.follow_releases_in_turn(lambda _: None) as leaving,
+        waiter.follow_releases_in_turn(heard.put_nowait) as staying,
+        staying.following(key),
+    ):
+        async with leaving.following(key):
+            pass
+        # the releaser's leave may still be in flight: its own release passes it over
+        await released(releaser, key)
+        assert await asyncio.wait_for(heard.get(), 5) == key
+
+
+@pytest.mark.redis
+async def test_queues_are_not_listed_as_locks(redis_url: str, prefix: str) -> None:
+    key, owner = unique_key("listed"), unique_key("owner")
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store,
+        store.follow_releases_in_turn(lambda _: None) as follower,
+        follower.following(key),
+    ):
+        await store.acquire(key, owner, ONE_MINUTE_MS)
+        listed = await store.list_locks()
+        assert [(lock.key, lock.owner) for lock in listed] == [(key, owner)]
+
+
+async def _queued(client: redis.asyncio.Redis, queue: str, count: int) -> bool:
+    return await client.zcard(queue) == count
+
+
+@pytest.mark.redis
+async def test_instances_waiting_for_a_key_take_it_in_the_order_they_came(
+    redis_url: str, prefix: str
+) -> None:
+    key = unique_key("order")
+    queue = f"{prefix}lock:{key}\x00queue"
+    client = redis.asyncio.Redis.from_url(redis_url)
+    # a clock that stands still: no waiter retries on its own, so each takes the key on its turn
+    clock = ManualClock()
+    async with contextlib.AsyncExitStack() as instances:
+        holding, *waiting = [
+            await instances.enter_async_context(
+                Locks(store=RedisLockStore.from_url(redis_url, prefix=prefix), clock=clock)
+            )
+            for _ in range(7)
+        ]
+        held = await holding.acquire(key)
+        assert held is not None
+        order: list[int] = []
+
+        async def wait_in_turn(number: int) -> None:
+            lock = await waiting[number].acquire(key, wait="30s")
+            assert lock is not None
+            order.append(number)
+            await lock.release()
+
+        tasks = []
+        for number in range(len(waiting)):
+            tasks.append(asyncio.create_task(wait_in_turn(number)))
+            # each instance stands in the key's queue before the next one comes
+            await until_real(lambda number=number: _queued(client, queue, number + 1))
+        await held.release()
+        await asyncio.wait_for(asyncio.gather(*tasks), 20)
+    await client.aclose()
+    assert order == list(range(len(waiting)))

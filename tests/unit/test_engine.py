@@ -1,13 +1,16 @@
 """Waiting for a lock: backoff on the clock, wake-ups on release, and clean cancellation."""
 
 import asyncio
+import contextlib
 import itertools
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from leaselock import Lock, LockLostError, Locks, LockStoreError, current_lock
 from leaselock._engine import BACKOFF_CAP_MS, backoff_ms
 from leaselock.stores import InMemoryLockStore, NotAcquired
+from leaselock.stores._followed_keys import FollowingNothing
 from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
 
 
@@ -47,6 +50,31 @@ async def test_a_waiter_retries_on_the_clock_and_takes_the_key_once_its_lease_ex
     assert times[0] == 0
     assert all(gap <= BACKOFF_CAP_MS for gap in gaps)
     assert gaps[:3] == sorted(gaps[:3])
+
+
+class ToldStore(InMemoryLockStore):
+    """The in-memory store, as if it told of releases by other processes (it tells nothing)."""
+
+    @contextlib.asynccontextmanager
+    async def follow_releases(
+        self, on_release: Callable[[str], None]
+    ) -> AsyncIterator[FollowingNothing]:
+        yield FollowingNothing()
+
+
+async def test_a_waiter_the_store_tells_of_releases_polls_at_the_capped_pause_only(clock):
+    store = FaultyStore(ToldStore(clock=clock), clock=clock)
+    await store.inner.acquire("k", "holder", 60_000)
+    async with Locks(store=store, clock=clock) as locks:
+        waiting = asyncio.create_task(locks.acquire("k", wait="5s"))
+        await clock.advance("5s")
+        assert await waiting is None
+    gaps = [b - a for a, b in itertools.pairwise(acquires(store))]
+    # the first retry is armed before the following is in place: it is the quick one; after
+    # it, without being told, 100, 200, 400 ms; told, only an expiry needs a look
+    assert gaps[0] <= 50
+    assert all(gap >= BACKOFF_CAP_MS // 2 for gap in gaps[1:-1])
+    assert len(acquires(store)) <= 12
 
 
 async def test_a_waiter_gives_up_after_its_wait_with_a_last_attempt_at_the_end(clock):

@@ -25,7 +25,12 @@ from .._event_types import (
 )
 from .._events import Publisher
 from .._telemetry import Telemetry
-from ..stores._protocol import Acquired, ReleaseFollower, SupportsReleaseNotifications
+from ..stores._protocol import (
+    Acquired,
+    ReleaseFollower,
+    SupportsReleaseNotifications,
+    SupportsReleasesInTurn,
+)
 from ._bounded import StoreCallTimeoutError, bounded
 from ._checked_store import AcquireCall, CheckedStore
 from ._lease import Lease, LeaseState
@@ -34,7 +39,7 @@ from ._operator_store import OperatorStore
 from ._renewal import RenewalScheduler, renew_interval_ms
 from ._signal import LockSignal
 from ._waiter import NotWon, Waiter, Won
-from ._wakeups import WAKEUPS
+from ._wakeups import WAKEUPS, Hearing
 
 __all__ = [
     "ATTEMPT_FLOOR_MS",
@@ -128,8 +133,16 @@ class LockEngine:
         return frozenset(self._held)
 
     async def start(self) -> None:
-        """Get ready to hear of releases elsewhere, where the store can tell."""
-        if isinstance(self.store.inner, SupportsReleaseNotifications):
+        """Get ready to hear of releases elsewhere, where the store can tell.
+
+        A store that wakes followers in turn is followed that way: a release elsewhere then
+        wakes one waiting process, which wakes its longest waiter (:class:`Wakeups`).
+        """
+        if isinstance(self.store.inner, SupportsReleasesInTurn):
+            self._follower = await self._exit_stack.enter_async_context(
+                self.store.inner.follow_releases_in_turn(self._released_elsewhere)
+            )
+        elif isinstance(self.store.inner, SupportsReleaseNotifications):
             self._follower = await self._exit_stack.enter_async_context(
                 self.store.inner.follow_releases(self._released_elsewhere)
             )
@@ -501,7 +514,7 @@ class LockEngine:
     @contextmanager
     def hearing_releases(
         self, key: str, wake: Callable[[], None], still_waiting: Callable[[], bool] = lambda: True
-    ) -> Iterator[None]:
+    ) -> Iterator[Hearing]:
         """Call ``wake()`` on this loop at each release of ``key`` that is its turn, while inside.
 
         A release wakes one of this process's hearers of ``key``: the one inside the longest
@@ -510,15 +523,17 @@ class LockEngine:
         A release through this process's locks on the store wakes at once; one by another
         process does where the store tells (:class:`SupportsReleaseNotifications`). Entering
         returns at once and the store subscribes in the background, so a release just after
-        entering may go unheard: callers keep a retry of their own.
+        entering may go unheard: callers keep a retry of their own. The :class:`Hearing`
+        yielded says when the store's following is in place.
         """
         token = object()
         WAKEUPS.add(self.store.inner, key, token, wake, still_waiting)
         left = asyncio.get_running_loop().create_future()
+        hearing = Hearing()
         if self._follower is not None:
-            self.spawn(_follow_until(self._follower, key, left))
+            self.spawn(_follow_until(self._follower, key, left, hearing))
         try:
-            yield
+            yield hearing
         finally:
             WAKEUPS.remove(self.store.inner, key, token)
             left.set_result(None)
@@ -537,7 +552,10 @@ class LockEngine:
         return Lock(lease, self.release)
 
 
-async def _follow_until(follower: ReleaseFollower, key: str, left: asyncio.Future[None]) -> None:
-    """Follow ``key``'s releases until ``left`` is done."""
+async def _follow_until(
+    follower: ReleaseFollower, key: str, left: asyncio.Future[None], hearing: Hearing
+) -> None:
+    """Follow ``key``'s releases until ``left`` is done; say so on ``hearing`` once in place."""
     async with follower.following(key):
+        hearing.from_store = True
         await left

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import final
 
-__all__ = ["WAKEUPS", "Wakeups"]
+__all__ = ["WAKEUPS", "Hearing", "Wakeups"]
 
 Wake = Callable[[], None]
 StillWaiting = Callable[[], bool]
@@ -22,6 +22,17 @@ StillWaiting = Callable[[], bool]
 
 def _always() -> bool:
     return True
+
+
+@final
+class Hearing:
+    """Whether the store tells this process of a key's releases by other processes yet."""
+
+    __slots__ = ("from_store",)
+
+    def __init__(self) -> None:
+        """Hear only this process's releases, until the store's following is in place."""
+        self.from_store = False
 
 
 @final

@@ -30,6 +30,7 @@ from ._protocol import Renewal as Renewal
 from ._protocol import SupportsBatchRenew as SupportsBatchRenew
 from ._protocol import SupportsLifecycle as SupportsLifecycle
 from ._protocol import SupportsReleaseNotifications as SupportsReleaseNotifications
+from ._protocol import SupportsReleasesInTurn as SupportsReleasesInTurn
 from ._urls import store_from_url as store_from_url
 from .memory import InMemoryLockStore as InMemoryLockStore
 
@@ -70,6 +71,7 @@ __all__ = [
     "SupportsJobControl",
     "SupportsLifecycle",
     "SupportsReleaseNotifications",
+    "SupportsReleasesInTurn",
     "SupportsRunRecords",
     "store_from_url",
 ]

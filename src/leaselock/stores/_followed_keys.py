@@ -52,6 +52,10 @@ class FollowedKeys:
         """The keys followed now: what to subscribe to again on a new connection."""
         return list(self._counts)
 
+    def follows(self, key: str) -> bool:
+        """Whether some caller is inside :meth:`following` of ``key`` now."""
+        return key in self._counts
+
     @asynccontextmanager
     async def following(self, key: str) -> AsyncIterator[None]:
         """Hear ``key`` while entered; later followers of the key share the first's subscription."""

@@ -23,6 +23,7 @@ __all__ = [
     "SupportsBatchRenew",
     "SupportsLifecycle",
     "SupportsReleaseNotifications",
+    "SupportsReleasesInTurn",
 ]
 
 MAX_FENCING_TOKEN = 2**53 - 1
@@ -131,6 +132,27 @@ class SupportsReleaseNotifications(Protocol):
         Opens nothing until a key is followed. A key may also be heard when no follower of it
         is left (a release in flight while it was unfollowed): callers treat a release as a
         hint to look again, never as a grant.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsReleasesInTurn(Protocol):
+    """A store whose release wakes only the follower that has waited longest for its key.
+
+    Followers of a key stand in a queue at the store, across processes, in the order they began
+    following it; a release reaches the first of them still alive, so one process tries the key
+    instead of every waiting one. A follower whose process died loses its turn within seconds.
+    """
+
+    def follow_releases_in_turn(
+        self, on_release: Callable[[str], None]
+    ) -> AbstractAsyncContextManager[ReleaseFollower]:
+        """As :meth:`SupportsReleaseNotifications.follow_releases`, for this follower's turns.
+
+        ``on_release(key)`` is called for a release of a followed key when this follower is
+        the first alive in the key's queue, or when the store could name no follower (then
+        every follower of the key hears it). Hints only, as for ``follow_releases``.
         """
         ...
 

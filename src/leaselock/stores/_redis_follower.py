@@ -3,6 +3,10 @@
 Each key's releases are published on a channel of its own, ``<prefix>released@db<n>:<key>``, so
 a release reaches only the processes that follow that key: what a process receives does not
 grow with the size of the fleet. A publish to a channel nobody follows costs Redis one lookup.
+
+A follower in turn stands in each followed key's queue instead (``_redis_turns``), and listens
+on a channel of its own per key, ``<prefix>released@db<n>:<key>`` + NUL + ``<its id>``: a
+release reaches the one follower whose turn it is, and no other process even reads it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import TYPE_CHECKING, Final, final
 
 from ._followed_keys import FollowedKeys
 from ._redis_keyspace import text
+from ._redis_turns import ReleaseQueue, turn_channel
 
 if TYPE_CHECKING:
     import redis.asyncio
@@ -42,6 +47,8 @@ class RedisReleaseFollower:
         channel_prefix: ``<prefix>released@db<n>:``; a key's channel is this plus the key.
         on_release: called on this loop with the key of each release heard.
         store: how to name the store in log lines.
+        queue: makes this a follower in turn: it queues for each key it follows, and hears a
+            release only when it is its turn.
     """
 
     __slots__ = (
@@ -51,6 +58,7 @@ class RedisReleaseFollower:
         "_on_release",
         "_prefix",
         "_pubsub",
+        "_queue",
         "_reader",
         "_sending",
         "_store",
@@ -62,8 +70,11 @@ class RedisReleaseFollower:
         channel_prefix: str,
         on_release: Callable[[str], None],
         store: str,
+        *,
+        queue: ReleaseQueue | None = None,
     ) -> None:
         """Follow nothing, and open nothing, yet."""
+        self._queue = queue
         self._client = client
         self._prefix = channel_prefix
         self._on_release = on_release
@@ -79,9 +90,20 @@ class RedisReleaseFollower:
         """Hear ``key``'s releases while entered (see :class:`ReleaseFollower`)."""
         return self._keys.following(key)
 
+    @property
+    def in_turn_id(self) -> str | None:
+        """The id a release names to give this follower its turn; ``None``: not in turn."""
+        return None if self._queue is None else self._queue.id
+
+    def follows(self, key: str) -> bool:
+        """Whether some caller is inside :meth:`following` of ``key`` now."""
+        return self._keys.follows(key)
+
     async def aclose(self) -> None:
-        """Stop reading and close the pub/sub connection."""
+        """Stop reading, leave every queue, and close the pub/sub connection."""
         await self._keys.aclose()
+        if self._queue is not None:
+            await self._queue.aclose()
         if self._reader is not None:
             self._reader.cancel()
             await asyncio.wait([self._reader])
@@ -90,7 +112,7 @@ class RedisReleaseFollower:
 
     async def _subscribe(self, key: str) -> None:
         """Subscribe to ``key``'s channel and wait for the server's confirmation."""
-        channel = self._prefix + key
+        channel = self._channel(key)
         confirmed = asyncio.get_running_loop().create_future()
         pending = self._confirmations.setdefault(channel, deque())
         pending.append(confirmed)
@@ -105,6 +127,8 @@ class RedisReleaseFollower:
                         self._read(self._pubsub), name=f"leaselock release follower {self._store}"
                     )
                 await confirmed
+            if self._queue is not None:
+                await self._queue.join(key)
         except Exception as error:  # noqa: BLE001 -- any failure: waiters poll instead
             if confirmed in pending:
                 pending.remove(confirmed)
@@ -121,12 +145,18 @@ class RedisReleaseFollower:
             if not pending:
                 self._confirmations.pop(channel, None)
 
+    def _channel(self, key: str) -> str:
+        channel = self._prefix + key
+        return channel if self._queue is None else turn_channel(channel, self._queue.id)
+
     async def _unsubscribe(self, key: str) -> None:
+        if self._queue is not None:
+            await self._queue.leave(key)
         if self._pubsub is None:
             return
         try:
             async with asyncio.timeout(UNSUBSCRIBE_TIMEOUT_S), self._sending:
-                await self._pubsub.unsubscribe(self._prefix + key)
+                await self._pubsub.unsubscribe(self._channel(key))
         except Exception as error:  # noqa: BLE001 -- only a few stray messages follow from it
             _log.debug("%r could not unsubscribe from %r: %s", self._store, key, error)
 

@@ -50,6 +50,13 @@ from ._redis_keyspace import glob_escaped, lock_info, text
 from ._redis_runs import RECORD_RUN, read_job_records, record_run_args
 from ._redis_scripts import Script, script
 from ._redis_settings import DEFAULT_PREFIX, DEFAULT_SOCKET_TIMEOUTS, check_options, check_prefix
+from ._redis_turns import (
+    BREAK_LOCK_IN_TURN,
+    QUEUE_SCRIPTS,
+    RELEASE_IN_TURN,
+    ReleaseQueue,
+    queue_name,
+)
 
 try:
     import redis.asyncio
@@ -66,6 +73,7 @@ _log = logging.getLogger("leaselock.stores.redis")
 LOCKS_SEGMENT: Final = "lock:"
 COUNTER_NAME: Final = "fencing-token"
 CHANNEL_NAME: Final = "released"
+FOLLOWERS_NAME: Final = "followers"
 RUNS_NAME: Final = "runs"
 JOBS_NAME: Final = "jobs"
 PAUSES_NAME: Final = "pauses"
@@ -102,20 +110,6 @@ return 0
 """,
 )
 
-RELEASE: Final = script(
-    "release",
-    """
--- KEYS[1] = lock key
--- ARGV[1] = owner, ARGV[2] = release channel, ARGV[3] = the caller's key (the message)
--- -> 1 if owner held the live lock (now deleted, release announced), else 0
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
-  return 1
-end
-return 0
-""",
-)
 
 RENEW_MANY: Final = script(
     "renew_many",
@@ -135,25 +129,8 @@ return renewed
 """,
 )
 
-BREAK_LOCK: Final = script(
-    "break_lock",
-    """
--- KEYS[1] = lock key
--- ARGV[1] = release channel, ARGV[2] = the caller's key (the message)
--- -> {owner, ms left} of the live lock now deleted (release announced), else false
-local owner = redis.call('GET', KEYS[1])
-if not owner then
-  return false
-end
-local left = redis.call('PTTL', KEYS[1])
-redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[1], ARGV[2])
-return {owner, left}
-""",
-)
 
-
-_SCRIPTS: Final = (ACQUIRE, RENEW, RELEASE, RENEW_MANY, BREAK_LOCK, RECORD_RUN, *JOB_SCRIPTS)
+_SCRIPTS: Final = (ACQUIRE, RENEW, RENEW_MANY, RECORD_RUN, *QUEUE_SCRIPTS, *JOB_SCRIPTS)
 
 
 @final
@@ -184,6 +161,8 @@ class RedisLockStore:
         "_channel",
         "_client",
         "_counter_key",
+        "_followers_key",
+        "_in_turn",
         "_jobs_key",
         "_lock_prefix",
         "_opens",
@@ -294,6 +273,8 @@ class RedisLockStore:
         # pub/sub is one namespace for every database of a server: the channel names the
         # database, or stores with one prefix on two databases would wake each other's waiters
         self._channel = f"{prefix}{CHANNEL_NAME}@db{database}"
+        self._followers_key = f"{prefix}{FOLLOWERS_NAME}@db{database}"
+        self._in_turn: set[RedisReleaseFollower] = set()
         self._runs_key = prefix + RUNS_NAME
         self._jobs_key = prefix + JOBS_NAME
         self._pauses_key = prefix + PAUSES_NAME
@@ -419,11 +400,36 @@ class RedisLockStore:
         return renewed == 1
 
     async def release(self, key: str, owner: str) -> bool:
-        """Free ``key`` if ``owner`` holds a live lock on it, and announce the release."""
+        """Free ``key`` if ``owner`` holds a live lock on it, and announce the release.
+
+        The announcement names the follower in turn that has waited longest for ``key`` (see
+        :meth:`follow_releases_in_turn`), or, with none, reaches every follower of the key.
+        """
         lock_key = self._lock_prefix + key
-        channel = f"{self._channel}:{key}"
-        released: int = await self._run(RELEASE, 1, lock_key, owner, channel, key)
+        released: int = await self._run(
+            RELEASE_IN_TURN,
+            3,
+            lock_key,
+            queue_name(lock_key),
+            self._followers_key,
+            owner,
+            f"{self._channel}:{key}",
+            key,
+            *self._leaving(key),
+        )
         return released == 1
+
+    def _leaving(self, key: str) -> list[str]:
+        """This store's followers in turn that no longer follow ``key`` (their leave in flight).
+
+        A process that just won the key and left its queue may still stand first in it: its
+        own release must not name it, or the turn would go to no one.
+        """
+        return [
+            follower.in_turn_id
+            for follower in self._in_turn
+            if follower.in_turn_id is not None and not follower.follows(key)
+        ]
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
         """Renew each lease as :meth:`renew` would, all in one script: one round trip."""
@@ -548,8 +554,13 @@ class RedisLockStore:
         """
         client = self._client or self._connected()
         pattern = glob_escaped(self._lock_prefix + prefix) + "*"
+        # a NUL ends a key: such a name is a key's queue, not a lock
         names = sorted(
-            {text(name) async for name in client.scan_iter(match=pattern, count=SCAN_BATCH)}
+            {
+                name
+                async for found in client.scan_iter(match=pattern, count=SCAN_BATCH)
+                if "\x00" not in (name := text(found))
+            }
         )
         found: list[LockInfo] = []
         for start in range(0, len(names), SCAN_BATCH):
@@ -571,8 +582,17 @@ class RedisLockStore:
 
     async def break_lock(self, key: str) -> LockInfo | None:
         """Free ``key`` whoever holds it (announced to waiters); return what held it, if any."""
-        channel = f"{self._channel}:{key}"
-        reply = await self._run(BREAK_LOCK, 1, self._lock_prefix + key, channel, key)
+        lock_key = self._lock_prefix + key
+        reply = await self._run(
+            BREAK_LOCK_IN_TURN,
+            3,
+            lock_key,
+            queue_name(lock_key),
+            self._followers_key,
+            f"{self._channel}:{key}",
+            key,
+            *self._leaving(key),
+        )
         if not reply:
             return None
         owner, left = reply
@@ -597,6 +617,30 @@ class RedisLockStore:
         try:
             yield follower
         finally:
+            await follower.aclose()
+
+    @asynccontextmanager
+    async def follow_releases_in_turn(
+        self, on_release: Callable[[str], None]
+    ) -> AsyncIterator[RedisReleaseFollower]:
+        """As :meth:`follow_releases`, but hear a release only when it is this follower's turn.
+
+        While it follows a key, the follower stands in the key's queue (in the order followers
+        came, across processes); a release names the first one still alive, and only that one
+        calls ``on_release``. A follower whose process died stops being alive within
+        3 s and loses its turn. Where the server refuses the queue, a warning is logged and the
+        follower hears every release of the keys it follows.
+        """
+        client = self._client or self._connected()
+        queue = ReleaseQueue(client, self._lock_prefix, self._followers_key, repr(self))
+        follower = RedisReleaseFollower(
+            client, self._channel + ":", on_release, repr(self), queue=queue
+        )
+        self._in_turn.add(follower)
+        try:
+            yield follower
+        finally:
+            self._in_turn.discard(follower)
             await follower.aclose()
 
     def __repr__(self) -> str:

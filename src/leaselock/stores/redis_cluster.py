@@ -36,7 +36,7 @@ from ._redis_keyspace import glob_escaped, lock_info, text
 from ._redis_runs import RECORD_RUN, read_job_records, record_run_args
 from ._redis_scripts import Script, script
 from ._redis_settings import DEFAULT_PREFIX, DEFAULT_SOCKET_TIMEOUTS, check_options, check_prefix
-from .redis import ACQUIRE, BREAK_LOCK, RELEASE, RENEW
+from .redis import ACQUIRE, RENEW
 
 try:
     import redis.asyncio
@@ -59,6 +59,38 @@ TAG_BYTES: Final = 8
 # redis-py's default connections per node
 DEFAULT_MAX_CONNECTIONS: Final = 100
 SCAN_BATCH: Final = 1000
+
+RELEASE: Final = script(
+    "release",
+    """
+-- KEYS[1] = lock key
+-- ARGV[1] = owner, ARGV[2] = release channel, ARGV[3] = the caller's key (the message)
+-- -> 1 if owner held the live lock (now deleted, release announced), else 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  return 1
+end
+return 0
+""",
+)
+
+BREAK_LOCK: Final = script(
+    "break_lock",
+    """
+-- KEYS[1] = lock key
+-- ARGV[1] = release channel, ARGV[2] = the caller's key (the message)
+-- -> {owner, ms left} of the live lock now deleted (release announced), else false
+local owner = redis.call('GET', KEYS[1])
+if not owner then
+  return false
+end
+local left = redis.call('PTTL', KEYS[1])
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return {owner, left}
+""",
+)
 
 READ_LOCK: Final = script(
     "read_lock",

@@ -57,6 +57,7 @@ from ..stores._protocol import (
     SupportsBatchRenew,
     SupportsLifecycle,
     SupportsReleaseNotifications,
+    SupportsReleasesInTurn,
 )
 
 __all__ = ["ContractCase", "MakeStore", "lock_store_contract"]
@@ -78,12 +79,14 @@ NOTIFICATION_TIMEOUT_S: Final = 5.0
 CONCURRENT: Final = "concurrent"
 BATCH_RENEW: Final = "batch_renew"
 RELEASE_NOTIFICATIONS: Final = "release_notifications"
+RELEASES_IN_TURN: Final = "releases_in_turn"
 RUN_RECORDS: Final = "run_records"
 INSPECTION: Final = "inspection"
 JOB_CONTROL: Final = "job_control"
 _CAPABILITIES: Final = {
     BATCH_RENEW: (SupportsBatchRenew, "renew_many()"),
     RELEASE_NOTIFICATIONS: (SupportsReleaseNotifications, "follow_releases()"),
+    RELEASES_IN_TURN: (SupportsReleasesInTurn, "follow_releases_in_turn()"),
     RUN_RECORDS: (SupportsRunRecords, "record_run() and job_records()"),
     INSPECTION: (SupportsInspection, "read_lock(), list_locks() and break_lock()"),
     JOB_CONTROL: (SupportsJobControl, "start_run(), end_run() and the pause methods"),
@@ -617,6 +620,103 @@ async def concurrent_followers_hear_their_keys(c: _Check) -> None:
         c.expect(all(released), f"releases answered {released}")
     unheard = [key for key in keys if not heard[key].is_set()]
     c.expect(not unheard, f"{len(unheard)} of {len(keys)} followed releases went unheard")
+
+
+@_case(
+    "a release wakes the follower in turn that came first, and the next once the first left",
+    RELEASES_IN_TURN,
+)
+async def releases_wake_followers_in_turn(c: _Check) -> None:
+    assert isinstance(c.store, SupportsReleasesInTurn)  # noqa: S101 -- required capability
+    key, second_only = c.key("shared"), c.key("second's")
+    heard_first: asyncio.Queue[str] = asyncio.Queue()
+    heard_second: asyncio.Queue[str] = asyncio.Queue()
+
+    async def take_and_release(released: str) -> None:
+        holder = c.owner()
+        await c.take(released, holder)
+        c.answer(await c.store.release(released, holder), expected=True, doing="release")
+
+    async with (
+        c.store.follow_releases_in_turn(heard_first.put_nowait) as first,
+        c.store.follow_releases_in_turn(heard_second.put_nowait) as second,
+        contextlib.AsyncExitStack() as first_follows,
+        second.following(second_only),
+    ):
+        await first_follows.enter_async_context(first.following(key))
+        async with second.following(key):
+            await take_and_release(key)
+            c.expect(await _next_heard(c, heard_first, key) == key, "the first heard no turn")
+            # one server, announced in order: a turn leaked to the second would come first
+            await take_and_release(second_only)
+            c.expect(
+                await _next_heard(c, heard_second, second_only) == second_only,
+                "the second follower heard the first one's turn",
+            )
+            await first_follows.aclose()
+            await take_and_release(key)
+            c.expect(
+                await _next_heard(c, heard_second, key) == key,
+                "the second follower heard no turn once the first stopped following",
+            )
+    strays = [heard_first.get_nowait() for _ in range(heard_first.qsize())]
+    c.expect(not strays, f"the first follower also heard {strays} after it left")
+
+
+@_case(
+    "concurrent releases of many keys give each key's first follower in turn its turn, once",
+    RELEASES_IN_TURN,
+    CONCURRENT,
+)
+async def concurrent_turns_reach_one_follower_each(c: _Check) -> None:
+    assert isinstance(c.store, SupportsReleasesInTurn)  # noqa: S101 -- required capability
+    keys = [c.key(str(n)) for n in range(c.callers)]
+    heard: dict[str, list[str]] = {"first": [], "second": []}
+    heard_all = {name: asyncio.Event() for name in heard}
+
+    def hearing(name: str) -> Callable[[str], None]:
+        def on_release(key: str) -> None:
+            heard[name].append(key)
+            if len(heard[name]) >= len(keys):
+                heard_all[name].set()
+
+        return on_release
+
+    async def release_all() -> None:
+        holders = {key: c.owner() for key in keys}
+        for key in keys:
+            await c.take(key, holders[key])
+        released = await asyncio.gather(*(c.store.release(key, holders[key]) for key in keys))
+        c.expect(all(released), f"releases answered {released}")
+
+    async def all_heard(name: str) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(heard_all[name].wait(), NOTIFICATION_TIMEOUT_S)
+
+    async with (
+        c.store.follow_releases_in_turn(hearing("first")) as first,
+        c.store.follow_releases_in_turn(hearing("second")) as second,
+        contextlib.AsyncExitStack() as first_follows,
+        contextlib.AsyncExitStack() as second_follows,
+    ):
+        for key in keys:
+            await first_follows.enter_async_context(first.following(key))
+        for key in keys:
+            await second_follows.enter_async_context(second.following(key))
+        await release_all()
+        await all_heard("first")
+        await first_follows.aclose()
+        await release_all()
+        await all_heard("second")
+    c.expect(
+        sorted(heard["first"]) == sorted(keys),
+        f"the first follower heard {len(heard['first'])} turns of {len(keys)} keys",
+    )
+    c.expect(
+        sorted(heard["second"]) == sorted(keys),
+        f"the second follower heard {len(heard['second'])} turns, once each of {len(keys)} "
+        "keys expected: a turn of the first leaked, or one went unheard",
+    )
 
 
 async def _next_heard(c: _Check, heard: asyncio.Queue[str], expected: str) -> str:

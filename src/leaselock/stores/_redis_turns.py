@@ -1,0 +1,231 @@
+"""Releases in turn on Redis: a release wakes the process that has waited longest for its key.
+
+A follower in turn has an id, and while it follows a key it stands in the key's queue:
+
+- ``<prefix>lock:<key>`` + NUL + ``queue``: a sorted set of follower ids, scored by when each
+  joined (the server's clock, in microseconds, strictly growing). Keys hold no NUL, so no lock
+  key of any prefix is this name;
+- ``<prefix>followers@db<n>``: a sorted set of the follower ids alive, scored by when each
+  stops being alive unless it says so again (every :data:`ALIVE_MS` / 3).
+
+A release (or a break) announces itself on the key's channel, as always, and on the turn
+channel (the key's channel + NUL + id) of the follower first in the queue that is alive, which
+moves to the end: turns go round the waiting processes in the order they came, and only the one
+whose turn it is reads of the release. A follower found dead leaves the queue then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import TYPE_CHECKING, Final, final
+
+from ._redis_scripts import Script, script
+
+if TYPE_CHECKING:
+    import redis.asyncio
+
+__all__ = [
+    "ALIVE_MS",
+    "BREAK_LOCK_IN_TURN",
+    "RELEASE_IN_TURN",
+    "ReleaseQueue",
+    "queue_name",
+    "turn_channel",
+]
+
+_log = logging.getLogger("leaselock.stores.redis")
+
+# a follower whose process died holds its turn this long at most
+ALIVE_MS: Final = 3000
+# how many queued followers a release looks at for a live one before it tells everyone
+_LOOK_AHEAD: Final = 16
+_QUEUE_SUFFIX: Final = "\x00queue"
+
+_ANNOUNCE: Final = f"""
+-- announce(queue, followers, channel, key, first_stale): publish key's release on channel, and
+-- on the turn channel (channel .. "\\0" .. id) of the follower first in the queue that is
+-- alive, which goes to the end of the queue: turns go round the processes that wait, in the
+-- order they came. The followers ARGV[first_stale..] are passed over (they stopped following
+-- the key: their leave is in flight). Dead followers leave the queue.
+local function announce(queue, followers, channel, key, first_stale)
+  redis.call('PUBLISH', channel, key)
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', followers, '-inf', '(' .. now)
+  local stale = {{}}
+  for i = first_stale, #ARGV do
+    stale[ARGV[i]] = true
+  end
+  for _, id in ipairs(redis.call('ZRANGE', queue, 0, {_LOOK_AHEAD - 1})) do
+    if not redis.call('ZSCORE', followers, id) then
+      redis.call('ZREM', queue, id)
+    elseif not stale[id] then
+      -- its turn taken, it queues again at the end: a process with waiters one after another
+      -- must not keep every turn
+      local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
+      redis.call('ZADD', queue, 'XX', tonumber(last) + 1, id)
+      redis.call('PUBLISH', channel .. '\\0' .. id, key)
+      return
+    end
+  end
+end
+"""
+
+RELEASE_IN_TURN: Final = script(
+    "release",
+    _ANNOUNCE
+    + """
+-- KEYS[1] = lock key, KEYS[2] = its queue, KEYS[3] = the followers alive
+-- ARGV[1] = owner, ARGV[2] = release channel, ARGV[3] = the caller's key,
+-- ARGV[4..] = this store's followers that no longer follow the key
+-- -> 1 if owner held the live lock (now deleted, release announced), else 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  announce(KEYS[2], KEYS[3], ARGV[2], ARGV[3], 4)
+  return 1
+end
+return 0
+""",
+)
+
+BREAK_LOCK_IN_TURN: Final = script(
+    "break_lock",
+    _ANNOUNCE
+    + """
+-- KEYS[1] = lock key, KEYS[2] = its queue, KEYS[3] = the followers alive
+-- ARGV[1] = release channel, ARGV[2] = the caller's key, ARGV[3..] = as for release
+-- -> {owner, ms left} of the live lock now deleted (release announced), else false
+local owner = redis.call('GET', KEYS[1])
+if not owner then
+  return false
+end
+local left = redis.call('PTTL', KEYS[1])
+redis.call('DEL', KEYS[1])
+announce(KEYS[2], KEYS[3], ARGV[1], ARGV[2], 3)
+return {owner, left}
+""",
+)
+
+JOIN_QUEUE: Final = script(
+    "join_queue",
+    """
+-- KEYS[1] = a key's queue, KEYS[2] = the followers alive
+-- ARGV[1] = follower id, ARGV[2] = ms it stays alive
+-- -> 1: alive from now, and in the queue (at its end, unless already in it). Places are
+--    microseconds of the server's clock, each after the last one of the queue: followers that
+--    join in the same microsecond still keep the order they came in
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+local place = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+if last and tonumber(last) >= place then
+  place = tonumber(last) + 1
+end
+redis.call('ZADD', KEYS[1], 'NX', place, ARGV[1])
+return 1
+""",
+)
+
+STAY_ALIVE: Final = script(
+    "stay_alive",
+    """
+-- KEYS[1] = the followers alive; ARGV[1] = follower id, ARGV[2] = ms it stays alive -> 1
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+return 1
+""",
+)
+
+QUEUE_SCRIPTS: Final = (RELEASE_IN_TURN, BREAK_LOCK_IN_TURN, JOIN_QUEUE, STAY_ALIVE)
+
+
+def queue_name(lock_key: str) -> str:
+    """The queue of the lock stored at ``lock_key``."""
+    return lock_key + _QUEUE_SUFFIX
+
+
+def turn_channel(channel: str, follower: str) -> str:
+    """The channel on which ``follower`` hears its turns at the releases of ``channel``'s key."""
+    return f"{channel}\x00{follower}"
+
+
+@final
+class ReleaseQueue:
+    """One follower's place in the queues of the keys it follows, kept alive while it lives.
+
+    Args:
+        client: the store's client (queue commands go on its pool, not on the pub/sub
+            connection).
+        lock_prefix: ``<prefix>lock:``; a key's queue is named after its lock.
+        followers: the name of the sorted set of followers alive.
+        store: how to name the store in log lines.
+    """
+
+    __slots__ = ("_client", "_followers", "_keeping_alive", "_lock_prefix", "_store", "id")
+
+    def __init__(
+        self, client: redis.asyncio.Redis, lock_prefix: str, followers: str, store: str
+    ) -> None:
+        """Stand in no queue yet."""
+        self.id = secrets.token_hex(8)
+        self._client = client
+        self._lock_prefix = lock_prefix
+        self._followers = followers
+        self._store = store
+        self._keeping_alive: asyncio.Task[None] | None = None
+
+    async def join(self, key: str) -> None:
+        """Stand at the end of ``key``'s queue; log, never raise, when the server refuses."""
+        if self._keeping_alive is None:
+            self._keeping_alive = asyncio.get_running_loop().create_task(self._stay_alive())
+        try:
+            await self._run(JOIN_QUEUE, queue_name(self._lock_prefix + key), self._followers)
+        except Exception as error:  # noqa: BLE001 -- without a place, releases reach all followers
+            _log.warning(
+                "%r could not queue for %r (%s): its releases wake every waiter of this process "
+                "instead of the next in turn",
+                self._store,
+                key,
+                error,
+            )
+
+    async def leave(self, key: str) -> None:
+        """Leave ``key``'s queue; a failure only costs a release a look at a stale follower."""
+        try:
+            await self._client.zrem(queue_name(self._lock_prefix + key), self.id)
+        except Exception as error:  # noqa: BLE001 -- the next release skips this follower
+            _log.debug("%r could not leave the queue of %r: %s", self._store, key, error)
+
+    async def aclose(self) -> None:
+        """Stop saying this follower is alive, and say it is gone."""
+        if self._keeping_alive is None:
+            return
+        self._keeping_alive.cancel()
+        await asyncio.wait([self._keeping_alive])
+        try:
+            await self._client.zrem(self._followers, self.id)
+        except Exception as error:  # noqa: BLE001 -- it stops being alive within ALIVE_MS anyway
+            _log.debug("%r could not withdraw follower %s: %s", self._store, self.id, error)
+
+    async def _stay_alive(self) -> None:
+        while True:
+            await asyncio.sleep(ALIVE_MS / 3000)  # noqa: TID251 -- the server's clock sets the expiry; this only paces
+            try:
+                await self._run(STAY_ALIVE, self._followers)
+            except Exception as error:  # noqa: BLE001 -- a missed beat only risks a skipped turn
+                _log.debug("%r could not keep follower %s alive: %s", self._store, self.id, error)
+
+    async def _run(self, lua: Script, *keys: str) -> None:
+        client = self._client
+        args: tuple[str | int, ...] = (*keys, self.id, ALIVE_MS)
+        try:
+            await client.evalsha(lua.sha, len(keys), *args)
+        except Exception as error:
+            if "NOSCRIPT" not in str(error):
+                raise
+            await client.script_load(lua.source)
+            await client.evalsha(lua.sha, len(keys), *args)
