@@ -10,7 +10,6 @@ import pytest
 from leaselock import Lock, LockLostError, Locks, LockStoreError, current_lock
 from leaselock._engine import BACKOFF_CAP_MS, backoff_ms
 from leaselock.stores import InMemoryLockStore, NotAcquired
-from leaselock.stores._followed_keys import FollowingNothing
 from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
 
 
@@ -52,14 +51,21 @@ async def test_a_waiter_retries_on_the_clock_and_takes_the_key_once_its_lease_ex
     assert gaps[:3] == sorted(gaps[:3])
 
 
+class HearsNothing:
+    """A follower that claims to hear releases by other processes (there are none here)."""
+
+    def following(self, key: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
+
+
 class ToldStore(InMemoryLockStore):
-    """The in-memory store, as if it told of releases by other processes (it tells nothing)."""
+    """The in-memory store, as if it told of releases by other processes."""
 
     @contextlib.asynccontextmanager
     async def follow_releases(
         self, on_release: Callable[[str], None]
-    ) -> AsyncIterator[FollowingNothing]:
-        yield FollowingNothing()
+    ) -> AsyncIterator[HearsNothing]:
+        yield HearsNothing()
 
 
 async def test_a_waiter_the_store_tells_of_releases_polls_at_the_capped_pause_only(clock):

@@ -25,6 +25,7 @@ from .._event_types import (
 )
 from .._events import Publisher
 from .._telemetry import Telemetry
+from ..stores._followed_keys import FollowingNothing
 from ..stores._protocol import (
     Acquired,
     ReleaseFollower,
@@ -557,5 +558,6 @@ async def _follow_until(
 ) -> None:
     """Follow ``key``'s releases until ``left`` is done; say so on ``hearing`` once in place."""
     async with follower.following(key):
-        hearing.from_store = True
+        # a store (or a wrapper of one) without notifications follows with FollowingNothing
+        hearing.from_store = not isinstance(follower, FollowingNothing)
         await left
