@@ -797,3 +797,26 @@ async def test_instances_waiting_for_a_key_take_it_in_the_order_they_came(
         await asyncio.wait_for(asyncio.gather(*tasks), 20)
     await client.aclose()
     assert order == list(range(len(waiting)))
+
+
+@pytest.mark.redis
+async def test_a_release_gives_the_turn_to_another_process_before_its_own(
+    redis_url: str, prefix: str
+) -> None:
+    key = unique_key("own")
+    heard_own: asyncio.Queue[str] = asyncio.Queue()
+    heard_other: asyncio.Queue[str] = asyncio.Queue()
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as releasing,
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as elsewhere,
+        releasing.follow_releases_in_turn(heard_own.put_nowait) as own,
+        elsewhere.follow_releases_in_turn(heard_other.put_nowait) as other,
+        own.following(key),
+        other.following(key),
+    ):
+        # the releasing process wakes its own waiters itself: the turn goes to the other one
+        await released(releasing, key)
+        assert await asyncio.wait_for(heard_other.get(), 5) == key
+        await released(elsewhere, key)
+        assert await asyncio.wait_for(heard_own.get(), 5) == key
+        assert heard_other.empty()

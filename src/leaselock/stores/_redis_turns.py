@@ -11,7 +11,9 @@ A follower in turn has an id, and while it follows a key it stands in the key's 
 A release (or a break) announces itself on the key's channel, as always, and on the turn
 channel (the key's channel + NUL + id) of the follower first in the queue that is alive, which
 moves to the end: turns go round the waiting processes in the order they came, and only the one
-whose turn it is reads of the release. A follower found dead leaves the queue then.
+whose turn it is reads of the release. The releasing process wakes its own waiters itself, so
+its followers get the turn only when no other process waits. A follower found dead leaves the
+queue then.
 """
 
 from __future__ import annotations
@@ -44,31 +46,47 @@ _LOOK_AHEAD: Final = 16
 _QUEUE_SUFFIX: Final = "\x00queue"
 
 _ANNOUNCE: Final = f"""
--- announce(queue, followers, channel, key, first_stale): publish key's release on channel, and
--- on the turn channel (channel .. "\\0" .. id) of the follower first in the queue that is
--- alive, which goes to the end of the queue: turns go round the processes that wait, in the
--- order they came. The followers ARGV[first_stale..] are passed over (they stopped following
--- the key: their leave is in flight). Dead followers leave the queue.
-local function announce(queue, followers, channel, key, first_stale)
+-- give_turn(queue, channel, key, id): id's turn is taken; it queues again at the end (a
+-- process with waiters one after another must not keep every turn), and hears of it alone
+local function give_turn(queue, channel, key, id)
+  local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
+  redis.call('ZADD', queue, 'XX', tonumber(last) + 1, id)
+  redis.call('PUBLISH', channel .. '\\0' .. id, key)
+end
+
+-- announce(queue, followers, channel, key, first): publish key's release on channel, and give
+-- the turn to the first follower in the queue that is alive: turns go round the processes that
+-- wait, in the order they came. ARGV[first] = n, then the n followers of the releasing store
+-- that follow the key, then those that stopped (their leave in flight): the releasing process
+-- wakes its own waiters itself, so its followers get the turn only when no other one is
+-- waiting, and one that stopped never does. Dead followers leave the queue.
+local function announce(queue, followers, channel, key, first)
   redis.call('PUBLISH', channel, key)
   local time = redis.call('TIME')
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   redis.call('ZREMRANGEBYSCORE', followers, '-inf', '(' .. now)
-  local stale = {{}}
-  for i = first_stale, #ARGV do
-    stale[ARGV[i]] = true
+  local own, left = {{}}, {{}}
+  local count = tonumber(ARGV[first])
+  for i = first + 1, #ARGV do
+    if i <= first + count then
+      own[ARGV[i]] = true
+    else
+      left[ARGV[i]] = true
+    end
   end
+  local fallback = nil
   for _, id in ipairs(redis.call('ZRANGE', queue, 0, {_LOOK_AHEAD - 1})) do
     if not redis.call('ZSCORE', followers, id) then
       redis.call('ZREM', queue, id)
-    elseif not stale[id] then
-      -- its turn taken, it queues again at the end: a process with waiters one after another
-      -- must not keep every turn
-      local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
-      redis.call('ZADD', queue, 'XX', tonumber(last) + 1, id)
-      redis.call('PUBLISH', channel .. '\\0' .. id, key)
+    elseif own[id] then
+      fallback = fallback or id
+    elseif not left[id] then
+      give_turn(queue, channel, key, id)
       return
     end
+  end
+  if fallback then
+    give_turn(queue, channel, key, fallback)
   end
 end
 """
@@ -79,7 +97,7 @@ RELEASE_IN_TURN: Final = script(
     + """
 -- KEYS[1] = lock key, KEYS[2] = its queue, KEYS[3] = the followers alive
 -- ARGV[1] = owner, ARGV[2] = release channel, ARGV[3] = the caller's key,
--- ARGV[4..] = this store's followers that no longer follow the key
+-- ARGV[4..] = this store's followers of the key, counted, then those that stopped (announce)
 -- -> 1 if owner held the live lock (now deleted, release announced), else 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -95,7 +113,7 @@ BREAK_LOCK_IN_TURN: Final = script(
     _ANNOUNCE
     + """
 -- KEYS[1] = lock key, KEYS[2] = its queue, KEYS[3] = the followers alive
--- ARGV[1] = release channel, ARGV[2] = the caller's key, ARGV[3..] = as for release
+-- ARGV[1] = release channel, ARGV[2] = the caller's key, ARGV[3..] = as ARGV[4..] of release
 -- -> {owner, ms left} of the live lock now deleted (release announced), else false
 local owner = redis.call('GET', KEYS[1])
 if not owner then

@@ -415,21 +415,23 @@ class RedisLockStore:
             owner,
             f"{self._channel}:{key}",
             key,
-            *self._leaving(key),
+            *self._own_followers(key),
         )
         return released == 1
 
-    def _leaving(self, key: str) -> list[str]:
-        """This store's followers in turn that no longer follow ``key`` (their leave in flight).
+    def _own_followers(self, key: str) -> list[str | int]:
+        """This store's followers in turn of ``key``, counted, then those that stopped following.
 
-        A process that just won the key and left its queue may still stand first in it: its
-        own release must not name it, or the turn would go to no one.
+        The releasing process wakes its own waiters itself, so the turn goes to another process
+        where one waits. A follower that just won the key and left its queue may still stand
+        first in it: its own release must not give it the turn, or the turn would go to no one.
         """
-        return [
-            follower.in_turn_id
-            for follower in self._in_turn
-            if follower.in_turn_id is not None and not follower.follows(key)
-        ]
+        following: list[str | int] = []
+        left: list[str | int] = []
+        for follower in self._in_turn:
+            if follower.in_turn_id is not None:
+                (following if follower.follows(key) else left).append(follower.in_turn_id)
+        return [len(following), *following, *left]
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
         """Renew each lease as :meth:`renew` would, all in one script: one round trip."""
@@ -591,7 +593,7 @@ class RedisLockStore:
             self._followers_key,
             f"{self._channel}:{key}",
             key,
-            *self._leaving(key),
+            *self._own_followers(key),
         )
         if not reply:
             return None
