@@ -57,8 +57,9 @@ _QUALIFIED_NAME: Final = re.compile(rf"(?:{_DATABASE_NAME}\.)?{_TABLE_NAME}")
 # and a warning costs asyncmy a SHOW WARNINGS round trip on every acquire
 _ROW_ALIAS_SINCE: Final = (8, 0, 19)
 
-# --- SQL: {table} is a quoted name; {row_alias} is " AS `new`" on MySQL 8.0.19+, else empty;
-# {drawn} the token the INSERT drew from the counter (`new`.`fencing_token` or
+# --- SQL: {table} is a quoted name; {row_alias} is " AS `_leaselock_new`" on MySQL 8.0.19+
+# (a name no table of the application has), else empty; {drawn} the token the INSERT drew from
+# the counter (`_leaselock_new`.`fencing_token` or
 # VALUES(`fencing_token`))
 
 # %s key, %s owner, %s ttl_ms, %s owner, %s ttl_ms -> insert id: the token if taken, 0 if a live
@@ -77,7 +78,7 @@ VALUES (%s, %s, NULL, UTC_TIMESTAMP(6) + INTERVAL (%s * 1000) MICROSECOND){row_a
 ON DUPLICATE KEY UPDATE
     `fencing_token` = GREATEST(`fencing_token`, LAST_INSERT_ID(
         IF(`owner` IS NULL OR `expires_at` <= UTC_TIMESTAMP(6),
-           GREATEST({drawn}, `fencing_token` + 1), 0))),
+           GREATEST(COALESCE({drawn}, 0), `fencing_token` + 1), 0))),
     `owner` = IF(LAST_INSERT_ID() = 0, `owner`, %s),
     `expires_at` = IF(LAST_INSERT_ID() = 0, `expires_at`,
                       UTC_TIMESTAMP(6) + INTERVAL (%s * 1000) MICROSECOND)"""
@@ -186,8 +187,8 @@ def statements(table: str, server_version: str) -> Statements:
     alias = _reads_row_alias(server_version)
     acquire = ACQUIRE_SQL.format(
         table=table,
-        row_alias=" AS `new`" if alias else "",
-        drawn="`new`.`fencing_token`" if alias else "VALUES(`fencing_token`)",
+        row_alias=" AS `_leaselock_new`" if alias else "",
+        drawn="`_leaselock_new`.`fencing_token`" if alias else "VALUES(`fencing_token`)",
     )
     return Statements(
         table=table,

@@ -50,8 +50,8 @@ class NotAcquired:
 
     Attributes:
         holder: the owner id of the live lock, where the store can tell it in the same round
-            trip (every shipped store does), else ``None``. Owner ids made by leaselock end in
-            ``@<instance label>``, so a skipped tick can say where its job runs.
+            trip (every shipped store but MySQL does), else ``None``. Owner ids made by
+            leaselock end in ``@<instance label>``, so a skipped tick can say where its job runs.
     """
 
     holder: str | None = None
