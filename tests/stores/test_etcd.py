@@ -194,7 +194,7 @@ async def test_the_token_is_the_keys_create_revision(etcd_url: str, prefix: str)
 
 
 @pytest.mark.etcd
-async def test_locks_of_one_ttl_share_one_lease_and_renew_in_two_calls(
+async def test_locks_of_one_ttl_share_one_lease_and_renew_in_two_calls_and_one_per_64_locks(
     etcd_url: str, prefix: str
 ) -> None:
     held = 300
@@ -219,7 +219,9 @@ async def test_locks_of_one_ttl_share_one_lease_and_renew_in_two_calls(
         assert len(leases) == 1
         calls.clear()
         assert list(await store.renew_many(renewals)) == [True] * held
-        assert calls == ["/v3/lease/timetolive", "/v3/lease/keepalive"]
+        # the keys under the lease, their owners (a txn per 64 locks), then the keep-alive
+        assert sorted(calls[:-1]) == ["/v3/kv/txn"] * 5 + ["/v3/lease/timetolive"]
+        assert calls[-1] == "/v3/lease/keepalive"
 
 
 @pytest.mark.etcd
@@ -614,3 +616,197 @@ async def test_a_server_that_stops_turns_calls_into_store_errors(
                 await store.release("k", "owner")
         finally:
             await store.aclose()
+
+
+# --- faults: a renewal never shortens a lock's life -----------------------------------------
+
+
+class Faults(httpx.AsyncBaseTransport):
+    """Carries the store's calls to a real etcd, and loses the ones a test names.
+
+    ``lost[path]`` is ``"before"`` (the call never reaches etcd: a timeout), ``"late"`` (it
+    reaches etcd 1.5 s late, as through a slow network) or ``"after"`` (etcd applies it, its
+    answer never comes: a timeout). ``members`` names the hosts of the endpoints the store was
+    given: each of them is ``etcd_url``; ``unreachable`` ones time out connecting, and
+    ``lose_member`` times out the next call sent to it.
+    """
+
+    def __init__(self, etcd_url: str, members: tuple[str, ...] = ()) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self._etcd = httpx.URL(etcd_url)
+        self._members = members
+        self.lost: dict[str, str] = {}
+        self.unreachable: set[str] = set()
+        self.lose_member: str | None = None
+        self.asked: list[tuple[str, str]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        host, path = request.url.host, request.url.path
+        self.asked.append((host, path))
+        if host in self._members:
+            if host in self.unreachable:
+                raise httpx.ConnectTimeout("no route to the member", request=request)
+            if host == self.lose_member:
+                self.lose_member = None
+                raise httpx.ReadTimeout("no answer", request=request)
+            request.url = request.url.copy_with(host=self._etcd.host, port=self._etcd.port)
+        if self.lost.get(path) == "before":
+            raise httpx.ConnectTimeout("never sent", request=request)
+        if self.lost.get(path) == "late":
+            await wait_for_real(1_500)
+        response = await self._inner.handle_async_request(request)
+        if self.lost.get(path) == "after":
+            await response.aread()
+            raise httpx.ReadTimeout("answer lost", request=request)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+async def lease_of(url: str, prefix: str, key: str) -> str:
+    (kv,) = await kvs_under(url, f"{prefix}locks/{key}")
+    lease: str = kv["lease"]
+    return lease
+
+
+@pytest.mark.etcd
+@pytest.mark.parametrize("lost", ["before", "late"])
+async def test_a_moved_lock_outlives_its_holders_deadline_whatever_its_keep_alive_does(
+    etcd_url: str, prefix: str, lost: str
+) -> None:
+    ttl_ms = 4_000
+    faults = Faults(etcd_url)
+    async with (
+        httpx.AsyncClient(transport=faults, trust_env=False) as client,
+        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as other,
+    ):
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        assert isinstance(await store.acquire("k", "o_k", ttl_ms), Acquired)
+        assert isinstance(await store.acquire("j", "o_j", ttl_ms), Acquired)
+        await wait_for_real(300)
+        # an empty lease 0.3 s younger than k's: the open one of the class from now on
+        assert isinstance(await store.acquire("tmp", "o_tmp", ttl_ms), Acquired)
+        assert await store.release("tmp", "o_tmp") is True
+        await wait_for_real(round((start + 2.0 - loop.time()) * 1000))
+        sent = loop.time()
+        assert list(
+            await store.renew_many([Renewal("k", "o_k", ttl_ms), Renewal("j", "o_j", ttl_ms)])
+        ) == [True, True]
+        deadline = sent + ttl_ms / 1000
+        # the empty lease has 0.6 s left; j's holder stopped, so k's renewal moves k
+        await wait_for_real(round((start + 3.7 - loop.time()) * 1000))
+        faults.lost["/v3/lease/keepalive"] = lost
+        with contextlib.suppress(LockStoreError):
+            await store.renew("k", "o_k", ttl_ms)
+        # the empty lease is surely gone 1 s after its time (etcd's sweep); k must not be
+        while loop.time() < deadline - 0.3:
+            taken = await other.acquire("k", "intruder", ttl_ms)
+            assert isinstance(taken, NotAcquired), (
+                f"another owner took k {deadline - loop.time():.2f} s before its holder's deadline"
+            )
+            await wait_for_real(100)
+
+
+@pytest.mark.etcd
+async def test_a_renewal_never_confirms_a_lock_another_owner_took_under_the_same_lease(
+    etcd_url: str, prefix: str
+) -> None:
+    async with (
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as store,
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as admin,
+    ):
+        assert isinstance(await store.acquire("x", "o1", ONE_MINUTE_MS), Acquired)
+        lease = await lease_of(etcd_url, prefix, "x")
+        assert (await admin.break_lock("x")) is not None
+        # what another owner's acquire through `store` leaves when its answer never comes
+        async with httpx.AsyncClient(trust_env=False) as raw:
+            await raw.post(
+                f"{etcd_url}/v3/kv/put",
+                json={"key": b64(prefix + "locks/x"), "value": b64("o2"), "lease": lease},
+            )
+        assert await store.renew("x", "o1", ONE_MINUTE_MS) is False
+
+
+@pytest.mark.etcd
+async def test_a_lock_moved_by_a_renewal_whose_answer_was_lost_is_renewed_later(
+    etcd_url: str, prefix: str
+) -> None:
+    faults = Faults(etcd_url)
+    async with (
+        httpx.AsyncClient(transport=faults, trust_env=False) as client,
+        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
+    ):
+        assert isinstance(await store.acquire("k", "o_k", ONE_MINUTE_MS), Acquired)
+        assert isinstance(await store.acquire("j", "o_j", ONE_MINUTE_MS), Acquired)
+        await wait_for_real(300)
+        before = await lease_of(etcd_url, prefix, "k")
+        faults.lost["/v3/kv/txn"] = "after"
+        with pytest.raises(LockStoreError, match="did not answer /v3/kv/txn"):
+            await store.renew("k", "o_k", ONE_MINUTE_MS)  # j is not renewed: k moves
+        del faults.lost["/v3/kv/txn"]
+        assert await lease_of(etcd_url, prefix, "k") != before, "the move was meant to apply"
+        assert await store.release("j", "o_j") is True
+        assert await store.renew("k", "o_k", ONE_MINUTE_MS) is True
+
+
+@pytest.mark.etcd
+async def test_a_member_that_times_out_connecting_is_skipped_for_the_next(
+    etcd_url: str, prefix: str
+) -> None:
+    faults = Faults(etcd_url, members=("member-a", "member-b"))
+    async with (
+        httpx.AsyncClient(transport=faults, trust_env=False) as client,
+        opened(
+            EtcdLockStore(
+                ["http://member-a:2379", "http://member-b:2379"], client=client, prefix=prefix
+            )
+        ) as store,
+    ):
+        faults.unreachable.add("member-a")
+        assert isinstance(await store.acquire("k", "owner", ONE_MINUTE_MS), Acquired)
+        assert ("member-b", "/v3/kv/txn") in faults.asked
+
+
+@pytest.mark.etcd
+async def test_a_member_that_timed_out_is_not_asked_again_until_the_others_fail(
+    etcd_url: str, prefix: str
+) -> None:
+    faults = Faults(etcd_url, members=("member-a", "member-b"))
+    async with (
+        httpx.AsyncClient(transport=faults, trust_env=False) as client,
+        opened(
+            EtcdLockStore(
+                ["http://member-a:2379", "http://member-b:2379"], client=client, prefix=prefix
+            )
+        ) as store,
+    ):
+        faults.asked.clear()
+        faults.lose_member = "member-a"
+        with pytest.raises(LockStoreError, match="did not answer"):
+            await store.read_lock("k")
+        # never resent: it may have reached the member
+        assert faults.asked == [("member-a", "/v3/kv/range")]
+        assert await store.read_lock("k") is None
+        assert faults.asked[1:] == [("member-b", "/v3/kv/range")]
+
+
+@pytest.mark.etcd
+async def test_breaking_a_lock_already_gone_leaves_its_lease_mates_kept_in_place(
+    etcd_url: str, prefix: str
+) -> None:
+    async with (
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as store,
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as elsewhere,
+    ):
+        assert isinstance(await store.acquire("x", "o1", ONE_MINUTE_MS), Acquired)
+        assert isinstance(await store.acquire("y", "o2", ONE_MINUTE_MS), Acquired)
+        lease = await lease_of(etcd_url, prefix, "y")
+        await wait_for_real(300)  # the lease takes no new key any more
+        assert await elsewhere.release("x", "o1") is True
+        assert await store.break_lock("x") is None
+        # y is now alone under its lease: kept alive there, not moved away
+        assert await store.renew("y", "o2", ONE_MINUTE_MS) is True
+        assert await lease_of(etcd_url, prefix, "y") == lease

@@ -83,9 +83,11 @@ def prefix_end(prefix: bytes) -> bytes:
 class EtcdGateway:
     """Calls etcd's JSON gateway through one ``httpx.AsyncClient``.
 
-    A call goes to the endpoint that answered last; when a connection to it cannot even be
-    made (nothing was sent), the next endpoints are tried in turn. A call that reached a
-    server and failed is never resent: an acquire may have been applied.
+    A call goes to the current endpoint; when a connection to it cannot even be made or had
+    (refused, timed out connecting, or no free connection in the pool: nothing was sent),
+    the next endpoints are tried in turn. A call that may have reached a server and failed
+    is never resent, since an acquire may have been applied; but when it timed out, or etcd
+    answered UNAVAILABLE (no leader there), later calls go to the next endpoint.
 
     Args:
         client: sends the requests; the store decides who closes it.
@@ -122,10 +124,11 @@ class EtcdGateway:
                 response = await self._client.post(
                     f"{endpoint}/v3/{path}", json=body, timeout=self._timeout_s
                 )
-            except httpx.ConnectError as error:
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as error:
                 last_refusal = error
                 continue
             except httpx.TimeoutException as error:
+                self._skip(endpoint)
                 raise LockStoreError(
                     f"{self._store}: etcd at {endpoint} did not answer /v3/{path} within "
                     f"{self._timeout_s:g} s ({type(error).__name__}); check the server's load "
@@ -188,7 +191,16 @@ class EtcdGateway:
             )
         if response.status_code == _HTTP_OK and "error" not in answer:
             return answer
+        if answer.get("code") == _UNAVAILABLE:
+            self._skip(endpoint)
         raise _refusal(self._store, endpoint, path, answer)
+
+    def _skip(self, endpoint: str) -> None:
+        """Point later calls at the endpoint after ``endpoint``, which may be cut off or leaderless.
+
+        Only later calls: the current one may have reached it, so it is not resent.
+        """
+        self._current = (self._endpoints.index(endpoint) + 1) % len(self._endpoints)
 
 
 def _refusal(store: str, endpoint: str, path: str, answer: Mapping[str, Any]) -> Exception:

@@ -2,7 +2,7 @@
 
 Every lock is a key under an etcd lease; the key lives while its lease does. Locks of one ttl
 share a lease (a *cohort*), so one keep-alive renews them all. Two rules keep each lock's
-expiry its own:
+expiry its own, and a third keeps every renewal's promise:
 
 - **A lease is kept alive only when every key under it is renewed in that very call.** A batch
   that renews some of a lease's keys moves them (owner-checked puts) to another lease and lets
@@ -10,6 +10,12 @@ expiry its own:
 - **A new key joins a lease only while that lease is young or empty**: its keep-alive, sent
   after the key joined, also extends the keys that joined in the last ``JOIN_WINDOW_S``, and
   nothing older.
+- **A renewal moves a key only onto a lease already confirmed to outlive it**: by a grant or
+  keep-alive sent at the renewal's start or later, confirmed before the move
+  (:meth:`Cohort.confirmed_since`). The engine trusts a lock until ttl after the last renewal
+  it saw confirmed; a key moved onto an older lease, to be kept alive after, would die with it
+  before then if that keep-alive were slow or lost. A move whose answer is lost leaves the key
+  under its old lease or under one that outlives the renewal: either keeps every promise.
 
 Times are the event loop's monotonic seconds. What the book believes is a cache: every answer
 to a caller is checked by etcd (owner compares, the lease's key list); a cohort the book forgot
@@ -32,7 +38,8 @@ JOIN_WINDOW_S: Final = 0.2
 (besides etcd's rounding to seconds and its expiry sweep) because of its neighbours."""
 
 MIN_JOIN_LIFE_S: Final = 0.5
-"""A key joins a lease only if it has this long left: time for the join and its keep-alive."""
+"""A new key joins a lease only if it has this long left: time for the join and its keep-alive
+(the acquire answers once that keep-alive is confirmed, so a late one only fails it)."""
 
 # etcd notices an expired lease within 500 ms, then revokes it through raft
 _EXPIRY_SWEEP_S: Final = 1.0
@@ -72,8 +79,16 @@ class Cohort:
         if sent_at > self.sent_at:
             self.sent_at, self.answered_at, self.granted_s = sent_at, answered_at, granted_s
 
+    def confirmed_since(self, since: float) -> bool:
+        """Whether a key renewed at ``since`` may move onto the lease.
+
+        Only if etcd confirmed, by a grant or keep-alive sent at ``since`` or later, that the
+        lease lives until ``since`` plus its class's seconds or longer.
+        """
+        return self.sent_at >= since and self.granted_s >= self.seconds
+
     def joinable(self, now: float) -> bool:
-        """Whether a new key may join now (see the module's rules)."""
+        """Whether a new key may join now, to be kept alive after (see the module's rules)."""
         if self.sent_at + self.granted_s - now < MIN_JOIN_LIFE_S:
             return False
         return self.first_joined_at is None or now - self.first_joined_at <= JOIN_WINDOW_S
@@ -89,8 +104,8 @@ class RenewalPlan:
     """How to renew the renewals of one lease class.
 
     Attributes:
-        target: the lease every key of which is renewed here: kept alive, and the lease the
-            other renewals move to; ``None``: they move to a joinable or new lease.
+        target: the lease every key of which is renewed here: kept alive, then the lease the
+            other renewals move to; ``None``: they move to another confirmed or a new lease.
         keep: indexes of the renewals of ``target``'s keys.
         move: indexes of the renewals whose keys move (owner-checked) to another lease.
     """
@@ -121,6 +136,10 @@ class LeaseBook:
         """Return the lease the book saw ``owner``'s lock on ``key`` put under, if any."""
         held = self._holders.get(key)
         return held[1] if held is not None and held[0] == owner else None
+
+    def open_cohort(self, seconds: int) -> Cohort | None:
+        """Return the lease of this class that new keys joined last, if it may take more."""
+        return self._open.get(seconds)
 
     def joinable(self, seconds: int, now: float) -> Cohort | None:
         """Return the lease new keys of this class join now, if one may take them."""
@@ -155,6 +174,12 @@ class LeaseBook:
             del cohort.members[key]
             if not cohort.members:
                 cohort.first_joined_at = None
+
+    def gone(self, key: str) -> None:
+        """Note that etcd deleted ``key``, whoever held it."""
+        held = self._holders.get(key)
+        if held is not None:
+            self.left(key, held[0])
 
     def close(self, cohort: Cohort) -> None:
         """Take no new key under ``cohort`` any more: it must be left to expire."""

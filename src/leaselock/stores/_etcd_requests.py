@@ -12,7 +12,15 @@ from typing import Final
 
 from ._etcd_gateway import encoded
 
-__all__ = ["MAX_MOVES", "MAX_TXN_OPS", "acquire_txn", "move_txn", "release_txn"]
+__all__ = [
+    "MAX_CHECKS",
+    "MAX_MOVES",
+    "MAX_TXN_OPS",
+    "acquire_txn",
+    "held_txn",
+    "move_txn",
+    "release_txn",
+]
 
 MAX_TXN_OPS: Final = 128
 """etcd's default ``--max-txn-ops``: the most compares, or operations, one txn may carry."""
@@ -20,6 +28,9 @@ MAX_TXN_OPS: Final = 128
 MAX_MOVES: Final = MAX_TXN_OPS - 1
 """The most nested txns of one :func:`move_txn`: etcd counts a nested txn's operation against
 what its parent left of ``--max-txn-ops`` (127 nested txns of one operation each fit)."""
+
+MAX_CHECKS: Final = MAX_TXN_OPS // 2
+"""The most keys one :func:`held_txn` checks: two compares each."""
 
 
 def acquire_txn(key: str, owner: str, lease_id: int) -> dict[str, object]:
@@ -97,3 +108,26 @@ def move_txn(holders: Sequence[tuple[str, str]], lease_id: int) -> dict[str, obj
             }
         )
     return {"success": nested}
+
+
+def held_txn(holders: Sequence[tuple[str, str]], lease_id: int) -> dict[str, object]:
+    """Check that each key is held by its owner under the lease; write nothing.
+
+    compare: for each ``(key, owner)`` (at most :data:`MAX_CHECKS`): ``value(key) == owner``
+        and ``lease(key) == lease_id`` (etcd 3.3 and later compare leases).
+    failure: range each key, in order: which of them failed, and why.
+    -> ``succeeded`` (left out when false: some key is gone, another owner's, or under
+        another lease), ``responses[i].response_range.kvs`` on failure.
+    """
+    compare: list[dict[str, str]] = []
+    failure: list[dict[str, object]] = []
+    for key, owner in holders:
+        encoded_key = encoded(key)
+        compare.append(
+            {"key": encoded_key, "result": "EQUAL", "target": "VALUE", "value": encoded(owner)}
+        )
+        compare.append(
+            {"key": encoded_key, "result": "EQUAL", "target": "LEASE", "lease": str(lease_id)}
+        )
+        failure.append({"request_range": {"key": encoded_key}})
+    return {"compare": compare, "failure": failure}

@@ -34,7 +34,7 @@ from ._etcd_gateway import (
     prefix_end,
 )
 from ._etcd_leases import Cohort, LeaseBook, lease_seconds
-from ._etcd_requests import MAX_MOVES, acquire_txn, move_txn, release_txn
+from ._etcd_requests import MAX_CHECKS, MAX_MOVES, acquire_txn, held_txn, move_txn, release_txn
 from ._etcd_runs import RUNS_SEGMENT, read_job_records, record_run_txn
 from ._protocol import MAX_FENCING_TOKEN, Acquired, AcquireResult, NotAcquired, Renewal
 
@@ -68,8 +68,9 @@ class EtcdLockStore:
       revision of that write (the key's ``create_revision``): etcd's revision grows with every
       write of the cluster, in raft order, so it is greater than every token the key had.
     - **renew** keeps the lease alive (one keep-alive for every lock under it) when every lock
-      under the lease is renewed in that call; other renewals move their key (owner-checked)
-      to a lease that is. A lock whose holder stops renewing expires with its lease.
+      under the lease is renewed in that call and etcd confirms each is its owner's; other
+      renewals move their key (owner-checked) to a lease already confirmed to outlive the
+      renewal. A lock whose holder stops renewing expires with its lease.
     - **release** deletes the key if the owner holds it: one transaction.
     - a watch of a key's deletions (release, break, expiry) wakes waiters at once
       (:meth:`follow_releases`).
@@ -147,7 +148,8 @@ class EtcdLockStore:
         self._gateway: EtcdGateway | None = None
         self._opens = 0
         self._book = LeaseBook()
-        self._granting: dict[int, asyncio.Task[Cohort]] = {}
+        # per lease class: a grant in flight, and when it was started
+        self._granting: dict[int, tuple[float, asyncio.Task[Cohort]]] = {}
 
     @classmethod
     def from_url(
@@ -280,9 +282,12 @@ class EtcdLockStore:
         """Renew each lease as :meth:`renew` would.
 
         Per lease class (ttl in whole seconds): where every lock under one lease is renewed
-        here, that lease is checked (one call: the keys still under it) and kept alive (one
-        call), whatever the number of locks. The other renewals move their key, owner-checked,
-        to that lease (or a new one): one transaction per 127 keys, once.
+        here, etcd is asked for the keys under that lease and whether each renewal's owner
+        holds its key under it (two calls at once; one more per 64 locks), then the lease is
+        kept alive (one call). The other renewals move their key, owner-checked, to a lease
+        etcd confirmed after this call began: that one once kept alive, or a new one (one
+        transaction per 127 keys, once). A renewal answers ``True`` only once etcd confirmed
+        that its key lives ``ttl_ms`` from the call's start or longer.
         """
         if not renewals:
             return []
@@ -306,15 +311,15 @@ class EtcdLockStore:
         answers: list[bool],
     ) -> None:
         plan = self._book.plan(renewals, indexes, seconds)
-        target, move = plan.target, list(plan.move)
-        if target is not None:
-            moving = await self._keep(target, renewals, plan.keep, since, answers)
-            if moving:
-                move += moving
-                target = None
+        kept, move = None, list(plan.move)
+        if plan.target is not None:
+            moving, alive = await self._keep(plan.target, renewals, plan.keep, since, answers)
+            move += moving
+            if alive:
+                kept = plan.target
         if move:
             await self._move(
-                renewals, move, seconds=seconds, target=target, since=since, answers=answers
+                renewals, move, seconds=seconds, kept=kept, since=since, answers=answers
             )
 
     async def _keep(
@@ -324,32 +329,59 @@ class EtcdLockStore:
         keep: Sequence[int],
         since: float,
         answers: list[bool],
-    ) -> list[int]:
-        """Keep ``target`` alive for its renewals; return those that must move instead.
+    ) -> tuple[list[int], bool]:
+        """Keep ``target`` alive for its renewals; return those that move, and whether it was.
 
-        etcd lists the keys under the lease first: a key that is gone (broken, or released
-        elsewhere) answers ``False``; a key the store did not put there (an acquire whose
-        answer never came) must not be kept alive, so then every renewal moves.
+        etcd lists the keys under the lease, and checks that each renewal's owner holds its
+        key under the lease. A renewal whose key is not there moves, owner-checked: a move
+        whose answer was lost may have put it elsewhere, or it is gone (the move says which).
+        A key under the lease that no renewal here holds (an acquire whose answer never came,
+        another owner's key of the same name) must not be kept alive: then every renewal
+        moves, and the lease is left to expire.
         """
-        gateway = self._ready()
-        answer = await gateway.call("lease/timetolive", {"ID": str(target.lease_id), "keys": True})
+        listing, held = await asyncio.gather(
+            self._ready().call("lease/timetolive", {"ID": str(target.lease_id), "keys": True}),
+            self._held(target, renewals, keep),
+        )
         # TTL is the time left in whole seconds, rounded down: 0 still lives, -1 is gone
-        if as_int(answer.get("TTL")) < 0:
+        if as_int(listing.get("TTL")) < 0:
             self._book.forget(target)
-            return []
-        under = {decoded(raw) for raw in answer.get("keys", ())}
-        present = [i for i in keep if self._key_prefix + renewals[i].key in under]
-        for index in set(keep).difference(present):
-            self._book.left(renewals[index].key, renewals[index].owner)
+            return list(keep), False
+        under = {decoded(raw) for raw in listing.get("keys", ())}
+        present = [i for i in held if self._key_prefix + renewals[i].key in under]
         if len(under) != len(present):
-            # a key the store did not put there: no keep-alive may extend it
+            # a key no renewal here holds: no keep-alive may extend it
             self._book.close(target)
-            return present
-        if not await self._refreshed(target, since):
-            return []
+            return list(keep), False
+        if not present or not await self._refreshed(target, since):
+            return list(keep), False
         for index in present:
             answers[index] = True
-        return []
+        return sorted(set(keep).difference(present)), True
+
+    async def _held(
+        self, target: Cohort, renewals: Sequence[Renewal], keep: Sequence[int]
+    ) -> list[int]:
+        """Return the renewals whose owner holds the key under ``target``'s lease, per etcd."""
+        gateway = self._ready()
+        lease = str(target.lease_id)
+        held: list[int] = []
+        for start in range(0, len(keep), MAX_CHECKS):
+            chunk = keep[start : start + MAX_CHECKS]
+            holders = [(self._key_prefix + renewals[i].key, renewals[i].owner) for i in chunk]
+            answer = await gateway.call("kv/txn", held_txn(holders, target.lease_id))
+            if answer.get("succeeded"):
+                held += chunk
+                continue
+            for index, response in zip(chunk, answer.get("responses", ()), strict=True):
+                kvs = response.get("response_range", {}).get("kvs") or []
+                if (
+                    kvs
+                    and decoded(kvs[0].get("value")) == renewals[index].owner
+                    and str(as_int(kvs[0].get("lease"))) == lease
+                ):
+                    held.append(index)
+        return held
 
     async def _move(
         self,
@@ -357,15 +389,20 @@ class EtcdLockStore:
         move: Sequence[int],
         *,
         seconds: int,
-        target: Cohort | None,
+        kept: Cohort | None,
         since: float,
         answers: list[bool],
     ) -> None:
-        """Put each moving renewal's key, owner-checked, under ``target`` (or a joinable lease)."""
+        """Put each moving renewal's key, owner-checked, under a lease confirmed since ``since``.
+
+        That lease already outlives ``since`` plus the ttl, so nothing needs confirming after
+        the move: a slow or lost answer leaves each key under a lease that keeps every
+        promise made for it.
+        """
         gateway = self._ready()
         loop = asyncio.get_running_loop()
         for _ in range(2):
-            cohort = target or await self._cohort(seconds, since)
+            cohort = await self._destination(seconds, since, kept)
             moved: list[int] = []
             try:
                 for chunk in _chunks(renewals, move):
@@ -382,11 +419,10 @@ class EtcdLockStore:
                             self._book.left(renewal.key, renewal.owner)
             except LeaseGoneError:
                 self._book.forget(cohort)
-                target = None
+                kept = None
                 continue
-            if moved and await self._refreshed(cohort, since):
-                for index in moved:
-                    answers[index] = True
+            for index in moved:
+                answers[index] = True
             return
 
     # --- leases --------------------------------------------------------------------------------
@@ -394,20 +430,40 @@ class EtcdLockStore:
     async def _cohort(self, seconds: int, now: float) -> Cohort:
         """Return a lease of ``seconds`` that new keys may join: the open one, or a new one.
 
-        Concurrent callers share one grant.
+        Concurrent callers share one grant: the key is kept alive after it joins.
         """
         cohort = self._book.joinable(seconds, now)
         if cohort is not None:
             return cohort
+        return await self._new_cohort(seconds, None)
+
+    async def _destination(self, seconds: int, since: float, kept: Cohort | None) -> Cohort:
+        """Return a lease of ``seconds`` that keys renewed at ``since`` may move onto.
+
+        Only one that etcd confirmed, by a grant or keep-alive sent at ``since`` or later,
+        to last ``seconds`` from then: ``kept`` (kept alive by this renewal), the open one, or
+        a new one. Never one to keep alive after the move: its key would die with it, before
+        the holder's deadline, if that keep-alive were slow or lost.
+        """
+        for cohort in (kept, self._book.open_cohort(seconds)):
+            if cohort is not None and cohort.confirmed_since(since):
+                return cohort
+        return await self._new_cohort(seconds, since)
+
+    async def _new_cohort(self, seconds: int, sent_after: float | None) -> Cohort:
+        """Grant a lease of ``seconds``, or share a grant in flight sent after ``sent_after``."""
+        loop = asyncio.get_running_loop()
         granting = self._granting.get(seconds)
-        if granting is None:
-            granting = asyncio.get_running_loop().create_task(self._grant(seconds))
-            self._granting[seconds] = granting
-            granting.add_done_callback(lambda done: self._granted(seconds, done))
-        return await asyncio.shield(granting)
+        if granting is None or (sent_after is not None and granting[0] < sent_after):
+            # the grant's own send time, taken in _grant, is this or later
+            task = loop.create_task(self._grant(seconds))
+            granting = self._granting[seconds] = (loop.time(), task)
+            task.add_done_callback(lambda done: self._granted(seconds, done))
+        return await asyncio.shield(granting[1])
 
     def _granted(self, seconds: int, done: asyncio.Task[Cohort]) -> None:
-        if self._granting.get(seconds) is done:
+        granting = self._granting.get(seconds)
+        if granting is not None and granting[1] is done:
             del self._granting[seconds]
         if not done.cancelled():
             done.exception()  # retrieved here too: every caller waiting on it may have left
@@ -481,12 +537,12 @@ class EtcdLockStore:
         answer = await self._ready().call(
             "kv/deleterange", {"key": encoded(self._key_prefix + key), "prev_kv": True}
         )
+        # whoever held it, and whether its lease is still there: the key is gone
+        self._book.gone(key)
         kvs = answer.get("prev_kvs") or []
         if not kvs:
             return None
         (info,) = await self._lock_infos(kvs)
-        if info.owner is not None:
-            self._book.left(key, info.owner)
         return info
 
     async def _lock_infos(self, kvs: Sequence[dict[str, Any]]) -> list[LockInfo]:
