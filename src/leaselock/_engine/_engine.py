@@ -25,9 +25,9 @@ from .._event_types import (
 )
 from .._events import Publisher
 from .._telemetry import Telemetry
-from ..stores._followed_keys import FollowingNothing
 from ..stores._protocol import (
     Acquired,
+    FollowingNothing,
     ReleaseFollower,
     SupportsReleaseNotifications,
     SupportsReleasesInTurn,

@@ -1,25 +1,13 @@
-"""FollowedKeys: the keys one release follower hears, counted, so each is subscribed to once.
-
-And FollowingNothing, the follower of a store (or a mode) without release notifications.
-"""
+"""FollowedKeys: the keys one release follower hears, counted, so each is subscribed to once."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from typing import final
 
-__all__ = ["FollowedKeys", "FollowingNothing"]
-
-
-@final
-class FollowingNothing:
-    """The follower of a store that announces no releases: following a key hears nothing."""
-
-    def following(self, key: str) -> AbstractAsyncContextManager[None]:  # noqa: ARG002 -- the protocol's signature
-        """Return a context that hears nothing: waiters on ``key`` find it free by retrying."""
-        return nullcontext()
+__all__ = ["FollowedKeys"]
 
 
 @final

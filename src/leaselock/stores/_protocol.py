@@ -8,7 +8,7 @@ type cannot say (atomicity, expiry on the store's clock, token order) the contra
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, final, runtime_checkable
 
@@ -16,6 +16,7 @@ __all__ = [
     "MAX_FENCING_TOKEN",
     "AcquireResult",
     "Acquired",
+    "FollowingNothing",
     "LockStore",
     "NotAcquired",
     "ReleaseFollower",
@@ -114,6 +115,18 @@ class ReleaseFollower(Protocol):
         raises no store error: notifications only make waiters wake sooner.
         """
         ...
+
+
+@final
+class FollowingNothing:
+    """The follower of a store (or a mode) that announces no releases: it hears nothing.
+
+    The engine tells it apart: a waiter following with it keeps retrying at its quick pace.
+    """
+
+    def following(self, key: str) -> AbstractAsyncContextManager[None]:  # noqa: ARG002 -- the protocol's signature
+        """Return a context that hears nothing: waiters on ``key`` find it free by retrying."""
+        return nullcontext()
 
 
 @runtime_checkable

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ALIVE_MS",
     "BREAK_LOCK_IN_TURN",
+    "QUEUE_SCRIPTS",
     "RELEASE_IN_TURN",
     "ReleaseQueue",
     "queue_name",

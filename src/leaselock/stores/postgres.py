@@ -40,7 +40,6 @@ from ._capabilities import (
     run_from_row,
     run_row,
 )
-from ._followed_keys import FollowingNothing
 from ._job_control import (
     JobPause,
     JobState,
@@ -71,6 +70,7 @@ from ._protocol import (
     MAX_FENCING_TOKEN,
     Acquired,
     AcquireResult,
+    FollowingNothing,
     NotAcquired,
     ReleaseFollower,
     Renewal,

@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from ..stores._followed_keys import FollowingNothing
-from ..stores._protocol import LockStore, ReleaseFollower, SupportsReleaseNotifications
+from ..stores._protocol import (
+    FollowingNothing,
+    LockStore,
+    ReleaseFollower,
+    SupportsReleaseNotifications,
+)
 
 __all__ = ["follow_through"]
 
