@@ -65,7 +65,15 @@ def raw_cycle(client: redis.asyncio.Redis, prefix: str) -> Cycle:
     async def cycle() -> None:
         token = await client.evalsha(ACQUIRE.sha, 2, lock_key, counter, owner, TTL_MS)
         released = await client.evalsha(
-            RELEASE_IN_TURN.sha, 3, lock_key, queue_name(lock_key), followers, owner, channel, key
+            RELEASE_IN_TURN.sha,
+            3,
+            lock_key,
+            queue_name(prefix, key),
+            followers,
+            owner,
+            channel,
+            key,
+            0,
         )
         if not token or released != 1:
             raise RuntimeError(f"raw cycle failed: token {token!r}, released {released!r}")

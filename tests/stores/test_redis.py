@@ -706,7 +706,7 @@ async def test_a_follower_whose_process_died_loses_its_turn_and_its_place(
 ) -> None:
     key = unique_key("dead")
     heard: asyncio.Queue[str] = asyncio.Queue()
-    queue = f"{prefix}lock:{key}\x00queue"
+    queue = f"{prefix}queue\x00{key}"
     async with (
         opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store,
         store.follow_releases_in_turn(heard.put_nowait) as alive,
@@ -767,7 +767,7 @@ async def test_instances_waiting_for_a_key_take_it_in_the_order_they_came(
     redis_url: str, prefix: str
 ) -> None:
     key = unique_key("order")
-    queue = f"{prefix}lock:{key}\x00queue"
+    queue = f"{prefix}queue\x00{key}"
     client = redis.asyncio.Redis.from_url(redis_url)
     # a clock that stands still: no waiter retries on its own, so each takes the key on its turn
     clock = ManualClock()

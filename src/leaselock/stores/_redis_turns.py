@@ -2,9 +2,10 @@
 
 A follower in turn has an id, and while it follows a key it stands in the key's queue:
 
-- ``<prefix>lock:<key>`` + NUL + ``queue``: a sorted set of follower ids, scored by when each
-  joined (the server's clock, in microseconds, strictly growing). Keys hold no NUL, so no lock
-  key of any prefix is this name;
+- ``<prefix>queue`` + NUL + ``<key>``: a sorted set of follower ids, scored by when each
+  joined (the server's clock, in microseconds, strictly growing). Neither a prefix nor a key
+  holds a NUL, so no other name of any store is this one, and a scan of ``<prefix>lock:*`` (an
+  operator's, or ``list_locks``) meets locks only;
 - ``<prefix>followers@db<n>``: a sorted set of the follower ids alive, scored by when each
   stops being alive unless it says so again (every :data:`ALIVE_MS` / 3).
 
@@ -44,7 +45,7 @@ _log = logging.getLogger("leaselock.stores.redis")
 ALIVE_MS: Final = 3000
 # how many queued followers a release looks at for a live one before it tells everyone
 _LOOK_AHEAD: Final = 16
-_QUEUE_SUFFIX: Final = "\x00queue"
+_QUEUE_SEGMENT: Final = "queue\x00"
 
 _ANNOUNCE: Final = f"""
 -- give_turn(queue, channel, key, id): id's turn is taken; it queues again at the end (a
@@ -162,9 +163,9 @@ return 1
 QUEUE_SCRIPTS: Final = (RELEASE_IN_TURN, BREAK_LOCK_IN_TURN, JOIN_QUEUE, STAY_ALIVE)
 
 
-def queue_name(lock_key: str) -> str:
-    """The queue of the lock stored at ``lock_key``."""
-    return lock_key + _QUEUE_SUFFIX
+def queue_name(prefix: str, key: str) -> str:
+    """The queue of ``key`` in a store of ``prefix``."""
+    return prefix + _QUEUE_SEGMENT + key
 
 
 def turn_channel(channel: str, follower: str) -> str:
@@ -179,20 +180,20 @@ class ReleaseQueue:
     Args:
         client: the store's client (queue commands go on its pool, not on the pub/sub
             connection).
-        lock_prefix: ``<prefix>lock:``; a key's queue is named after its lock.
+        prefix: the store's prefix; a key's queue is :func:`queue_name`.
         followers: the name of the sorted set of followers alive.
         store: how to name the store in log lines.
     """
 
-    __slots__ = ("_client", "_followers", "_keeping_alive", "_lock_prefix", "_store", "id")
+    __slots__ = ("_client", "_followers", "_keeping_alive", "_prefix", "_store", "id")
 
     def __init__(
-        self, client: redis.asyncio.Redis, lock_prefix: str, followers: str, store: str
+        self, client: redis.asyncio.Redis, prefix: str, followers: str, store: str
     ) -> None:
         """Stand in no queue yet."""
         self.id = secrets.token_hex(8)
         self._client = client
-        self._lock_prefix = lock_prefix
+        self._prefix = prefix
         self._followers = followers
         self._store = store
         self._keeping_alive: asyncio.Task[None] | None = None
@@ -202,7 +203,7 @@ class ReleaseQueue:
         if self._keeping_alive is None:
             self._keeping_alive = asyncio.get_running_loop().create_task(self._stay_alive())
         try:
-            await self._run(JOIN_QUEUE, queue_name(self._lock_prefix + key), self._followers)
+            await self._run(JOIN_QUEUE, queue_name(self._prefix, key), self._followers)
         except Exception as error:  # noqa: BLE001 -- without a place, releases reach all followers
             _log.warning(
                 "%r could not queue for %r (%s): its releases wake every waiter of this process "
@@ -215,7 +216,7 @@ class ReleaseQueue:
     async def leave(self, key: str) -> None:
         """Leave ``key``'s queue; a failure only costs a release a look at a stale follower."""
         try:
-            await self._client.zrem(queue_name(self._lock_prefix + key), self.id)
+            await self._client.zrem(queue_name(self._prefix, key), self.id)
         except Exception as error:  # noqa: BLE001 -- the next release skips this follower
             _log.debug("%r could not leave the queue of %r: %s", self._store, key, error)
 

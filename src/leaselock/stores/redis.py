@@ -410,7 +410,7 @@ class RedisLockStore:
             RELEASE_IN_TURN,
             3,
             lock_key,
-            queue_name(lock_key),
+            queue_name(self._prefix, key),
             self._followers_key,
             owner,
             f"{self._channel}:{key}",
@@ -556,13 +556,8 @@ class RedisLockStore:
         """
         client = self._client or self._connected()
         pattern = glob_escaped(self._lock_prefix + prefix) + "*"
-        # a NUL ends a key: such a name is a key's queue, not a lock
         names = sorted(
-            {
-                name
-                async for found in client.scan_iter(match=pattern, count=SCAN_BATCH)
-                if "\x00" not in (name := text(found))
-            }
+            {text(name) async for name in client.scan_iter(match=pattern, count=SCAN_BATCH)}
         )
         found: list[LockInfo] = []
         for start in range(0, len(names), SCAN_BATCH):
@@ -589,7 +584,7 @@ class RedisLockStore:
             BREAK_LOCK_IN_TURN,
             3,
             lock_key,
-            queue_name(lock_key),
+            queue_name(self._prefix, key),
             self._followers_key,
             f"{self._channel}:{key}",
             key,
@@ -634,7 +629,7 @@ class RedisLockStore:
         follower hears every release of the keys it follows.
         """
         client = self._client or self._connected()
-        queue = ReleaseQueue(client, self._lock_prefix, self._followers_key, repr(self))
+        queue = ReleaseQueue(client, self._prefix, self._followers_key, repr(self))
         follower = RedisReleaseFollower(
             client, self._channel + ":", on_release, repr(self), queue=queue
         )
