@@ -12,17 +12,11 @@ from .._errors import LocksConfigurationError
 from .._redact import redact_secrets
 
 __all__ = [
-    "DEFAULT_MAX_SIZE",
-    "DEFAULT_MIN_SIZE",
     "URL_SCHEMES",
-    "check_flags",
     "check_length",
-    "check_pool_size",
     "connect_args",
 ]
 
-DEFAULT_MIN_SIZE: Final = 1
-DEFAULT_MAX_SIZE: Final = 10
 DEFAULT_PORT: Final = 3306
 URL_SCHEMES: Final = ("mysql", "mariadb", "mysql+asyncmy", "mariadb+asyncmy")
 
@@ -69,23 +63,3 @@ def check_length(value: str, name: str, limit: int) -> None:
             f"{name} is {len(value.encode())} bytes long in UTF-8; MySQLLockStore keeps at most "
             f"{limit} ({limit // 4} characters always fit): pass a shorter {name}"
         )
-
-
-def check_pool_size(min_size: object, max_size: object) -> None:
-    if (
-        type(min_size) is not int
-        or type(max_size) is not int
-        or not 0 <= min_size <= max_size
-        or max_size < 1
-    ):
-        raise LocksConfigurationError(
-            f"min_size={min_size!r}, max_size={max_size!r}; pass ints with "
-            f"0 <= min_size <= max_size and max_size >= 1 (defaults {DEFAULT_MIN_SIZE} and "
-            f"{DEFAULT_MAX_SIZE})"
-        )
-
-
-def check_flags(**flags: object) -> None:
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise LocksConfigurationError(f"{name}={value!r}; pass True or False")

@@ -28,14 +28,7 @@ from .._durations import Duration, parse_ttl
 from .._errors import LocksConfigurationError, LockStoreError
 from .._redact import redact_secrets
 from ._capabilities import JobRecord, LockInfo, RunRecord
-from ._mysql_arguments import (
-    DEFAULT_MAX_SIZE,
-    DEFAULT_MIN_SIZE,
-    check_flags,
-    check_length,
-    check_pool_size,
-    connect_args,
-)
+from ._mysql_arguments import check_length, connect_args
 from ._mysql_errors import NO_SUCH_TABLE, RETRIED_ERRORS, mysql_errno, open_failure
 from ._mysql_executors import Executor, PoolExecutor, Row, Written, executor_over, safe_url
 from ._mysql_runs import CREATE_RUNS_SQL, RunStatements, records_from_rows
@@ -49,6 +42,7 @@ from ._mysql_sql import (
     renew_many_sql,
     statements,
 )
+from ._pool_arguments import DEFAULT_MAX_SIZE, DEFAULT_MIN_SIZE, check_flags, check_pool_size
 from ._protocol import MAX_FENCING_TOKEN, Acquired, AcquireResult, NotAcquired, Renewal
 
 if TYPE_CHECKING:

@@ -50,6 +50,7 @@ from ._job_control import (
     pause_from_json,
     pause_json,
 )
+from ._pool_arguments import DEFAULT_MAX_SIZE, DEFAULT_MIN_SIZE, check_flags, check_pool_size
 from ._postgres_errors import check_sslmode, open_failure, sqlstate
 from ._postgres_executors import (
     ConnectionsExecutor,
@@ -90,8 +91,6 @@ RENEW_CHUNK: Final = 500
 
 DEFAULT_TABLE: Final = "leaselock_locks"
 DEFAULT_SEQUENCE: Final = "leaselock_fencing_token_seq"
-DEFAULT_MIN_SIZE: Final = 1
-DEFAULT_MAX_SIZE: Final = 10
 DEFAULT_PRUNE_AFTER: Final = "1h"
 # rows deleted per pruning statement, and statements per pass: a pass stays short
 PRUNE_BATCH: Final = 1000
@@ -171,9 +170,7 @@ class PostgresLockStore:
         prune_after: Duration | None = DEFAULT_PRUNE_AFTER,
     ) -> None:
         """Build a store over an application's asyncpg pool or SQLAlchemy ``AsyncEngine``."""
-        _check_flags(
-            create_schema=create_schema, notify_releases=notify_releases, own_pool=own_pool
-        )
+        check_flags(create_schema=create_schema, notify_releases=notify_releases, own_pool=own_pool)
         executor, where = executor_over(pool, owned=own_pool)
         spent = False
 
@@ -248,8 +245,8 @@ class PostgresLockStore:
         dsn = _asyncpg_dsn(url)
         check_sslmode(dsn)
         timeout_s = parse_ttl(command_timeout, name="command_timeout") / 1000
-        _check_pool_size(min_size, max_size)
-        _check_flags(create_schema=create_schema, notify_releases=notify_releases)
+        check_pool_size(min_size, max_size)
+        check_flags(create_schema=create_schema, notify_releases=notify_releases)
 
         async def connect() -> asyncpg.Connection:
             return await asyncpg.connect(dsn, timeout=timeout_s, command_timeout=timeout_s)
@@ -720,23 +717,3 @@ def _asyncpg_dsn(url: object) -> str:
             f"accepts; use postgresql://, postgres:// or postgresql+asyncpg://{hint}"
         )
     return f"postgresql://{rest}"
-
-
-def _check_pool_size(min_size: object, max_size: object) -> None:
-    if (
-        type(min_size) is not int
-        or type(max_size) is not int
-        or not 0 <= min_size <= max_size
-        or max_size < 1
-    ):
-        raise LocksConfigurationError(
-            f"min_size={min_size!r}, max_size={max_size!r}; pass ints with "
-            f"0 <= min_size <= max_size and max_size >= 1 (defaults {DEFAULT_MIN_SIZE} and "
-            f"{DEFAULT_MAX_SIZE})"
-        )
-
-
-def _check_flags(**flags: object) -> None:
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise LocksConfigurationError(f"{name}={value!r}; pass True or False")
