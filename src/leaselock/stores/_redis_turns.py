@@ -64,6 +64,9 @@ end
 -- waiting, and one that stopped never does. Dead followers leave the queue.
 local function announce(queue, followers, channel, key, first)
   redis.call('PUBLISH', channel, key)
+  if redis.call('EXISTS', queue) == 0 then
+    return  -- nobody waits in turn: the common, uncontended release stops here
+  end
   local time = redis.call('TIME')
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   redis.call('ZREMRANGEBYSCORE', followers, '-inf', '(' .. now)
@@ -206,8 +209,8 @@ class ReleaseQueue:
             await self._run(JOIN_QUEUE, queue_name(self._prefix, key), self._followers)
         except Exception as error:  # noqa: BLE001 -- without a place, releases reach all followers
             _log.warning(
-                "%r could not queue for %r (%s): its releases wake every waiter of this process "
-                "instead of the next in turn",
+                "%r could not queue for %r (%s): waiters on it in this process get no turn at "
+                "its releases and find it free by retrying, up to 1 s late, until they wait again",
                 self._store,
                 key,
                 error,
