@@ -3,7 +3,7 @@
 Read from the source, type-only imports included (an import under ``if TYPE_CHECKING:`` is still a
 dependency a reader has to follow). The floors, from the ground up:
 
-- ground: errors, durations, keys, clock, events, redaction, threads, forks;
+- ground: errors, durations, keys, clock, events, redaction, threads, forks, cancellation;
 - stores: the store protocol (with its optional capabilities) and the stores (import only the
   ground floor);
 - engine (``_engine/``): the ground floor and the store protocol, nothing else;
@@ -37,6 +37,7 @@ GROUND = frozenset(
         "_forks",
         "_telemetry",
         "_event_log",
+        "_cancellation",
     )
 )
 # the store contract: the three methods, and the optional capabilities' shapes and records

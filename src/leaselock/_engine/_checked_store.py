@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeAlias, final
 
+from .._cancellation import delivered
 from .._errors import LocksConfigurationError, LockStoreError
 from ..stores._protocol import (
     MAX_FENCING_TOKEN,
@@ -91,7 +92,7 @@ class CheckedStore:
             LockStoreError: the store raised, or returned something the contract does not allow.
         """
         try:
-            result = await call
+            result = await delivered(call)
         except (asyncio.CancelledError, LockStoreError):
             raise
         except Exception as error:
@@ -129,7 +130,7 @@ class CheckedStore:
             LockStoreError: the store raised, or did not return a bool.
         """
         try:
-            renewed = await self.inner.renew(key, owner, ttl_ms)
+            renewed = await delivered(self.inner.renew(key, owner, ttl_ms))
         except (asyncio.CancelledError, LockStoreError):
             raise
         except Exception as error:
@@ -144,7 +145,7 @@ class CheckedStore:
         """
         if self._batch is not None and len(renewals) > 1:
             try:
-                answers = await self._batch.renew_many(renewals)
+                answers = await delivered(self._batch.renew_many(renewals))
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # noqa: BLE001 -- every renewal shares the failure
@@ -186,7 +187,7 @@ class CheckedStore:
             LockStoreError: the store raised, or did not return a bool.
         """
         try:
-            released = await self.inner.release(key, owner)
+            released = await delivered(self.inner.release(key, owner))
         except (asyncio.CancelledError, LockStoreError):
             raise
         except Exception as error:

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Final, final
 
+from .._cancellation import delivered
 from ._followed_keys import FollowedKeys
 from ._redis_keyspace import text
 from ._redis_turns import ReleaseQueue, turn_channel
@@ -121,7 +122,7 @@ class RedisReleaseFollower:
                 async with self._sending:
                     if self._pubsub is None:
                         self._pubsub = self._client.pubsub()
-                    await self._pubsub.subscribe(channel)
+                    await delivered(self._pubsub.subscribe(channel))
                 if self._reader is None:
                     self._reader = asyncio.get_running_loop().create_task(
                         self._read(self._pubsub), name=f"leaselock release follower {self._store}"
@@ -156,7 +157,7 @@ class RedisReleaseFollower:
             return
         try:
             async with asyncio.timeout(UNSUBSCRIBE_TIMEOUT_S), self._sending:
-                await self._pubsub.unsubscribe(self._channel(key))
+                await delivered(self._pubsub.unsubscribe(self._channel(key)))
         except Exception as error:  # noqa: BLE001 -- only a few stray messages follow from it
             _log.debug("%r could not unsubscribe from %r: %s", self._store, key, error)
 
@@ -186,7 +187,7 @@ async def _messages(pubsub: PubSub, store: str) -> AsyncIterator[dict[str, objec
     failures = 0
     while True:
         try:
-            message = await pubsub.get_message(timeout=None)
+            message = await delivered(pubsub.get_message(timeout=None))
         except Exception as error:  # noqa: BLE001 -- any failure: report, read again
             failures += 1
             if failures == 1:

@@ -24,6 +24,7 @@ import logging
 import secrets
 from typing import TYPE_CHECKING, Final, final
 
+from .._cancellation import delivered
 from ._redis_scripts import Script, script
 
 if TYPE_CHECKING:
@@ -219,7 +220,7 @@ class ReleaseQueue:
     async def leave(self, key: str) -> None:
         """Leave ``key``'s queue; a failure only costs a release a look at a stale follower."""
         try:
-            await self._client.zrem(queue_name(self._prefix, key), self.id)
+            await delivered(self._client.zrem(queue_name(self._prefix, key), self.id))
         except Exception as error:  # noqa: BLE001 -- the next release skips this follower
             _log.debug("%r could not leave the queue of %r: %s", self._store, key, error)
 
@@ -230,7 +231,7 @@ class ReleaseQueue:
         self._keeping_alive.cancel()
         await asyncio.wait([self._keeping_alive])
         try:
-            await self._client.zrem(self._followers, self.id)
+            await delivered(self._client.zrem(self._followers, self.id))
         except Exception as error:  # noqa: BLE001 -- it stops being alive within ALIVE_MS anyway
             _log.debug("%r could not withdraw follower %s: %s", self._store, self.id, error)
 
@@ -246,9 +247,9 @@ class ReleaseQueue:
         client = self._client
         args: tuple[str | int, ...] = (*keys, self.id, ALIVE_MS)
         try:
-            await client.evalsha(lua.sha, len(keys), *args)
+            await delivered(client.evalsha(lua.sha, len(keys), *args))
         except Exception as error:
             if "NOSCRIPT" not in str(error):
                 raise
-            await client.script_load(lua.source)
-            await client.evalsha(lua.sha, len(keys), *args)
+            await delivered(client.script_load(lua.source))
+            await delivered(client.evalsha(lua.sha, len(keys), *args))

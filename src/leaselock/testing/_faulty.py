@@ -56,7 +56,13 @@ Method: TypeAlias = Literal[
     "job_states",
 ]
 FaultKind: TypeAlias = Literal[
-    "delay", "fail", "hang", "lose_answer", "refuse_renewals", "tokens_back"
+    "delay",
+    "fail",
+    "hang",
+    "lose_answer",
+    "refuse_renewals",
+    "swallow_cancellation",
+    "tokens_back",
 ]
 _METHODS: Final = get_args(Method)
 _CONTRACT_METHODS: Final = ("acquire", "renew", "release")
@@ -258,6 +264,25 @@ class FaultyStore:
         """
         return self._add("lose_answer", method, key, times, lasting)
 
+    def swallow_cancellation(
+        self,
+        method: Method | None = None,
+        *,
+        key: str | None = None,
+        times: int | None = None,
+        lasting: Duration | None = None,
+    ) -> Fault:
+        """Hold calls until :meth:`Fault.release`; a cancellation meanwhile is lost, not raised.
+
+        A cancelled call goes on to the store and answers as if nothing had happened, as
+        redis-py 8.1's asyncio client now and then does; only the task's
+        :meth:`asyncio.Task.cancelling` count tells. A held call that nobody cancels waits for
+        ``release``.
+
+        .. versionadded:: 0.3
+        """
+        return self._add("swallow_cancellation", method, key, times, lasting)
+
     def refuse_renewals(
         self, *, key: str | None = None, times: int | None = None, lasting: Duration | None = None
     ) -> Fault:
@@ -403,6 +428,13 @@ class FaultyStore:
             held = asyncio.get_running_loop().create_future()
             fault._held.append(held)  # noqa: SLF001 -- the fault and its store work as one
             await wait_on_clock(self._clock, held)
+        for fault in _of(faults, "swallow_cancellation"):
+            held = asyncio.get_running_loop().create_future()
+            fault._held.append(held)  # noqa: SLF001 -- the fault and its store work as one
+            try:
+                await wait_on_clock(self._clock, held)
+            except asyncio.CancelledError:
+                fault.release()  # the fault modelled: the driver carries on with the call
         for fault in _of(faults, "delay"):
             if fault.on_request:
                 await self._sleep(fault.delay_ms)
