@@ -128,6 +128,14 @@ class Events:
         # usually off; formatting them anyway would cost every acquire
         if _log.isEnabledFor(event.level):
             _log.log(event.level, event.message(), extra=event.log_fields())
+        if self._callbacks:
+            self._call_back(event)
+        # most Locks have no stream: iterating an empty WeakSet still cost every acquire ~5 us
+        if self._streams:
+            for stream in list(self._streams):
+                stream._push(event)  # noqa: SLF001 -- the hub and its streams are one concept
+
+    def _call_back(self, event: Event) -> None:
         for callback, types in list(self._callbacks):
             if types and event.type not in types:
                 continue
@@ -135,8 +143,6 @@ class Events:
                 callback(event)
             except Exception:  # noqa: BLE001 -- one subscriber must not silence the others
                 _log.exception("An event callback raised on %s; it is ignored", event.type)
-        for stream in list(self._streams):
-            stream._push(event)  # noqa: SLF001 -- the hub and its streams are one concept
 
     def _close(self) -> None:
         for stream in list(self._streams):

@@ -83,9 +83,17 @@ class Wakeups:
             return
         with self._guard:
             waiters = list(self._waiters.get((id(store), key), {}).values())
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
         for loop, wake, still_waiting in waiters:
             if still_waiting() and not loop.is_closed():
-                loop.call_soon_threadsafe(wake)
+                if loop is running:
+                    # the waiter's own loop: no wake-up byte through the loop's self-pipe
+                    loop.call_soon(wake)
+                else:
+                    loop.call_soon_threadsafe(wake)
                 return
 
 
