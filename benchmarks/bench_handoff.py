@@ -2,8 +2,9 @@
 
 Each round, this process holds a fresh key, a waiter process starts waiting for it, and 0.3 to
 0.4 s later (the waiter is blocked by then) this process releases it; the waiter reports when it
-holds the key. Both read the same system-wide monotonic clock. It prints p50 and p95 over the
-rounds for:
+holds the key. Both read the same system-wide monotonic clock; an asynchronous holder reads it
+inside its running event loop, where an application's release() starts. It prints p50 and p95
+over the rounds for:
 
     Redis:       leaselock (RedisLockStore), python-redis-lock (SET NX + BLPOP on a signal
                  list), the best Python peer, and redis-py's own Lock (it polls);
@@ -27,7 +28,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 
 import asyncpg
@@ -124,10 +125,15 @@ def advisory_waiter(url: str, pipe: Connection) -> None:
 def rounds_of(
     waiter: Callable[..., None],
     waiter_args: tuple[object, ...],
-    hold_and_release: Callable[[object, Callable[[], None]], None],
+    hold_and_release: Callable[[object, Callable[[], None], Callable[[], None]], None],
     keys: list[object],
 ) -> list[float]:
-    """Handoffs in ms: per key, hold it, let the waiter block on it, release, read its time."""
+    """Handoffs in ms: per key, hold it, let the waiter block on it, release, read its time.
+
+    ``hold_and_release(key, let_the_waiter_in, mark)`` calls ``mark()`` right before its
+    release call: an asynchronous holder calls it inside its running event loop, as an
+    application's release() starts, not before the loop is started for the call.
+    """
     ours, theirs = multiprocessing.Pipe()
     process = multiprocessing.get_context("spawn").Process(
         target=waiter, args=(*waiter_args, theirs)
@@ -140,18 +146,26 @@ def rounds_of(
         for key in keys:
             released_ns: list[int] = []
 
-            def let_the_waiter_in(key: object = key, released_ns: list[int] = released_ns) -> None:
+            def let_the_waiter_in(key: object = key) -> None:
                 ours.send(key)
                 # a random extra: a polling waiter must not poll in step with the release
                 time.sleep(BLOCKED_S + random.uniform(0, 0.1))
+
+            def mark(released_ns: list[int] = released_ns) -> None:
                 released_ns.append(time.monotonic_ns())
 
-            hold_and_release(key, let_the_waiter_in)
+            hold_and_release(key, let_the_waiter_in, mark)
             handoffs.append((ours.recv() - released_ns[0]) / 1e6)
         ours.send(None)
     finally:
         process.join(10)
     return handoffs
+
+
+async def marked(mark: Callable[[], None], release: Awaitable[object]) -> None:
+    """Mark the release's start from inside the running loop, then await it."""
+    mark()
+    await release
 
 
 def leaselock_rounds(kind: str, url: str, rounds: int) -> list[float]:
@@ -160,12 +174,14 @@ def leaselock_rounds(kind: str, url: str, rounds: int) -> list[float]:
     locks = Locks(store=leaselock_store(kind, url, run))
     loop.run_until_complete(locks.start())
 
-    def hold_and_release(key: object, let_the_waiter_in: Callable[[], None]) -> None:
+    def hold_and_release(
+        key: object, let_the_waiter_in: Callable[[], None], mark: Callable[[], None]
+    ) -> None:
         lock = loop.run_until_complete(locks.acquire(str(key)))
         if lock is None:
             raise SystemExit(f"{key} was not free")
         let_the_waiter_in()
-        loop.run_until_complete(lock.release())
+        loop.run_until_complete(marked(mark, lock.release()))
 
     try:
         keys: list[object] = [f"handoff:{n}" for n in range(rounds)]
@@ -180,10 +196,13 @@ def python_redis_lock_rounds(url: str, rounds: int) -> list[float]:
     client = redis.Redis.from_url(url)
     run = uuid.uuid4().hex[:8]
 
-    def hold_and_release(key: object, let_the_waiter_in: Callable[[], None]) -> None:
+    def hold_and_release(
+        key: object, let_the_waiter_in: Callable[[], None], mark: Callable[[], None]
+    ) -> None:
         lock = redis_lock.Lock(client, str(key), expire=30)
         lock.acquire()
         let_the_waiter_in()
+        mark()
         lock.release()
 
     keys: list[object] = [f"handoff-{run}:{n}" for n in range(rounds)]
@@ -194,10 +213,13 @@ def redis_py_lock_rounds(url: str, rounds: int) -> list[float]:
     client = redis.Redis.from_url(url)
     run = uuid.uuid4().hex[:8]
 
-    def hold_and_release(key: object, let_the_waiter_in: Callable[[], None]) -> None:
+    def hold_and_release(
+        key: object, let_the_waiter_in: Callable[[], None], mark: Callable[[], None]
+    ) -> None:
         lock = client.lock(str(key), timeout=30)
         lock.acquire()
         let_the_waiter_in()
+        mark()
         lock.release()
 
     keys: list[object] = [f"handoff-py-{run}:{n}" for n in range(rounds)]
@@ -208,13 +230,17 @@ def advisory_rounds(url: str, rounds: int) -> list[float]:
     loop = asyncio.new_event_loop()
     connection = loop.run_until_complete(asyncpg.connect(url))
 
-    def hold_and_release(key: object, let_the_waiter_in: Callable[[], None]) -> None:
+    def hold_and_release(
+        key: object, let_the_waiter_in: Callable[[], None], mark: Callable[[], None]
+    ) -> None:
         loop.run_until_complete(
             connection.execute("SELECT pg_advisory_lock($1, $2)", ADVISORY_CLASS, key)
         )
         let_the_waiter_in()
         loop.run_until_complete(
-            connection.execute("SELECT pg_advisory_unlock($1, $2)", ADVISORY_CLASS, key)
+            marked(
+                mark, connection.execute("SELECT pg_advisory_unlock($1, $2)", ADVISORY_CLASS, key)
+            )
         )
 
     try:
