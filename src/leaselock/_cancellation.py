@@ -1,12 +1,15 @@
-"""Cancellations a driver swallowed, delivered where a store call returns.
+"""Cancellations a driver swallowed, delivered where the call returns.
 
-A driver may catch a task's cancellation inside a call and answer as if nothing had happened:
-redis-py 8.1's asyncio client does so now and then (a task cancelled at a random moment of an
-``eval`` ran on, about once in 30 to 70 tries here). The task's :meth:`asyncio.Task.cancelling`
-count still tells that it was cancelled. Without this, a loop that stops only when cancelled
-never stops (``asyncio.run`` then hangs at exit, waiting for it), and a bound that cancels a
-late store call would take its late answer instead of timing out. Every store call the engine,
-the operator layer and the Redis stores await goes through :func:`delivered`.
+Python 3.11's :func:`asyncio.wait_for` returns the inner answer when a cancellation lands just
+as it completes, and redis-py sends every command through it when a socket timeout is set: a
+task cancelled at a random moment of a command ran on about once in 30 to 70 tries here (the
+class of redis/redis-py#2028). Only the task's :meth:`asyncio.Task.cancelling` count still tells.
+A loop that stops only when cancelled then never stops, and ``asyncio.run`` hangs at exit
+waiting for it. The Redis stores' background loops await their commands through
+:func:`delivered`. Calls made for the application are left alone: a bare ``CancelledError``
+would escape an anyio cancel scope, which knows its own cancellations by their message, and
+such a scope cancels again until it is left; the engine's own bound is ``bounded``, which
+counts a cancelled call as timed out however it ends.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import subprocess
 import sys
 import threading
@@ -619,7 +618,7 @@ async def test_leaving_follow_releases_stops_its_reader_and_frees_its_connection
 
 
 async def _swallowing_cancellation(started: asyncio.Event) -> None:
-    """A command that, as redis-py 8.1 now and then does, answers when its caller is cancelled."""
+    """A command that answers when its caller is cancelled, as redis-py on Python 3.11 may."""
     started.set()
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.Event().wait()
@@ -670,30 +669,6 @@ async def test_a_follower_in_turn_stops_beating_when_the_driver_swallows_its_can
         await asyncio.wait_for(follow.__aexit__(None, None, None), 5)
         beating = [t for t in asyncio.all_tasks() if "_stay_alive" in repr(t.get_coro())]
         assert beating == []
-
-
-@pytest.mark.redis
-async def test_an_acquire_cancelled_at_any_moment_ends_cancelled_on_the_real_driver(
-    redis_url: str, prefix: str
-) -> None:
-    """redis-py 8.1 swallows about one cancellation in 30 to 70 here; none may get through."""
-    rounds = 300
-    jitter = random.Random(20261202)  # noqa: S311 -- moments to cancel at, no secret
-    async with Locks(store=RedisLockStore.from_url(redis_url, prefix=prefix)) as locks:
-        answered = 0
-        for round_ in range(rounds):
-            acquiring = asyncio.create_task(locks.acquire(f"cancelled:{round_}"))
-            await asyncio.sleep(jitter.uniform(0, 0.002))  # noqa: TID251 -- a real race on a real server
-            if not acquiring.cancel():
-                answered += 1
-                lock = acquiring.result()
-                assert lock is not None
-                await lock.release()
-                continue
-            with contextlib.suppress(asyncio.CancelledError):
-                lock = await acquiring
-                raise AssertionError(f"round {round_}: a cancelled acquire returned {lock!r}")
-        assert answered < rounds, "no cancellation landed during a call: the test proves nothing"
 
 
 @pytest.mark.redis

@@ -211,3 +211,32 @@ async def test_a_lock_past_its_deadline_reads_as_lost_before_its_timer_runs(faul
         assert "lost" in repr(lock)
         await clock.advance(0)
         assert "lost" in repr(lock)
+
+
+async def test_an_acquire_whose_bound_is_swallowed_times_out_as_a_hung_one(faulty, clock):
+    stuck = faulty.swallow_cancellation("acquire", times=1)
+    async with Locks(store=faulty, ttl="10s", clock=clock) as locks:
+        acquiring = asyncio.create_task(locks.acquire("k"))
+        await clock.advance(f"{ATTEMPT_FLOOR_MS - 1}ms")
+        assert not acquiring.done()
+        await clock.advance("1ms")
+        with pytest.raises(LockStoreError, match="did not answer acquire"):
+            await acquiring
+        assert not stuck._held, "the bound's cancellation never reached the held call"
+        (attempt,) = (call for call in faulty.calls if call.method == "acquire")
+        assert isinstance(attempt.outcome, Acquired), "the swallowing call answered after all"
+        await clock.advance(0)
+        intruder = await faulty.inner.acquire("k", "intruder", 1000)
+        assert isinstance(intruder, Acquired), "the late win was not handed back"
+
+
+async def test_a_release_whose_bound_is_swallowed_reports_the_timeout(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        faulty.swallow_cancellation("release", times=1)
+        releasing = asyncio.create_task(lock.release())
+        await clock.advance(f"{RELEASE_BOUND_MS}ms")
+        with pytest.raises(LockStoreError, match="did not answer release"):
+            await releasing
+        assert not lock.held

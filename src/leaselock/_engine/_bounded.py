@@ -68,7 +68,13 @@ class bounded:  # noqa: N801 -- used as `async with bounded(...)`, like asyncio.
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Disarm; turn the bound's own cancellation into :class:`StoreCallTimeoutError`."""
+        """Disarm; turn the bound's own cancellation into :class:`StoreCallTimeoutError`.
+
+        Once the bound has cancelled the work, the work's end is a timeout however it ended: a
+        driver may swallow the cancellation and answer late (Python 3.11's ``asyncio.wait_for``
+        returns an answer that lands with a cancellation, and redis-py sends every command
+        through it when a socket timeout is set).
+        """
         if self._timer is not None:
             self._timer.cancel()
         expired = self._state is _State.EXPIRING
@@ -76,5 +82,5 @@ class bounded:  # noqa: N801 -- used as `async with bounded(...)`, like asyncio.
         if not expired or self._task is None:
             return
         # take back our cancellation whether or not the work saw it (it may have just ended)
-        if self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+        if self._task.uncancel() <= self._cancelling:
             raise StoreCallTimeoutError from exc

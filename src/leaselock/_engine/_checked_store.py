@@ -12,7 +12,6 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeAlias, final
 
-from .._cancellation import delivered
 from .._errors import LocksConfigurationError, LockStoreError
 from ..stores._protocol import (
     MAX_FENCING_TOKEN,
@@ -92,7 +91,7 @@ class CheckedStore:
             LockStoreError: the store raised, or returned something the contract does not allow.
         """
         try:
-            result = await delivered(call)
+            result = await call
         except (asyncio.CancelledError, LockStoreError):
             raise
         except Exception as error:
@@ -130,7 +129,7 @@ class CheckedStore:
             LockStoreError: the store raised, or did not return a bool.
         """
         try:
-            renewed = await delivered(self.inner.renew(key, owner, ttl_ms))
+            renewed = await self.inner.renew(key, owner, ttl_ms)
         except (asyncio.CancelledError, LockStoreError):
             raise
         except Exception as error:
@@ -145,7 +144,7 @@ class CheckedStore:
         """
         if self._batch is not None and len(renewals) > 1:
             try:
-                answers = await delivered(self._batch.renew_many(renewals))
+                answers = await self._batch.renew_many(renewals)
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # noqa: BLE001 -- every renewal shares the failure
@@ -187,7 +186,7 @@ class CheckedStore:
             LockStoreError: the store raised, or did not return a bool.
         """
         try:
-            released = await delivered(self.inner.release(key, owner))
+            released = await self.inner.release(key, owner)
         except (asyncio.CancelledError, LockStoreError):
             raise
         except Exception as error:

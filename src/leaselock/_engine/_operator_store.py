@@ -13,7 +13,6 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Final, TypeVar, final
 
-from .._cancellation import delivered
 from .._clock import Clock
 from .._errors import LocksConfigurationError, LockStoreError
 from ..stores._capabilities import (
@@ -258,7 +257,7 @@ class OperatorStore:
     async def _call(self, method: str, work: Callable[[], Awaitable[T]]) -> T:
         try:
             async with bounded(self._clock, self._clock.now_ms() + OPERATOR_BOUND_MS):
-                return await delivered(work())
+                return await work()
         except StoreCallTimeoutError:
             raise LockStoreError(
                 f"{self._store!r} did not answer {method}() within {OPERATOR_BOUND_MS} ms; "

@@ -275,8 +275,9 @@ class FaultyStore:
         """Hold calls until :meth:`Fault.release`; a cancellation meanwhile is lost, not raised.
 
         A cancelled call goes on to the store and answers as if nothing had happened, as
-        redis-py 8.1's asyncio client now and then does; only the task's
-        :meth:`asyncio.Task.cancelling` count tells. A held call that nobody cancels waits for
+        redis-py on Python 3.11 now and then does (its ``asyncio.wait_for`` returns an answer
+        that lands with a cancellation); only the task's :meth:`asyncio.Task.cancelling` count
+        tells. A held call that nobody cancels waits for
         ``release``.
 
         .. versionadded:: 0.3
