@@ -116,6 +116,12 @@ class Fault:
             self._store._forget(self)  # noqa: SLF001 -- the store owns its list of faults
         self.release()
 
+    def _hold(self) -> asyncio.Future[None]:
+        """Return a future that :meth:`release` ends: one call held by this fault."""
+        held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._held.append(held)
+        return held
+
     def release(self) -> None:
         """Let the calls this hang holds go on to the store now (the fault stays for new calls)."""
         held, self._held = self._held, []
@@ -277,8 +283,7 @@ class FaultyStore:
         A cancelled call goes on to the store and answers as if nothing had happened, as
         redis-py on Python 3.11 now and then does (its ``asyncio.wait_for`` returns an answer
         that lands with a cancellation); only the task's :meth:`asyncio.Task.cancelling` count
-        tells. A held call that nobody cancels waits for
-        ``release``.
+        tells. A held call that nobody cancels waits for ``release``.
 
         .. versionadded:: 0.3
         """
@@ -426,16 +431,15 @@ class FaultyStore:
         if any(_of(faults, "fail")):
             raise InjectedFaultError(f"{method}({key!r}): store unreachable (injected outage)")
         for fault in _of(faults, "hang"):
-            held = asyncio.get_running_loop().create_future()
-            fault._held.append(held)  # noqa: SLF001 -- the fault and its store work as one
+            held = fault._hold()  # noqa: SLF001 -- the fault and its store work as one
             await wait_on_clock(self._clock, held)
         for fault in _of(faults, "swallow_cancellation"):
-            held = asyncio.get_running_loop().create_future()
-            fault._held.append(held)  # noqa: SLF001 -- the fault and its store work as one
+            held = fault._hold()  # noqa: SLF001 -- the fault and its store work as one
             try:
                 await wait_on_clock(self._clock, held)
             except asyncio.CancelledError:
-                fault.release()  # the fault modelled: the driver carries on with the call
+                # the fault modelled: the driver carries on with this call as if not cancelled
+                fault._held.remove(held)  # noqa: SLF001 -- the fault and its store work as one
         for fault in _of(faults, "delay"):
             if fault.on_request:
                 await self._sleep(fault.delay_ms)
