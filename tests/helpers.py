@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Generic, Protocol, Self, TypeVar
 
 from leaselock import Clock, Locks
-from leaselock.stores import Acquired, AcquireResult, LockStore, SupportsLifecycle
+from leaselock.stores import (
+    Acquired,
+    AcquireResult,
+    InMemoryLockStore,
+    LockStore,
+    SupportsLifecycle,
+)
 
 TESTS = Path(__file__).resolve().parent
 
@@ -100,6 +107,42 @@ class LocksOnlyStore:
 
     async def release(self, key: str, owner: str) -> bool:
         return await self.inner.release(key, owner)
+
+
+class FollowedOnceOpen:
+    """A follower whose following of any key is in place only once :attr:`gate` is set."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def following(self, key: str) -> AsyncIterator[None]:
+        await self.gate.wait()
+        yield
+
+
+class SlowlyToldStore(InMemoryLockStore):
+    """The in-memory store, as if it told of other processes' releases once :attr:`gate` opens.
+
+    A release straight on this store (not through a ``Locks``) stands for another process's:
+    nothing in this process hears it, so only the following's own wake-up can find the key free.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock=clock)
+        self.follower = FollowedOnceOpen()
+
+    @property
+    def gate(self) -> asyncio.Event:
+        """Set it to put the following in place."""
+        return self.follower.gate
+
+    @contextlib.asynccontextmanager
+    async def follow_releases(
+        self,
+        on_release: Callable[[str], None],
+    ) -> AsyncIterator[FollowedOnceOpen]:
+        yield self.follower
 
 
 class Partition:

@@ -8,8 +8,9 @@ from typing import Self
 import pytest
 
 import leaselock
+from helpers import SlowlyToldStore
 from leaselock import Event, Lock, Locks, LocksConfigurationError, current_lock
-from leaselock.stores import InMemoryLockStore
+from leaselock.stores import Acquired, InMemoryLockStore
 from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
 
@@ -96,6 +97,20 @@ async def test_a_leader_that_shuts_down_hands_over_at_once(store, clock):
         assert cluster.leaders()[0] in {"instance-1", "instance-2"}
         released = [e for e in cluster.events if e.type == "leadership-lost"]
         assert [e.reason for e in released] == ["released"]  # type: ignore[union-attr]
+
+
+async def test_a_standby_finds_a_release_made_before_its_following_was_in_place(clock):
+    # the leader is another process: its release reaches nothing in this one
+    store = SlowlyToldStore(clock)
+    held = await store.acquire("inventory:warehouse-feed", "leader-elsewhere", 60_000)
+    assert isinstance(held, Acquired)
+    async with Cluster(store, [clock]) as cluster:
+        assert cluster.leaders() == []
+        assert await store.release("inventory:warehouse-feed", "leader-elsewhere")
+        store.gate.set()
+        await wait_all_tasks_blocked()
+        assert cluster.leaders() == ["instance-0"], "no time passed: the following's own look"
+        assert clock.now_ms() == 0
 
 
 async def test_an_acquired_hook_that_raises_steps_down(

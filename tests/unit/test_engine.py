@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from helpers import SlowlyToldStore
 from leaselock import Lock, LockLostError, Locks, LockStoreError, current_lock
 from leaselock._engine import BACKOFF_CAP_MS, backoff_ms
 from leaselock.stores import InMemoryLockStore, NotAcquired
@@ -81,6 +82,19 @@ async def test_a_waiter_the_store_tells_of_releases_polls_at_the_capped_pause_on
     assert gaps[0] <= 50
     assert all(gap >= BACKOFF_CAP_MS // 2 for gap in gaps[1:-1])
     assert len(acquires(store)) <= 12
+
+
+async def test_a_release_elsewhere_before_the_following_is_in_place_is_found_once_it_is(clock):
+    store = SlowlyToldStore(clock)
+    await store.acquire("k", "other-process", 60_000)
+    async with Locks(store=store, clock=clock) as locks:
+        waiting = asyncio.create_task(locks.acquire("k", wait="1m"))
+        await wait_all_tasks_blocked()
+        assert await store.release("k", "other-process")
+        store.gate.set()
+        lock = await asyncio.wait_for(waiting, timeout=5)
+        assert lock is not None
+        assert clock.now_ms() == 0, "found by the following's own look, not by a retry"
 
 
 async def test_a_waiter_gives_up_after_its_wait_with_a_last_attempt_at_the_end(clock):

@@ -523,16 +523,23 @@ class LockEngine:
 
         A release through this process's locks on the store wakes at once; one by another
         process does where the store tells (:class:`SupportsReleaseNotifications`). Entering
-        returns at once and the store subscribes in the background, so a release just after
-        entering may go unheard: callers keep a retry of their own. The :class:`Hearing`
-        yielded says when the store's following is in place.
+        returns at once and the store subscribes in the background; once its following is in
+        place, ``wake()`` is called once more (if ``still_waiting()``), since a release by
+        another process between entering and then went unheard. A store that tells nothing
+        wakes nobody: callers keep a retry of their own. The :class:`Hearing` yielded says
+        when the store's following is in place.
         """
         token = object()
         WAKEUPS.add(self.store.inner, key, token, wake, still_waiting)
         left = asyncio.get_running_loop().create_future()
         hearing = Hearing()
         if self._follower is not None:
-            self.spawn(_follow_until(self._follower, key, left, hearing))
+
+            def look_again() -> None:
+                if not left.done() and still_waiting():
+                    wake()
+
+            self.spawn(_follow_until(self._follower, key, left, hearing, look_again))
         try:
             yield hearing
         finally:
@@ -554,10 +561,18 @@ class LockEngine:
 
 
 async def _follow_until(
-    follower: ReleaseFollower, key: str, left: asyncio.Future[None], hearing: Hearing
+    follower: ReleaseFollower,
+    key: str,
+    left: asyncio.Future[None],
+    hearing: Hearing,
+    look_again: Callable[[], None],
 ) -> None:
-    """Follow ``key``'s releases until ``left`` is done; say so on ``hearing`` once in place."""
+    """Follow ``key``'s releases until ``left`` is done; once in place, say so and look again."""
     async with follower.following(key):
         # a store (or a wrapper of one) without notifications follows with FollowingNothing
         hearing.from_store = not isinstance(follower, FollowingNothing)
+        if hearing.from_store:
+            # a release by another process before the following was in place went unheard:
+            # look once now, or a campaign that found the key held sleeps through its release
+            look_again()
         await left
