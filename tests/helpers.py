@@ -121,7 +121,7 @@ class FollowedOnceOpen:
         yield
 
 
-class SlowlyToldStore(InMemoryLockStore):
+class SlowlyToldStore:
     """The in-memory store, as if it told of other processes' releases once :attr:`gate` opens.
 
     A release straight on this store (not through a ``Locks``) stands for another process's:
@@ -129,8 +129,17 @@ class SlowlyToldStore(InMemoryLockStore):
     """
 
     def __init__(self, clock: Clock) -> None:
-        super().__init__(clock=clock)
+        self.inner = InMemoryLockStore(clock=clock)
         self.follower = FollowedOnceOpen()
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        return await self.inner.acquire(key, owner, ttl_ms)
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        return await self.inner.renew(key, owner, ttl_ms)
+
+    async def release(self, key: str, owner: str) -> bool:
+        return await self.inner.release(key, owner)
 
     @property
     def gate(self) -> asyncio.Event:
