@@ -69,6 +69,7 @@ async def _watch(arguments: argparse.Namespace, every_ms: int) -> None:
     prefix: str = arguments.prefix
 
     async with cli_locks(arguments) as locks:
+        seen_at = loop.time()
         seen = await _live(locks, prefix)
         under = f"the locks under {prefix!r}" if prefix else "every lock"
         out(f"Watching {under} (Ctrl-C to stop)...", flush=True)
@@ -76,10 +77,13 @@ async def _watch(arguments: argparse.Namespace, every_ms: int) -> None:
             out(line, flush=True)
         while not stop.is_set():
             await _sleep_until(stop, every_ms)
+            # a busy machine reads later than --every: what expired meanwhile is judged on
+            # the time that really passed, or it would read as released
+            now_at = loop.time()
             now = await _live(locks, prefix)
-            for line in changes(seen, now, every_ms):
+            for line in changes(seen, now, round((now_at - seen_at) * 1000)):
                 out(line, flush=True)
-            seen = now
+            seen, seen_at = now, now_at
     out("Stopped watching.", flush=True)
 
 
@@ -97,11 +101,12 @@ def describe_all(live: dict[str, LockInfo]) -> list[str]:
     return [_line("held", info.key, f"by {info.holder}{_token(info)}") for info in live.values()]
 
 
-def changes(before: dict[str, LockInfo], after: dict[str, LockInfo], every_ms: int) -> list[str]:
+def changes(before: dict[str, LockInfo], after: dict[str, LockInfo], between_ms: int) -> list[str]:
     """The lines that tell what changed between two readings of the live locks, by key.
 
-    A lock gone whose time left at the last reading was within one reading (plus a margin)
-    expired; one gone sooner was released. One held by another owner was handed over: after an
+    ``between_ms`` is the time from the start of one reading to the start of the next. A lock
+    gone whose time left at the last reading was within that time (plus a margin) expired; one
+    gone sooner was released. One held by another owner was handed over: after an
     expiry, or a break, or a release and an acquisition between two readings.
     """
     lines = []
@@ -111,7 +116,7 @@ def changes(before: dict[str, LockInfo], after: dict[str, LockInfo], every_ms: i
             lines.append(_line("acquired", key, f"by {new.holder}{_token(new)}"))
         elif old is not None and new is None:
             left_ms = old.expires_in_ms
-            expired = left_ms is not None and left_ms <= every_ms + EXPIRY_SLACK_MS
+            expired = left_ms is not None and left_ms <= between_ms + EXPIRY_SLACK_MS
             what = "expired" if expired else "released"
             lines.append(_line(what, key, f"by {old.holder}{_token(old)}"))
         elif old is not None and new is not None and old.owner != new.owner:

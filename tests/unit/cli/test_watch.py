@@ -28,13 +28,24 @@ def test_each_kind_of_change_between_two_readings_is_one_line_by_key():
         "c": live("c", "shop-2", 9, 30_000),
         "d": live("d", "shop-3", None, 30_000),
     }
-    assert words(changes(before, after, every_ms=250)) == [
+    assert words(changes(before, after, between_ms=250)) == [
         ["released", "a", "by", "shop-1", "(token", "4)"],
         ["expired", "b", "by", "shop-1", "(token", "5)"],
         ["handover", "c", "shop-1", "->", "shop-2", "(token", "9)"],
         ["acquired", "d", "by", "shop-3"],
     ]
-    assert changes(after, after, every_ms=250) == []
+    assert changes(after, after, between_ms=250) == []
+
+
+def test_a_lock_gone_within_a_late_reading_is_told_as_expired_not_released():
+    before = {"a": live("a", "shop-1", 4, 900)}
+    assert words(changes(before, {}, between_ms=250)) == [
+        ["released", "a", "by", "shop-1", "(token", "4)"]
+    ]
+    # the machine was busy: the next reading came a second later, past the lock's expiry
+    assert words(changes(before, {}, between_ms=1000)) == [
+        ["expired", "a", "by", "shop-1", "(token", "4)"]
+    ]
 
 
 def test_the_locks_held_when_the_watch_starts_are_listed_first():
