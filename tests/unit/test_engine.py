@@ -7,16 +7,19 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from helpers import SlowlyToldStore
+from helpers import LocksOnlyStore, SlowlyToldStore
 from leaselock import Lock, LockLostError, Locks, LockStoreError, current_lock
 from leaselock._engine import BACKOFF_CAP_MS, backoff_ms
-from leaselock.stores import InMemoryLockStore, NotAcquired
+from leaselock.stores import Acquired, InMemoryLockStore, NotAcquired
 from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
 
 
 def faulty(clock: ManualClock) -> FaultyStore:
-    """The in-memory store behind a FaultyStore: faults on demand, every call recorded."""
-    return FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
+    """The in-memory store without its waiting lines, behind a FaultyStore: waits retry.
+
+    Faults on demand, every call recorded. Waits in a store's lines: ``test_queued_wait.py``.
+    """
+    return FaultyStore(LocksOnlyStore(InMemoryLockStore(clock=clock)), clock=clock)
 
 
 def acquires(store: FaultyStore) -> list[int]:
@@ -59,8 +62,8 @@ class HearsNothing:
         return contextlib.nullcontext()
 
 
-class ToldStore(InMemoryLockStore):
-    """The in-memory store, as if it told of releases by other processes."""
+class ToldStore(LocksOnlyStore):
+    """The in-memory store without lines, as if it told of releases by other processes."""
 
     @contextlib.asynccontextmanager
     async def follow_releases(
@@ -70,7 +73,7 @@ class ToldStore(InMemoryLockStore):
 
 
 async def test_a_waiter_the_store_tells_of_releases_polls_at_the_capped_pause_only(clock):
-    store = FaultyStore(ToldStore(clock=clock), clock=clock)
+    store = FaultyStore(ToldStore(InMemoryLockStore(clock=clock)), clock=clock)
     await store.inner.acquire("k", "holder", 60_000)
     async with Locks(store=store, clock=clock) as locks:
         waiting = asyncio.create_task(locks.acquire("k", wait="5s"))
@@ -219,13 +222,13 @@ async def test_a_win_that_lands_after_the_waiter_was_cancelled_is_handed_back(cl
         await store.inner.release("k", "holder")
         stuck.release()
         await wait_all_tasks_blocked()
-        assert store.inner._rows == {}
+        assert isinstance(await store.inner.acquire("k", "probe", 1000), Acquired), "kept"
 
 
 async def test_cancelling_while_the_first_attempts_answer_is_on_its_way_hands_back_the_win(
     clock,
 ):
-    store = faulty(clock)
+    store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
     store.delay("acquire", "1s")
     async with Locks(store=store, clock=clock) as locks:
         attempt = asyncio.create_task(locks.acquire("k"))

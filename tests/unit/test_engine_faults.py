@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 
+from helpers import LocksOnlyStore
 from leaselock import Event, Lock, Locks, LockStoreError
 from leaselock._engine import ATTEMPT_FLOOR_MS, RELEASE_BOUND_MS
 from leaselock.stores import Acquired, InMemoryLockStore, NotAcquired
@@ -20,31 +21,38 @@ def faulty(clock: ManualClock) -> FaultyStore:
     return FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
 
 
-async def test_a_failed_attempts_cleanup_never_frees_what_a_retry_won(faulty, clock):
-    faulty.fail("acquire", times=1)
-    faulty.delay("release", "500ms", on="request")
-    async with Locks(store=faulty, clock=clock) as locks:
+@pytest.fixture
+def polled(clock: ManualClock) -> FaultyStore:
+    """A store without waiting lines: a wait retries its acquire (faults in a line's calls:
+    ``test_queued_wait.py``)."""
+    return FaultyStore(LocksOnlyStore(InMemoryLockStore(clock=clock)), clock=clock)
+
+
+async def test_a_failed_attempts_cleanup_never_frees_what_a_retry_won(polled, clock):
+    polled.fail("acquire", times=1)
+    polled.delay("release", "500ms", on="request")
+    async with Locks(store=polled, clock=clock) as locks:
         waiting = asyncio.create_task(locks.acquire("k", wait="5s"))
         await clock.advance("100ms")
         lock = await waiting
         assert isinstance(lock, Lock)
         await clock.advance("1s")
         assert lock.held
-        intruder = await faulty.inner.acquire("k", "intruder", 60_000)
+        intruder = await polled.inner.acquire("k", "intruder", 60_000)
         assert isinstance(intruder, NotAcquired), "the first attempt's late release freed the key"
-        faulty.heal()
+        polled.heal()
 
 
-async def test_an_attempt_whose_answer_was_lost_is_handed_back_and_the_wait_goes_on(faulty, clock):
-    faulty.lose_answer("acquire", times=1)
-    async with Locks(store=faulty, clock=clock) as locks:
+async def test_an_attempt_whose_answer_was_lost_is_handed_back_and_the_wait_goes_on(polled, clock):
+    polled.lose_answer("acquire", times=1)
+    async with Locks(store=polled, clock=clock) as locks:
         waiting = asyncio.create_task(locks.acquire("k", wait="5s"))
         await clock.advance("1s")
         lock = await waiting
         assert isinstance(lock, Lock)
-        first, second = (call for call in faulty.calls if call.method == "acquire")
+        first, second = (call for call in polled.calls if call.method == "acquire")
         assert first.owner != second.owner, "a retry reuses the failed attempt's owner id"
-        releases = [call for call in faulty.calls if call.method == "release"]
+        releases = [call for call in polled.calls if call.method == "release"]
         assert [(call.owner, call.outcome) for call in releases] == [(first.owner, True)]
         assert lock.owner == second.owner
 
@@ -82,9 +90,9 @@ async def test_hold_never_runs_its_block_on_an_acquire_answered_too_late(faulty,
     assert not ran
 
 
-async def test_a_late_answer_while_waiting_is_handed_back_and_the_wait_goes_on(faulty, clock):
-    stuck = faulty.hang("acquire", times=1)
-    async with Locks(store=faulty, ttl="1s", clock=clock) as locks:
+async def test_a_late_answer_while_waiting_is_handed_back_and_the_wait_goes_on(polled, clock):
+    stuck = polled.hang("acquire", times=1)
+    async with Locks(store=polled, ttl="1s", clock=clock) as locks:
         waiting = asyncio.create_task(locks.acquire("k", wait="10s"))
         await wait_all_tasks_blocked()
         clock.jump("1500ms")
@@ -97,19 +105,19 @@ async def test_a_late_answer_while_waiting_is_handed_back_and_the_wait_goes_on(f
 
 
 async def test_a_hung_acquire_with_a_wait_returns_after_the_wait_and_one_bounded_attempt(
-    faulty, clock
+    polled, clock
 ):
-    faulty.hang("acquire")
-    async with Locks(store=faulty, ttl="30s", clock=clock) as locks:
+    polled.hang("acquire")
+    async with Locks(store=polled, ttl="30s", clock=clock) as locks:
         waiting = asyncio.create_task(locks.acquire("k", wait="1s"))
         await clock.advance(timedelta(milliseconds=1000 + ATTEMPT_FLOOR_MS))
         assert waiting.done(), "acquire(wait='1s') still waiting on a hung store"
         with pytest.raises(LockStoreError, match=r"did not answer acquire\('k'\) within"):
             await waiting
-        faulty.heal()
+        polled.heal()
         await clock.advance("1s")
-    assert all(call.outcome == "cancelled" for call in faulty.calls if call.method == "acquire")
-    assert isinstance(await faulty.inner.acquire("k", "next", 1000), Acquired)
+    assert all(call.outcome == "cancelled" for call in polled.calls if call.method == "acquire")
+    assert isinstance(await polled.inner.acquire("k", "next", 1000), Acquired)
 
 
 async def test_a_hung_acquire_that_tries_once_fails_within_the_attempt_floor(faulty, clock):

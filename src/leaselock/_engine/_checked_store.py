@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeAlias, final
 
@@ -16,13 +17,18 @@ from .._errors import LocksConfigurationError, LockStoreError
 from ..stores._protocol import (
     MAX_FENCING_TOKEN,
     Acquired,
+    Grant,
     LockStore,
     NotAcquired,
+    Queued,
     Renewal,
     SupportsBatchRenew,
+    WaitingLine,
 )
 
-__all__ = ["AcquireCall", "CheckedStore", "check_store_shape"]
+__all__ = ["AcquireCall", "CheckedLine", "CheckedStore", "check_store_shape"]
+
+_log = logging.getLogger("leaselock")
 
 AcquireCall: TypeAlias = Callable[[str, str, int], Awaitable["Acquired | NotAcquired"]]
 """A store call that acquires ``(key, owner, ttl_ms)`` as ``acquire`` does, and maybe more."""
@@ -108,18 +114,7 @@ class CheckedStore:
                 f"{self.inner!r}.{method} returned {result!r}; return "
                 "leaselock.stores.Acquired(fencing_token) or leaselock.stores.NotAcquired()"
             )
-        token = result.fencing_token
-        if type(token) is not int:
-            raise LockStoreError(
-                f"{self.inner!r}.{method} returned fencing token {token!r} as "
-                f"{type(token).__name__}; return an int (convert a driver's text or Decimal "
-                "bigint with int())"
-            )
-        if not 0 < token <= MAX_FENCING_TOKEN:
-            raise LockStoreError(
-                f"{self.inner!r}.{method} returned fencing token {token}; tokens are positive "
-                f"integers below 2**53 (at most {MAX_FENCING_TOKEN}): check the store's counter"
-            )
+        _check_token(self.inner, method, result.fencing_token)
         return result
 
     async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
@@ -212,4 +207,115 @@ class CheckedStore:
             f"{self.inner!r}.{method} failed: {type(error).__name__}: {error}. "
             "Check that the store's server is reachable; leaselock retries renewals until "
             "the holder's deadline"
+        )
+
+
+def _check_token(store: object, method: str, token: object) -> None:
+    """Refuse a fencing token outside the contract, naming the fix.
+
+    Raises:
+        LockStoreError: ``token`` is not an int in ``1 .. 2**53 - 1``.
+    """
+    if type(token) is not int:
+        raise LockStoreError(
+            f"{store!r}.{method} returned fencing token {token!r} as "
+            f"{type(token).__name__}; return an int (convert a driver's text or Decimal "
+            "bigint with int())"
+        )
+    if not 0 < token <= MAX_FENCING_TOKEN:
+        raise LockStoreError(
+            f"{store!r}.{method} returned fencing token {token}; tokens are positive "
+            f"integers below 2**53 (at most {MAX_FENCING_TOKEN}): check the store's counter"
+        )
+
+
+@final
+class CheckedLine:
+    """Calls into one store's waiting line, validating what comes back (as :class:`CheckedStore`).
+
+    Args:
+        line: the line the store's ``wait_in_line`` gave.
+        store: the store, to name in errors.
+    """
+
+    __slots__ = ("_line", "_store")
+
+    def __init__(self, line: WaitingLine, store: object) -> None:
+        """Wrap ``line`` of ``store``."""
+        self._line = line
+        self._store = store
+
+    async def queue(
+        self, key: str, owner: str, ttl_ms: int, queue_ms: int, ticket: int
+    ) -> Acquired | Queued:
+        """Call the line's ``queue``; an answer outside the contract is refused.
+
+        Raises:
+            LockStoreError: the store raised, or returned something the contract does not allow.
+        """
+        try:
+            answer = await self._line.queue(key, owner, ttl_ms, queue_ms, ticket)
+        except (asyncio.CancelledError, LockStoreError):
+            raise
+        except Exception as error:
+            raise self._failed("queue", error) from error
+        if isinstance(answer, Queued):
+            return answer if answer.holder is None or isinstance(answer.holder, str) else Queued()
+        if not isinstance(answer, Acquired):
+            raise LockStoreError(
+                f"{self._store!r}'s line: queue returned {answer!r}; return "
+                "leaselock.stores.Acquired(fencing_token) or leaselock.stores.Queued()"
+            )
+        _check_token(self._store, "queue", answer.fencing_token)
+        return answer
+
+    async def leave(self, key: str, owner: str) -> bool:
+        """Call the line's ``leave``.
+
+        Raises:
+            LockStoreError: the store raised, or did not return a bool.
+        """
+        try:
+            left = await self._line.leave(key, owner)
+        except (asyncio.CancelledError, LockStoreError):
+            raise
+        except Exception as error:
+            raise self._failed("leave", error) from error
+        if not isinstance(left, bool):
+            raise LockStoreError(
+                f"{self._store!r}'s line: leave returned {left!r} ({type(left).__name__}); "
+                "return True or False"
+            )
+        return left
+
+    def checked_grant(self, grant: object) -> Grant | None:
+        """Return ``grant`` if it keeps the contract; else log why and return ``None``.
+
+        A refused grant is not lost: the waiter's next ``queue`` call answers it (and its
+        token is checked there).
+        """
+        try:
+            return self._grant(grant)
+        except LockStoreError as error:
+            _log.error("Ignored a grant: %s", error)
+            return None
+
+    def _grant(self, grant: object) -> Grant:
+        if not isinstance(grant, Grant):
+            raise LockStoreError(
+                f"{self._store!r} heard grant {grant!r}; pass leaselock.stores.Grant(...)"
+            )
+        _check_token(self._store, "wait_in_line's grant", grant.fencing_token)
+        if type(grant.ticket) is not int:
+            raise LockStoreError(
+                f"{self._store!r} heard a grant with ticket {grant.ticket!r}; pass back "
+                "the int ticket of the queue() call that kept the place"
+            )
+        return grant
+
+    def _failed(self, method: str, error: BaseException) -> LockStoreError:
+        return LockStoreError(
+            f"{self._store!r}'s line: {method} failed: {type(error).__name__}: {error}. "
+            "Check that the store's server is reachable; a waiter keeps its place by asking "
+            "again"
         )

@@ -28,15 +28,18 @@ from .._telemetry import Telemetry
 from ..stores._protocol import (
     Acquired,
     FollowingNothing,
+    Grant,
     ReleaseFollower,
+    SupportsHandoff,
     SupportsReleaseNotifications,
     SupportsReleasesInTurn,
 )
 from ._bounded import StoreCallTimeoutError, bounded
-from ._checked_store import AcquireCall, CheckedStore
+from ._checked_store import AcquireCall, CheckedLine, CheckedStore
 from ._lease import Lease, LeaseState
 from ._lock import Lock
 from ._operator_store import OperatorStore
+from ._queued_wait import QueuedWait
 from ._renewal import RenewalScheduler, renew_interval_ms
 from ._signal import LockSignal
 from ._waiter import NotWon, Waiter, Won
@@ -84,6 +87,8 @@ class LockEngine:
         "_follower",
         "_held",
         "_instance",
+        "_line",
+        "_queued",
         "_renewal",
         "_waiters",
         "operator",
@@ -116,7 +121,10 @@ class LockEngine:
         )
         self._held: set[Lease] = set()
         self._background: set[asyncio.Task[None]] = set()
-        self._waiters: set[Waiter] = set()
+        self._waiters: set[Waiter | QueuedWait] = set()
+        # the waits in the store's lines, by owner id: where each grant goes
+        self._queued: dict[str, QueuedWait] = {}
+        self._line: CheckedLine | None = None
         self._exit_stack = AsyncExitStack()
         self._follower: ReleaseFollower | None = None
         self._closed = False
@@ -134,11 +142,20 @@ class LockEngine:
         return frozenset(self._held)
 
     async def start(self) -> None:
-        """Get ready to hear of releases elsewhere, where the store can tell.
+        """Get ready to wait in the store's lines, and to hear of releases elsewhere.
 
-        A store that wakes followers in turn is followed that way: a release elsewhere then
-        wakes one waiting process, which wakes its longest waiter (:class:`Wakeups`).
+        Where the store keeps waiting lines, waits stand in them and releases hand the key
+        over (:class:`QueuedWait`). Releases are heard where the store can tell (elections
+        campaign on them, and waits where there are no lines): a store that wakes followers
+        in turn is followed that way, so a release elsewhere wakes one waiting process, which
+        wakes its longest waiter (:class:`Wakeups`).
         """
+        if isinstance(self.store.inner, SupportsHandoff):
+            line = await self._exit_stack.enter_async_context(
+                self.store.inner.wait_in_line(self._granted)
+            )
+            if line is not None:
+                self._line = CheckedLine(line, self.store.inner)
         if isinstance(self.store.inner, SupportsReleasesInTurn):
             self._follower = await self._exit_stack.enter_async_context(
                 self.store.inner.follow_releases_in_turn(self._released_elsewhere)
@@ -178,6 +195,8 @@ class LockEngine:
         self, key: str, ttl_ms: int, wait_ms: int, signal: LockSignal | None
     ) -> Lease | None:
         give_up_at_ms = self._clock.now_ms() + wait_ms
+        if wait_ms > 0 and self._line is not None and not self._closed:
+            return await self._wait_in_line(key, ttl_ms, give_up_at_ms, signal, self._line)
         first = await self.attempt(key, ttl_ms, give_up_at_ms)
         if isinstance(first, Won):
             return self._adopt(key, ttl_ms, first)
@@ -201,6 +220,42 @@ class LockEngine:
         finally:
             self._waiters.discard(waiter)
         return None if won is None else self._adopt(key, ttl_ms, won)
+
+    async def _wait_in_line(
+        self,
+        key: str,
+        ttl_ms: int,
+        give_up_at_ms: int,
+        signal: LockSignal | None,
+        line: CheckedLine,
+    ) -> Lease | None:
+        owner = new_owner(self._instance)
+        wait = QueuedWait(
+            key,
+            owner,
+            ttl_ms,
+            line=line,
+            clock=self._clock,
+            give_up_at_ms=give_up_at_ms,
+            spawn=self.spawn,
+            hand_back=functools.partial(self.release_in_background, key, owner),
+        )
+        self._waiters.add(wait)
+        self._queued[owner] = wait
+        try:
+            won = await wait.wait(signal)
+        finally:
+            self._waiters.discard(wait)
+            del self._queued[owner]
+        return None if won is None else self._adopt(key, ttl_ms, won)
+
+    def _granted(self, grant: Grant) -> None:
+        checked = None if self._line is None else self._line.checked_grant(grant)
+        if checked is None:
+            return
+        wait = self._queued.get(checked.owner)
+        if wait is not None and wait.key == checked.key:
+            wait.granted(checked)
 
     async def try_once(
         self, key: str, ttl_ms: int, *, acquire: AcquireCall | None = None
@@ -288,13 +343,14 @@ class LockEngine:
             # won while closing: nobody renews it any more, so hand it back rather than hold it
             self.release_in_background(key, won.owner)
             return None
+        lives_ms = ttl_ms if won.lives_ms is None else won.lives_ms
         lease = Lease(
             key=key,
             owner=won.owner,
             ttl_ms=ttl_ms,
             fencing_token=won.fencing_token,
-            deadline_ms=won.sent_at_ms + ttl_ms,
-            next_renew_ms=won.sent_at_ms + renew_interval_ms(ttl_ms),
+            deadline_ms=won.sent_at_ms + lives_ms,
+            next_renew_ms=won.sent_at_ms + renew_interval_ms(lives_ms),
             clock=self._clock,
         )
         self._held.add(lease)

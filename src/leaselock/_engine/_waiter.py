@@ -26,11 +26,16 @@ _jitter = random.Random()  # noqa: S311 -- jitter spreads retries; it guards no 
 @final
 @dataclass(frozen=True, slots=True)
 class Won:
-    """An attempt that took the key: its token, its owner id, and when it was sent."""
+    """An attempt that took the key: its token, its owner id, and when it was sent.
+
+    ``lives_ms``: how long from ``sent_at_ms`` the store keeps the lock before its first
+    renewal, where that is not the ttl (a grant lives what was left of its waiter's place).
+    """
 
     fencing_token: int
     owner: str
     sent_at_ms: int
+    lives_ms: int | None = None
 
 
 @final

@@ -23,14 +23,18 @@ from ._job_control import SupportsJobControl as SupportsJobControl
 from ._protocol import MAX_FENCING_TOKEN as MAX_FENCING_TOKEN
 from ._protocol import Acquired as Acquired
 from ._protocol import AcquireResult as AcquireResult
+from ._protocol import Grant as Grant
 from ._protocol import LockStore as LockStore
 from ._protocol import NotAcquired as NotAcquired
+from ._protocol import Queued as Queued
 from ._protocol import ReleaseFollower as ReleaseFollower
 from ._protocol import Renewal as Renewal
 from ._protocol import SupportsBatchRenew as SupportsBatchRenew
+from ._protocol import SupportsHandoff as SupportsHandoff
 from ._protocol import SupportsLifecycle as SupportsLifecycle
 from ._protocol import SupportsReleaseNotifications as SupportsReleaseNotifications
 from ._protocol import SupportsReleasesInTurn as SupportsReleasesInTurn
+from ._protocol import WaitingLine as WaitingLine
 from ._urls import store_from_url as store_from_url
 from .memory import InMemoryLockStore as InMemoryLockStore
 
@@ -47,6 +51,7 @@ __all__ = [
     "AcquireResult",
     "Acquired",
     "EtcdLockStore",
+    "Grant",
     "InMemoryLockStore",
     "JobPause",
     "JobRecord",
@@ -57,6 +62,7 @@ __all__ = [
     "NotAcquired",
     "OpenRun",
     "PostgresLockStore",
+    "Queued",
     "RedisClusterLockStore",
     "RedisLockStore",
     "ReleaseFollower",
@@ -67,12 +73,14 @@ __all__ = [
     "RunStartAnswer",
     "SQLiteLockStore",
     "SupportsBatchRenew",
+    "SupportsHandoff",
     "SupportsInspection",
     "SupportsJobControl",
     "SupportsLifecycle",
     "SupportsReleaseNotifications",
     "SupportsReleasesInTurn",
     "SupportsRunRecords",
+    "WaitingLine",
     "store_from_url",
 ]
 

@@ -17,14 +17,18 @@ __all__ = [
     "AcquireResult",
     "Acquired",
     "FollowingNothing",
+    "Grant",
     "LockStore",
     "NotAcquired",
+    "Queued",
     "ReleaseFollower",
     "Renewal",
     "SupportsBatchRenew",
+    "SupportsHandoff",
     "SupportsLifecycle",
     "SupportsReleaseNotifications",
     "SupportsReleasesInTurn",
+    "WaitingLine",
 ]
 
 MAX_FENCING_TOKEN = 2**53 - 1
@@ -166,6 +170,98 @@ class SupportsReleasesInTurn(Protocol):
         ``on_release(key)`` is called for a release of a followed key when this follower is
         the first alive in the key's queue, or when the store could name no follower (then
         every follower of the key hears it). Hints only, as for ``follow_releases``.
+        """
+        ...
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A live lock held the key; the caller keeps (or took) its place in the key's line.
+
+    Attributes:
+        holder: the live lock's owner id where the store can tell it, as for
+            :class:`NotAcquired`.
+    """
+
+    holder: str | None = None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A key handed to a waiter in line, by a release (or a break, or a free key's next look).
+
+    Attributes:
+        key: the key handed over.
+        owner: the waiter's owner id, now the holder of the key's live lock.
+        fencing_token: the new lock's token, greater than every token the key had before.
+        ticket: the ticket of the waiter's :meth:`WaitingLine.queue` call that last kept its
+            place: the lock lives ``queue_ms`` from when that call ran, so the waiter's deadline
+            is ``queue_ms`` from when it SENT that call.
+    """
+
+    key: str
+    owner: str
+    fencing_token: int
+    ticket: int
+
+
+class WaitingLine(Protocol):
+    """One process's places in the keys' lines, and where the grants to them arrive.
+
+    A key's line is first come, first served, across processes. Each place is live for the
+    ``queue_ms`` its last :meth:`queue` call gave it, counted on the store's clock from when
+    that call ran; a place whose time is up is passed over and dropped. When the key's lock is
+    freed (a release, a break) and a live place waits, the lock passes to the first live place
+    in the same atomic step: its owner holds the key, with a new token, for what is left of the
+    place's time (a waiter that died blocks the key no longer than its place would have lived),
+    and the line's ``on_grant`` hears a :class:`Grant`.
+    """
+
+    async def queue(
+        self, key: str, owner: str, ttl_ms: int, queue_ms: int, ticket: int
+    ) -> Acquired | Queued:
+        """Take ``key``, or wait in its line for ``queue_ms`` more; one atomic step.
+
+        - ``owner`` already holds the live lock (a grant it may not have heard of): the expiry
+          moves to ``ttl_ms`` from now; :class:`Acquired` with the lock's token.
+        - No live lock, and no live place ahead of ``owner``'s: ``owner`` takes the key for
+          ``ttl_ms`` with a new token and leaves the line; :class:`Acquired`.
+        - No live lock, and a live place ahead: the key passes to the first live place, as at a
+          release; then as below.
+        - A live lock: ``owner``'s place (kept where it was, else at the end of the line) is
+          live for ``queue_ms`` from now and remembers ``ticket``; :class:`Queued`.
+        """
+        ...
+
+    async def leave(self, key: str, owner: str) -> bool:
+        """Leave ``key``'s line; if ``owner`` holds its live lock (granted), release it too.
+
+        Returns:
+            Whether a live lock of ``owner`` was released (and handed to the next in line).
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsHandoff(Protocol):
+    """A store whose release hands the key to the waiter that has waited longest, in one step.
+
+    The waiter holds the key as the release ends, with no round trip of its own: a handoff is
+    one hop, and the line is fair across processes (first come, first served).
+    """
+
+    def wait_in_line(
+        self, on_grant: Callable[[Grant], None]
+    ) -> AbstractAsyncContextManager[WaitingLine | None]:
+        """Call ``on_grant(grant)`` on this loop for each grant to a place of this line.
+
+        It yields the line, or ``None`` where a store that wraps another finds no lines in it
+        (waiters then retry, as on any store without lines). A grant may go unheard (a lost
+        connection): the waiter's next :meth:`WaitingLine.queue` answers it instead. A grant
+        to an owner that has left, or that has heard of it already, is ignored by the caller:
+        each owner leaves its line when its wait ends, which releases what was granted to it.
         """
         ...
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import final
@@ -11,7 +13,7 @@ from typing import final
 from .._clock import Clock, SystemClock
 from ._capabilities import JobRecord, LockInfo, RunRecord, with_run
 from ._job_control import JobPause, JobState, RunStart, RunStartAnswer, pause_matches
-from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
+from ._protocol import Acquired, AcquireResult, Grant, NotAcquired, Queued, Renewal
 
 __all__ = ["InMemoryLockStore"]
 
@@ -21,6 +23,13 @@ class _Row:
     owner: str
     expires_at_ms: int
     fencing_token: int
+
+
+@dataclass(slots=True)
+class _Place:
+    expires_at_ms: int
+    ticket: int
+    line: _MemoryLine
 
 
 @final
@@ -46,6 +55,7 @@ class InMemoryLockStore:
         "_guard",
         "_jobs",
         "_last_token",
+        "_lines",
         "_pauses",
         "_rows",
         "_states",
@@ -60,6 +70,8 @@ class InMemoryLockStore:
         """
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._rows: dict[str, _Row] = {}
+        # each key's line of waiters, first come first: owner -> place (a dict keeps the order)
+        self._lines: dict[str, dict[str, _Place]] = {}
         self._last_token = 0
         self._jobs: dict[str, JobRecord] = {}
         self._states: dict[str, JobState] = {}
@@ -99,10 +111,95 @@ class InMemoryLockStore:
         """Free ``key`` if ``owner`` holds a live lock on it."""
         with self._guard:
             row = self._rows.get(key)
-            if row is None or row.owner != owner or row.expires_at_ms <= self._clock.now_ms():
+            now_ms = self._clock.now_ms()
+            if row is None or row.owner != owner or row.expires_at_ms <= now_ms:
                 return False
             del self._rows[key]
+            self._hand_on(key, now_ms)
             return True
+
+    @asynccontextmanager
+    async def wait_in_line(self, on_grant: Callable[[Grant], None]) -> AsyncIterator[_MemoryLine]:
+        """Wait in keys' lines while entered; ``on_grant`` hears each grant on this loop.
+
+        Leaving gives up every place the line still has.
+        """
+        line = _MemoryLine(self, asyncio.get_running_loop(), on_grant)
+        try:
+            yield line
+        finally:
+            with self._guard:
+                for key in list(self._lines):
+                    self._drop_places(key, lambda place: place.line is line)
+
+    def _queue(
+        self, key: str, owner: str, ttl_ms: int, queue_ms: int, ticket: int, *, line: _MemoryLine
+    ) -> Acquired | Queued:
+        with self._guard:
+            now_ms = self._clock.now_ms()
+            row = self._rows.get(key)
+            if row is not None and row.expires_at_ms > now_ms and row.owner == owner:
+                row.expires_at_ms = now_ms + ttl_ms
+                return Acquired(row.fencing_token)
+            places = self._live_places(key, now_ms)
+            if row is None or row.expires_at_ms <= now_ms:
+                if next(iter(places), owner) == owner:
+                    places.pop(owner, None)
+                    self._drop_empty_line(key)
+                    self._last_token += 1
+                    self._rows[key] = _Row(owner, now_ms + ttl_ms, self._last_token)
+                    return Acquired(self._last_token)
+                self._hand_on(key, now_ms)
+                places = self._live_places(key, now_ms)
+                row = self._rows[key]
+            place = places.get(owner)
+            if place is None:
+                places[owner] = _Place(now_ms + queue_ms, ticket, line)
+            else:
+                place.expires_at_ms, place.ticket = now_ms + queue_ms, ticket
+            return Queued(holder=row.owner)
+
+    def _leave(self, key: str, owner: str) -> bool:
+        with self._guard:
+            self._lines.get(key, {}).pop(owner, None)
+            self._drop_empty_line(key)
+            now_ms = self._clock.now_ms()
+            row = self._rows.get(key)
+            if row is None or row.owner != owner or row.expires_at_ms <= now_ms:
+                return False
+            del self._rows[key]
+            self._hand_on(key, now_ms)
+            return True
+
+    def _live_places(self, key: str, now_ms: int) -> dict[str, _Place]:
+        """Return ``key``'s line (made if missing), its places whose time is up dropped."""
+        self._drop_places(key, lambda place: place.expires_at_ms <= now_ms)
+        return self._lines.setdefault(key, {})
+
+    def _drop_places(self, key: str, dropped: Callable[[_Place], bool]) -> None:
+        places = self._lines.get(key)
+        if places is None:
+            return
+        for owner in [owner for owner, place in places.items() if dropped(place)]:
+            del places[owner]
+        self._drop_empty_line(key)
+
+    def _drop_empty_line(self, key: str) -> None:
+        if key in self._lines and not self._lines[key]:
+            del self._lines[key]
+
+    def _hand_on(self, key: str, now_ms: int) -> None:
+        """Give the freed ``key`` to the first live place in its line, if one waits."""
+        places = self._live_places(key, now_ms)
+        if not places:
+            self._drop_empty_line(key)
+            return
+        owner, place = next(iter(places.items()))
+        del places[owner]
+        self._drop_empty_line(key)
+        self._last_token += 1
+        self._rows[key] = _Row(owner, place.expires_at_ms, self._last_token)
+        place.line.tell(Grant(key, owner, self._last_token, place.ticket))
 
     async def record_run(self, run: RunRecord) -> None:
         """Keep ``run`` as its job's last run, and as its last success if it went well."""
@@ -216,9 +313,11 @@ class InMemoryLockStore:
     async def break_lock(self, key: str) -> LockInfo | None:
         """Free ``key`` whoever holds it; return what held it, or ``None`` if nothing did."""
         with self._guard:
-            broken = self._live(key, self._clock.now_ms())
+            now_ms = self._clock.now_ms()
+            broken = self._live(key, now_ms)
             if broken is not None:
                 del self._rows[key]
+                self._hand_on(key, now_ms)
             return broken
 
     def _live(self, key: str, now_ms: int) -> LockInfo | None:
@@ -230,3 +329,35 @@ class InMemoryLockStore:
     def __repr__(self) -> str:
         """Describe the store as the start-up log shows it."""
         return f"InMemoryLockStore(clock={self._clock!r}, keys={len(self._rows)})"
+
+
+@final
+class _MemoryLine:
+    """One :meth:`InMemoryLockStore.wait_in_line`: its places, and where their grants go."""
+
+    __slots__ = ("_loop", "_on_grant", "_store")
+
+    def __init__(
+        self,
+        store: InMemoryLockStore,
+        loop: asyncio.AbstractEventLoop,
+        on_grant: Callable[[Grant], None],
+    ) -> None:
+        self._store = store
+        self._loop = loop
+        self._on_grant = on_grant
+
+    async def queue(
+        self, key: str, owner: str, ttl_ms: int, queue_ms: int, ticket: int
+    ) -> Acquired | Queued:
+        """Take ``key``, or wait in its line for ``queue_ms`` more (see ``WaitingLine``)."""
+        return self._store._queue(key, owner, ttl_ms, queue_ms, ticket, line=self)  # noqa: SLF001 -- the store's own line
+
+    async def leave(self, key: str, owner: str) -> bool:
+        """Leave ``key``'s line; release what was granted to ``owner`` (see ``WaitingLine``)."""
+        return self._store._leave(key, owner)  # noqa: SLF001 -- the store's own line
+
+    def tell(self, grant: Grant) -> None:
+        """Deliver ``grant`` on the line's loop (any thread may call; a closed loop drops it)."""
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._on_grant, grant)

@@ -22,12 +22,11 @@ import contextlib
 import inspect
 import unicodedata
 import unittest
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Final, TypeAlias, final
+from typing import Final
 
 from .._durations import Duration, parse_ttl
 from .._errors import LocksConfigurationError
@@ -59,181 +58,45 @@ from ..stores._protocol import (
     SupportsReleaseNotifications,
     SupportsReleasesInTurn,
 )
+from ._contract_check import (
+    BATCH_RENEW,
+    CAPABILITIES,
+    CONCURRENT,
+    DEFAULT_CALLERS,
+    DEFAULT_TTL,
+    INSPECTION,
+    JOB_CONTROL,
+    LONG_TTL_MS,
+    MIN_TTL_MS,
+    NOTIFICATION_TIMEOUT_S,
+    RELEASE_NOTIFICATIONS,
+    RELEASES_IN_TURN,
+    RUN_RECORDS,
+    AdvanceTime,
+    Check,
+    ContractCase,
+    MakeStore,
+    Spec,
+    case_registry,
+)
+from ._contract_handoff import HANDOFF_SPECS
 
 __all__ = ["ContractCase", "MakeStore", "lock_store_contract"]
 
-MakeStore: TypeAlias = Callable[[], LockStore | Awaitable[LockStore]]
-AdvanceTime: TypeAlias = Callable[[timedelta], Awaitable[object]]
-
-DEFAULT_CALLERS: Final = 16
-LONG_TTL_MS: Final = 60_000
-# not a whole number of seconds: a store that rounds expiry to seconds fails at one of the checks
-DEFAULT_TTL: Final = "600ms"
-# the expiry cases look at a lease at ttl/6 margins: below this they measure the scheduler
-MIN_TTL_MS: Final = 60
 THIRTY_DAYS_MS: Final = 30 * 24 * 60 * 60 * 1000
 ROUNDS: Final = 10
 MANY_KEYS: Final = 8
-NOTIFICATION_TIMEOUT_S: Final = 5.0
-
-CONCURRENT: Final = "concurrent"
-BATCH_RENEW: Final = "batch_renew"
-RELEASE_NOTIFICATIONS: Final = "release_notifications"
-RELEASES_IN_TURN: Final = "releases_in_turn"
-RUN_RECORDS: Final = "run_records"
-INSPECTION: Final = "inspection"
-JOB_CONTROL: Final = "job_control"
-_CAPABILITIES: Final = {
-    BATCH_RENEW: (SupportsBatchRenew, "renew_many()"),
-    RELEASE_NOTIFICATIONS: (SupportsReleaseNotifications, "follow_releases()"),
-    RELEASES_IN_TURN: (SupportsReleasesInTurn, "follow_releases_in_turn()"),
-    RUN_RECORDS: (SupportsRunRecords, "record_run() and job_records()"),
-    INSPECTION: (SupportsInspection, "read_lock(), list_locks() and break_lock()"),
-    JOB_CONTROL: (SupportsJobControl, "start_run(), end_run() and the pause methods"),
-}
 # run records keep milliseconds: the suite's times have no finer part
 _RUN_STARTED: Final = datetime(2026, 12, 1, 12, 3, 10, 250_000, tzinfo=UTC)
 
-
-@final
-@dataclass(frozen=True, slots=True)
-class ContractCase:
-    """One rule of the store contract, checked by ``await case.run()``.
-
-    Attributes:
-        name: stable snake_case name, public API (``pytest -k <name>`` selects it).
-        rule: the contract sentence the case checks.
-        requires: capabilities it needs (``concurrent``, ``batch_renew``,
-            ``release_notifications``, ``run_records``, ``inspection``, ``job_control``);
-            without one, ``run``
-            raises :class:`unittest.SkipTest` naming it. Time needs none: without
-            ``advance_time`` the suite waits for real.
-        run: makes a store, checks the rule, closes the store; raises ``AssertionError``
-            ``"<name>: <rule> — <what happened>"`` when the store breaks it.
-    """
-
-    name: str
-    rule: str
-    requires: frozenset[str]
-    run: Callable[[], Awaitable[None]]
-
-
-@final
-class _Check:
-    """What a case body gets: the store, fresh keys, time, and assertions that name the rule."""
-
-    def __init__(
-        self,
-        name: str,
-        rule: str,
-        store: LockStore,
-        *,
-        callers: int,
-        advance: AdvanceTime | None,
-        ttl_ms: int,
-    ) -> None:
-        self.name = name
-        self.rule = rule
-        self.store = store
-        self.callers = callers
-        self.ttl_ms = ttl_ms
-        self._advance = advance
-        self._run_id = uuid.uuid4().hex[:12]
-        self._owners = 0
-
-    def key(self, suffix: str = "") -> str:
-        return f"contract:{self.name}:{self._run_id}:{suffix}"
-
-    def owner(self) -> str:
-        self._owners += 1
-        return f"owner-{self._run_id}-{self._owners}"
-
-    def fail(self, what: str) -> AssertionError:
-        return AssertionError(f"{self.name}: {self.rule} — {what}")
-
-    def expect(self, condition: bool, what: str) -> None:
-        if not condition:
-            raise self.fail(what)
-
-    def mark(self) -> float:
-        """Return now, for :meth:`advance`'s ``since``: taken just before a call is sent."""
-        return asyncio.get_running_loop().time()
-
-    async def advance(self, ms: int, *, since: float | None = None) -> None:
-        """Let ``ms`` pass on the store's clock: moved by ``advance_time``, else for real.
-
-        In real time, ``since`` (a :meth:`mark`) counts the ``ms`` from that moment, so the
-        time a call took before its answer came (a commit waiting for the disk) is not added
-        to the wait: a check "still held" stays ahead of the expiry the call set.
-        """
-        if self._advance is None:
-            elapsed_s = 0.0 if since is None else asyncio.get_running_loop().time() - since
-            # the store's clock cannot be moved from here: wait, as the NestJS suite does
-            await asyncio.sleep(max(0.0, ms / 1000 - elapsed_s))  # noqa: TID251 -- real time is the store's time here
-            return
-        await self._advance(timedelta(milliseconds=ms))
-
-    def token(self, result: object, doing: str) -> int:
-        """Return the token of an :class:`Acquired`, checking the token's contract."""
-        if not isinstance(result, Acquired):
-            raise self.fail(f"{doing} returned {result!r}, expected Acquired(...)")
-        token = result.fencing_token
-        if type(token) is not int:
-            raise self.fail(f"{doing} returned token {token!r} as {type(token).__name__}, not int")
-        self.expect(
-            0 < token <= MAX_FENCING_TOKEN, f"{doing} returned token {token}, outside 1..2**53-1"
-        )
-        return token
-
-    def refused(self, result: object, doing: str) -> None:
-        if not isinstance(result, NotAcquired):
-            raise self.fail(f"{doing} returned {result!r}, expected NotAcquired()")
-
-    def answer(self, answer: object, expected: bool, doing: str) -> None:
-        if answer is not expected:
-            raise self.fail(f"{doing} returned {answer!r}, expected {expected}")
-
-    async def take(self, key: str, owner: str, ttl_ms: int = LONG_TTL_MS) -> int:
-        return self.token(await self.store.acquire(key, owner, ttl_ms), f"acquire({key!r})")
-
-    async def held_by_someone(self, key: str, doing: str) -> None:
-        self.refused(await self.store.acquire(key, self.owner(), LONG_TTL_MS), doing)
-
-    async def race(self, key: str, ttl_ms: int = LONG_TTL_MS) -> list[int]:
-        """Let ``callers`` owners acquire ``key`` at once; return the tokens of the winners."""
-        results = await asyncio.gather(
-            *(self.store.acquire(key, self.owner(), ttl_ms) for _ in range(self.callers))
-        )
-        return [self.token(r, "a racing acquire") for r in results if isinstance(r, Acquired)]
-
-
-_Body: TypeAlias = Callable[[_Check], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class _Spec:
-    name: str
-    rule: str
-    requires: frozenset[str]
-    body: _Body
-
-
-_SPECS: list[_Spec] = []
-
-
-def _case(rule: str, *requires: str) -> Callable[[_Body], _Body]:
-    def register(body: _Body) -> _Body:
-        _SPECS.append(_Spec(body.__name__, rule, frozenset(requires), body))
-        return body
-
-    return register
+_SPECS, _case = case_registry()
 
 
 # --- one owner, no time --------------------------------------------------------------------
 
 
 @_case("a free key is taken once, even when its holder asks again")
-async def free_key_taken_once(c: _Check) -> None:
+async def free_key_taken_once(c: Check) -> None:
     key, holder = c.key(), c.owner()
     await c.take(key, holder)
     c.refused(await c.store.acquire(key, c.owner(), LONG_TTL_MS), "a second owner's acquire")
@@ -241,7 +104,7 @@ async def free_key_taken_once(c: _Check) -> None:
 
 
 @_case("a refused acquire names the live lock's owner, when it names one")
-async def refused_acquire_names_holder(c: _Check) -> None:
+async def refused_acquire_names_holder(c: Check) -> None:
     key, holder = c.key(), c.owner()
     await c.take(key, holder)
     refused = await c.store.acquire(key, c.owner(), LONG_TTL_MS)
@@ -254,7 +117,7 @@ async def refused_acquire_names_holder(c: _Check) -> None:
 
 
 @_case("release frees the key for its owner only, and the next token is greater")
-async def release_frees_for_owner_only(c: _Check) -> None:
+async def release_frees_for_owner_only(c: Check) -> None:
     key, holder = c.key(), c.owner()
     first = await c.take(key, holder)
     c.answer(await c.store.release(key, c.owner()), expected=False, doing="another owner's release")
@@ -265,7 +128,7 @@ async def release_frees_for_owner_only(c: _Check) -> None:
 
 
 @_case("a released lock cannot be released again")
-async def release_twice_refused(c: _Check) -> None:
+async def release_twice_refused(c: Check) -> None:
     key, holder = c.key(), c.owner()
     await c.take(key, holder)
     c.answer(await c.store.release(key, holder), expected=True, doing="the first release")
@@ -273,21 +136,21 @@ async def release_twice_refused(c: _Check) -> None:
 
 
 @_case("renew of a missing lock is refused and does not create it")
-async def renew_missing_refused(c: _Check) -> None:
+async def renew_missing_refused(c: Check) -> None:
     key, ghost = c.key(), c.owner()
     c.answer(await c.store.renew(key, ghost, LONG_TTL_MS), expected=False, doing="renew")
     await c.take(key, c.owner())
 
 
 @_case("release of a missing lock is refused and does not create it")
-async def release_missing_refused(c: _Check) -> None:
+async def release_missing_refused(c: Check) -> None:
     key = c.key()
     c.answer(await c.store.release(key, c.owner()), expected=False, doing="release")
     await c.take(key, c.owner())
 
 
 @_case("renew succeeds for the owner only")
-async def renew_extends_for_owner_only(c: _Check) -> None:
+async def renew_extends_for_owner_only(c: Check) -> None:
     key, holder = c.key(), c.owner()
     await c.take(key, holder)
     c.answer(await c.store.renew(key, c.owner(), LONG_TTL_MS), expected=False, doing="other renew")
@@ -297,7 +160,7 @@ async def renew_extends_for_owner_only(c: _Check) -> None:
 
 
 @_case("renew after release is refused and does not revive the lock")
-async def renew_after_release_refused(c: _Check) -> None:
+async def renew_after_release_refused(c: Check) -> None:
     key, holder = c.key(), c.owner()
     await c.take(key, holder)
     c.answer(await c.store.release(key, holder), expected=True, doing="release")
@@ -306,7 +169,7 @@ async def renew_after_release_refused(c: _Check) -> None:
 
 
 @_case("tokens of a key grow with every acquisition")
-async def tokens_grow_across_releases(c: _Check) -> None:
+async def tokens_grow_across_releases(c: Check) -> None:
     key = c.key()
     tokens: list[int] = []
     for _ in range(5):
@@ -347,7 +210,7 @@ def _distinct_keys(base: str) -> list[str]:
 
 
 @_case("keys are kept apart exactly: case, whitespace, NFC vs NFD, patterns, 500 characters")
-async def keys_kept_apart(c: _Check) -> None:
+async def keys_kept_apart(c: Check) -> None:
     keys = _distinct_keys(c.key())
     c.expect(len(set(keys)) == len(keys), "the suite's own keys collide")
     owners = {key: c.owner() for key in keys}
@@ -370,7 +233,7 @@ async def keys_kept_apart(c: _Check) -> None:
 
 
 @_case("a ttl of 30 days (past 2**31 ms) is held and renewed")
-async def thirty_day_ttl(c: _Check) -> None:
+async def thirty_day_ttl(c: Check) -> None:
     key, holder = c.key(), c.owner()
     await c.take(key, holder, THIRTY_DAYS_MS)
     await c.held_by_someone(key, "acquire of a 30-day lock")
@@ -383,7 +246,7 @@ async def thirty_day_ttl(c: _Check) -> None:
 
 
 @_case("expiry is measured in milliseconds from the call: held at ttl/2, free at ttl*7/6")
-async def expiry_in_milliseconds(c: _Check) -> None:
+async def expiry_in_milliseconds(c: Check) -> None:
     key = c.key()
     taken_at = c.mark()
     await c.take(key, c.owner(), c.ttl_ms)
@@ -394,7 +257,7 @@ async def expiry_in_milliseconds(c: _Check) -> None:
 
 
 @_case("renew of an expired lock is refused and does not revive it")
-async def renew_refused_after_expiry(c: _Check) -> None:
+async def renew_refused_after_expiry(c: Check) -> None:
     key, holder = c.key(), c.owner()
     await c.take(key, holder, c.ttl_ms)
     await c.advance(c.ttl_ms + c.ttl_ms // 6)
@@ -403,7 +266,7 @@ async def renew_refused_after_expiry(c: _Check) -> None:
 
 
 @_case("release of an expired lock is refused")
-async def release_refused_after_expiry(c: _Check) -> None:
+async def release_refused_after_expiry(c: Check) -> None:
     key, holder = c.key(), c.owner()
     await c.take(key, holder, c.ttl_ms)
     await c.advance(c.ttl_ms + c.ttl_ms // 6)
@@ -412,7 +275,7 @@ async def release_refused_after_expiry(c: _Check) -> None:
 
 
 @_case("renew moves the expiry to ttl from the renewal")
-async def renew_moves_expiry(c: _Check) -> None:
+async def renew_moves_expiry(c: Check) -> None:
     key, holder = c.key(), c.owner()
     taken_at = c.mark()
     await c.take(key, holder, c.ttl_ms)
@@ -428,7 +291,7 @@ async def renew_moves_expiry(c: _Check) -> None:
 @_case(
     "a takeover after expiry gets a greater token; the old owner can neither renew nor release",
 )
-async def takeover_after_expiry(c: _Check) -> None:
+async def takeover_after_expiry(c: Check) -> None:
     key, first_owner, second_owner = c.key(), c.owner(), c.owner()
     first = await c.take(key, first_owner, c.ttl_ms)
     await c.advance(c.ttl_ms + c.ttl_ms // 6)
@@ -442,7 +305,7 @@ async def takeover_after_expiry(c: _Check) -> None:
 @_case(
     "an expired lock does not exist: its own owner takes it again, with a greater token",
 )
-async def expired_lock_taken_by_same_owner(c: _Check) -> None:
+async def expired_lock_taken_by_same_owner(c: Check) -> None:
     key, holder = c.key(), c.owner()
     first = await c.take(key, holder, c.ttl_ms)
     await c.advance(c.ttl_ms + c.ttl_ms // 6)
@@ -451,7 +314,7 @@ async def expired_lock_taken_by_same_owner(c: _Check) -> None:
 
 
 @_case("tokens grow however the key was freed: release, expiry, takeover")
-async def tokens_grow_however_freed(c: _Check) -> None:
+async def tokens_grow_however_freed(c: Check) -> None:
     key = c.key()
     owner = c.owner()
     tokens = [await c.take(key, owner)]
@@ -471,14 +334,14 @@ async def tokens_grow_however_freed(c: _Check) -> None:
 
 
 @_case("of concurrent acquires of a free key exactly one wins", CONCURRENT)
-async def one_winner_for_free_key(c: _Check) -> None:
+async def one_winner_for_free_key(c: Check) -> None:
     for round_number in range(ROUNDS):
         winners = await c.race(c.key(str(round_number)))
         c.expect(len(winners) == 1, f"{len(winners)} of {c.callers} callers won a free key")
 
 
 @_case("of concurrent acquires of an expired key exactly one wins", CONCURRENT)
-async def one_winner_for_expired_key(c: _Check) -> None:
+async def one_winner_for_expired_key(c: Check) -> None:
     keys = [c.key(str(n)) for n in range(ROUNDS)]
     for key in keys:
         await c.take(key, c.owner(), c.ttl_ms)
@@ -489,7 +352,7 @@ async def one_winner_for_expired_key(c: _Check) -> None:
 
 
 @_case("a renewal of an expired lock racing acquires does not revive it", CONCURRENT)
-async def expired_renew_racing_acquires(c: _Check) -> None:
+async def expired_renew_racing_acquires(c: Check) -> None:
     keys = [c.key(str(n)) for n in range(ROUNDS)]
     holders = {key: c.owner() for key in keys}
     for key in keys:
@@ -504,7 +367,7 @@ async def expired_renew_racing_acquires(c: _Check) -> None:
 
 
 @_case("with many keys contended at once, each has exactly one winner", CONCURRENT)
-async def one_winner_per_key(c: _Check) -> None:
+async def one_winner_per_key(c: Check) -> None:
     keys = [c.key(str(n)) for n in range(MANY_KEYS)]
     per_key = await asyncio.gather(*(c.race(key) for key in keys))
     counts = [len(winners) for winners in per_key]
@@ -514,7 +377,7 @@ async def one_winner_per_key(c: _Check) -> None:
 @_case(
     "an acquire racing a release wins at most once, and after it with a greater token", CONCURRENT
 )
-async def acquire_racing_release(c: _Check) -> None:
+async def acquire_racing_release(c: Check) -> None:
     for round_number in range(ROUNDS):
         key, holder = c.key(str(round_number)), c.owner()
         first = await c.take(key, holder)
@@ -527,7 +390,7 @@ async def acquire_racing_release(c: _Check) -> None:
 
 
 @_case("rounds of races hand out strictly growing tokens", CONCURRENT)
-async def rounds_grow_tokens(c: _Check) -> None:
+async def rounds_grow_tokens(c: Check) -> None:
     key = c.key()
     tokens: list[int] = []
     for _ in range(ROUNDS):
@@ -545,7 +408,7 @@ async def rounds_grow_tokens(c: _Check) -> None:
 
 
 @_case("renew_many answers each renewal as renew would, in order", BATCH_RENEW)
-async def renew_many_matches_renew(c: _Check) -> None:
+async def renew_many_matches_renew(c: Check) -> None:
     assert isinstance(c.store, SupportsBatchRenew)  # noqa: S101 -- required capability
     held, missing, foreign = c.key("held"), c.key("missing"), c.key("foreign")
     me = c.owner()
@@ -567,7 +430,7 @@ async def renew_many_matches_renew(c: _Check) -> None:
     "a release reaches the followers of its key, and only them, named by its key",
     RELEASE_NOTIFICATIONS,
 )
-async def releases_reach_their_followers_only(c: _Check) -> None:
+async def releases_reach_their_followers_only(c: Check) -> None:
     assert isinstance(c.store, SupportsReleaseNotifications)  # noqa: S101 -- required capability
     followed, other = c.key("followed"), c.key("other")
     heard_here: asyncio.Queue[str] = asyncio.Queue()
@@ -593,7 +456,7 @@ async def releases_reach_their_followers_only(c: _Check) -> None:
 
 
 @_case("concurrent followers of many keys each hear their own key's release", RELEASE_NOTIFICATIONS)
-async def concurrent_followers_hear_their_keys(c: _Check) -> None:
+async def concurrent_followers_hear_their_keys(c: Check) -> None:
     assert isinstance(c.store, SupportsReleaseNotifications)  # noqa: S101 -- required capability
     keys = [c.key(str(n)) for n in range(c.callers)]
     holders = {key: c.owner() for key in keys}
@@ -626,7 +489,7 @@ async def concurrent_followers_hear_their_keys(c: _Check) -> None:
     "a release wakes the follower in turn that came first, and the next once the first left",
     RELEASES_IN_TURN,
 )
-async def releases_wake_followers_in_turn(c: _Check) -> None:
+async def releases_wake_followers_in_turn(c: Check) -> None:
     assert isinstance(c.store, SupportsReleasesInTurn)  # noqa: S101 -- required capability
     key, second_only = c.key("shared"), c.key("second's")
     heard_first: asyncio.Queue[str] = asyncio.Queue()
@@ -668,7 +531,7 @@ async def releases_wake_followers_in_turn(c: _Check) -> None:
     RELEASES_IN_TURN,
     CONCURRENT,
 )
-async def concurrent_turns_reach_one_follower_each(c: _Check) -> None:
+async def concurrent_turns_reach_one_follower_each(c: Check) -> None:
     assert isinstance(c.store, SupportsReleasesInTurn)  # noqa: S101 -- required capability
     keys = [c.key(str(n)) for n in range(c.callers)]
     heard: dict[str, list[str]] = {"first": [], "second": []}
@@ -719,7 +582,7 @@ async def concurrent_turns_reach_one_follower_each(c: _Check) -> None:
     )
 
 
-async def _next_heard(c: _Check, heard: asyncio.Queue[str], expected: str) -> str:
+async def _next_heard(c: Check, heard: asyncio.Queue[str], expected: str) -> str:
     try:
         return await asyncio.wait_for(heard.get(), NOTIFICATION_TIMEOUT_S)
     except TimeoutError:
@@ -728,7 +591,7 @@ async def _next_heard(c: _Check, heard: asyncio.Queue[str], expected: str) -> st
         ) from None
 
 
-def _run(c: _Check, job: str, outcome: RunOutcome, *, at: int, token: int | None) -> RunRecord:
+def _run(c: Check, job: str, outcome: RunOutcome, *, at: int, token: int | None) -> RunRecord:
     started = _RUN_STARTED + timedelta(minutes=at)
     return RunRecord(
         job=job,
@@ -746,7 +609,7 @@ def _run(c: _Check, job: str, outcome: RunOutcome, *, at: int, token: int | None
 @_case(
     "a run is kept as its job's last run, and as its last success only if it went well", RUN_RECORDS
 )
-async def run_records_keep_last_and_last_success(c: _Check) -> None:
+async def run_records_keep_last_and_last_success(c: Check) -> None:
     assert isinstance(c.store, SupportsRunRecords)  # noqa: S101 -- required capability
     job, other = c.key("job"), c.key("other job")
     c.expect(await c.store.job_records([job]) == [], "a job that never ran has a record")
@@ -777,7 +640,7 @@ async def run_records_keep_last_and_last_success(c: _Check) -> None:
 
 
 @_case("a run that started before the one kept, recorded after it, does not hide it", RUN_RECORDS)
-async def late_run_records_keep_the_newer_run(c: _Check) -> None:
+async def late_run_records_keep_the_newer_run(c: Check) -> None:
     assert isinstance(c.store, SupportsRunRecords)  # noqa: S101 -- required capability
     job = c.key()
     newer = _run(c, job, "ok", at=5, token=7)
@@ -792,7 +655,7 @@ async def late_run_records_keep_the_newer_run(c: _Check) -> None:
 
 
 @_case("concurrent runs of one job leave one whole run as its last", RUN_RECORDS, CONCURRENT)
-async def run_records_whole_under_concurrency(c: _Check) -> None:
+async def run_records_whole_under_concurrency(c: Check) -> None:
     assert isinstance(c.store, SupportsRunRecords)  # noqa: S101 -- required capability
     job = c.key()
     runs = [_run(c, job, "ok", at=n, token=n + 1) for n in range(c.callers)]
@@ -803,7 +666,7 @@ async def run_records_whole_under_concurrency(c: _Check) -> None:
 
 
 @_case("read_lock and list_locks show a live lock's owner and time left", INSPECTION)
-async def inspection_shows_live_locks(c: _Check) -> None:
+async def inspection_shows_live_locks(c: Check) -> None:
     assert isinstance(c.store, SupportsInspection)  # noqa: S101 -- required capability
     first, second, holder = c.key("a"), c.key("b"), c.owner()
     token = await c.take(first, holder)
@@ -831,7 +694,7 @@ async def inspection_shows_live_locks(c: _Check) -> None:
 
 
 @_case("break_lock frees a live lock: the next acquire wins with a greater token", INSPECTION)
-async def break_lock_frees_the_key(c: _Check) -> None:
+async def break_lock_frees_the_key(c: Check) -> None:
     assert isinstance(c.store, SupportsInspection)  # noqa: S101 -- required capability
     key, holder, successor = c.key(), c.owner(), c.owner()
     first = await c.take(key, holder)
@@ -853,7 +716,7 @@ async def break_lock_frees_the_key(c: _Check) -> None:
     INSPECTION,
     CONCURRENT,
 )
-async def break_racing_renewals_and_acquires(c: _Check) -> None:
+async def break_racing_renewals_and_acquires(c: Check) -> None:
     assert isinstance(c.store, SupportsInspection)  # noqa: S101 -- required capability
     for round_number in range(ROUNDS):
         key, holder = c.key(str(round_number)), c.owner()
@@ -876,7 +739,7 @@ async def break_racing_renewals_and_acquires(c: _Check) -> None:
         )
 
 
-async def _state(c: _Check, job: str) -> JobState:
+async def _state(c: Check, job: str) -> JobState:
     assert isinstance(c.store, SupportsJobControl)  # noqa: S101 -- required capability
     states = await c.store.job_states([job])
     c.expect(all(state.job == job for state in states), f"job_states([{job!r}]) gave {states}")
@@ -884,7 +747,7 @@ async def _state(c: _Check, job: str) -> JobState:
 
 
 def _start(
-    c: _Check,
+    c: Check,
     job: str,
     *,
     at: int,
@@ -903,7 +766,7 @@ def _start(
     JOB_CONTROL,
     RUN_RECORDS,
 )
-async def start_and_end_of_runs(c: _Check) -> None:
+async def start_and_end_of_runs(c: Check) -> None:
     assert isinstance(c.store, SupportsJobControl)  # noqa: S101 -- required capability
     job, key = c.key("job"), c.key("run lock")
     first = await c.store.start_run(_start(c, job, at=1, take=key))
@@ -961,7 +824,7 @@ async def start_and_end_of_runs(c: _Check) -> None:
 
 
 @_case("a pause of a job or a prefix stops its starts, until resumed or its end", JOB_CONTROL)
-async def pauses_stop_starts(c: _Check) -> None:
+async def pauses_stop_starts(c: Check) -> None:
     assert isinstance(c.store, SupportsJobControl)  # noqa: S101 -- required capability
     job, key = c.key("reports.daily"), c.key("run lock")
     prefix = c.key("reports.*")
@@ -994,7 +857,7 @@ async def pauses_stop_starts(c: _Check) -> None:
 
 
 @_case("of concurrent starts of one job, exactly one takes its run lock", JOB_CONTROL, CONCURRENT)
-async def one_start_wins(c: _Check) -> None:
+async def one_start_wins(c: Check) -> None:
     assert isinstance(c.store, SupportsJobControl)  # noqa: S101 -- required capability
     job, key = c.key("job"), c.key("run lock")
     answers = await asyncio.gather(
@@ -1016,7 +879,7 @@ async def one_start_wins(c: _Check) -> None:
     RUN_RECORDS,
     CONCURRENT,
 )
-async def busy_starts_buffer_or_replace(c: _Check) -> None:
+async def busy_starts_buffer_or_replace(c: Check) -> None:
     assert isinstance(c.store, SupportsJobControl)  # noqa: S101 -- required capability
     job, key = c.key("job"), c.key("run lock")
     first = _start(c, job, at=1, take=key)
@@ -1111,7 +974,7 @@ def lock_store_contract(
             requires=spec.requires,
             run=_runner(spec, make_store, callers, advance_time, ttl_ms),
         )
-        for spec in _SPECS
+        for spec in (*_SPECS, *HANDOFF_SPECS)
     )
 
 
@@ -1132,7 +995,7 @@ def _callers(concurrent: bool | Mapping[str, int]) -> int:
 
 
 def _runner(
-    spec: _Spec,
+    spec: Spec,
     make_store: MakeStore,
     callers: int,
     advance: AdvanceTime | None,
@@ -1142,10 +1005,10 @@ def _runner(
         if CONCURRENT in spec.requires and callers == 0:
             raise unittest.SkipTest(f"{spec.name}: races callers; pass concurrent=True")
         async with _opened(make_store) as store:
-            for capability, (protocol, methods) in _CAPABILITIES.items():
+            for capability, (protocol, methods) in CAPABILITIES.items():
                 if capability in spec.requires and not isinstance(store, protocol):
                     raise unittest.SkipTest(f"{spec.name}: the store has no {methods}")
-            check = _Check(
+            check = Check(
                 spec.name, spec.rule, store, callers=callers, advance=advance, ttl_ms=ttl_ms
             )
             await spec.body(check)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal, TypeAlias, TypeVar, final, get_args
@@ -29,9 +30,13 @@ from ..stores._job_control import (
 from ..stores._protocol import (
     Acquired,
     AcquireResult,
+    Grant,
     LockStore,
+    Queued,
     ReleaseFollower,
+    SupportsHandoff,
     SupportsLifecycle,
+    WaitingLine,
 )
 from ._clock import wait_on_clock
 from ._follow_through import follow_through
@@ -54,6 +59,9 @@ Method: TypeAlias = Literal[
     "resume_jobs",
     "job_pauses",
     "job_states",
+    "queue",
+    "leave",
+    "grant",
 ]
 FaultKind: TypeAlias = Literal[
     "delay",
@@ -136,7 +144,8 @@ class StoreCall:
     """One call that reached the :class:`FaultyStore`, as the caller saw it.
 
     Attributes:
-        method: ``"acquire"``, ``"renew"`` or ``"release"``.
+        method: ``"acquire"``, ``"renew"``, ``"release"``, a line's ``"queue"`` or
+            ``"leave"``, a ``"grant"`` heard, or an optional capability's method.
         key: the key.
         owner: the owner id sent.
         ttl_ms: the ttl sent (``None`` for a release).
@@ -172,7 +181,10 @@ class FaultyStore:
         store.delay("release", "500ms", on="request")
 
     Optional capabilities of the inner store pass through: its lifecycle, its release
-    notifications (a store without them simply never notifies), its run records and its
+    notifications (a store without them simply never notifies), its waiting lines (their
+    ``queue`` and ``leave`` calls recorded and faulted under those names, and each grant heard
+    under ``"grant"``: ``fail("grant")`` loses grants on the way, ``delay("grant", ...)`` makes
+    them late; a store without lines yields none, so waiters retry), its run records and its
     inspection (recorded and faulted like the rest, under their method names; over a store
     without them they raise :class:`~leaselock.LocksConfigurationError`). Batched renewals do
     not: each renewal is a call of its own, so per-key faults apply to it.
@@ -180,7 +192,7 @@ class FaultyStore:
     .. versionadded:: 0.2
     """
 
-    __slots__ = ("_clock", "_faults", "_inner", "calls")
+    __slots__ = ("_clock", "_delivering", "_faults", "_inner", "calls")
 
     def __init__(self, inner: LockStore, *, clock: Clock | None = None) -> None:
         """Wrap ``inner``; ``clock`` times the delays and windows (default: the system clock).
@@ -201,6 +213,7 @@ class FaultyStore:
         self._inner = inner
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._faults: list[Fault] = []
+        self._delivering: set[asyncio.Task[None]] = set()
         self.calls: list[StoreCall] = []
 
     @property
@@ -600,6 +613,50 @@ class FaultyStore:
         """Pass the inner store's release notifications through (none if it has none)."""
         return follow_through(self._inner, on_release)
 
+    @asynccontextmanager
+    async def wait_in_line(
+        self, on_grant: Callable[[Grant], None]
+    ) -> AsyncIterator[WaitingLine | None]:
+        """Pass the inner store's waiting lines through, their calls faulted (``None``: none)."""
+        if not isinstance(self._inner, SupportsHandoff):
+            yield None
+            return
+
+        def heard(grant: Grant) -> None:
+            task = asyncio.get_running_loop().create_task(self._deliver(grant, on_grant))
+            self._delivering.add(task)
+            task.add_done_callback(self._delivering.discard)
+
+        async with self._inner.wait_in_line(heard) as line:
+            try:
+                yield None if line is None else _FaultyLine(self, line)
+            finally:
+                for task in list(self._delivering):
+                    task.cancel()
+
+    async def _deliver(self, grant: Grant, on_grant: Callable[[Grant], None]) -> None:
+        """Hand ``grant`` on through the faults that match ``"grant"``; a failed one is lost."""
+
+        async def reach(_: list[Fault]) -> Grant:
+            return grant
+
+        with contextlib.suppress(InjectedFaultError):
+            # heard once through the faults: a delay of either kind makes it late
+            on_grant(await self._call("grant", grant.key, grant.owner, None, reach))
+
+    async def _line_call(
+        self, method: Method, key: str, owner: str, ttl_ms: int | None, call: Awaitable[T]
+    ) -> T:
+        async def reach(_: list[Fault]) -> T:
+            return await call
+
+        try:
+            return await self._call(method, key, owner, ttl_ms, reach)
+        finally:
+            # a call stopped by a fault before it reached the line is never awaited
+            if asyncio.iscoroutine(call):
+                call.close()
+
     def __repr__(self) -> str:
         """Show the inner store and the faults in force."""
         return f"FaultyStore({self._inner!r}, faults={len(self._faults)})"
@@ -607,3 +664,26 @@ class FaultyStore:
 
 def _of(faults: list[Fault], kind: FaultKind) -> Iterator[Fault]:
     return (fault for fault in faults if fault.kind == kind)
+
+
+@final
+class _FaultyLine:
+    """A waiting line of the inner store, its calls going through the faulty store's faults."""
+
+    __slots__ = ("_line", "_store")
+
+    def __init__(self, store: FaultyStore, line: WaitingLine) -> None:
+        self._store = store
+        self._line = line
+
+    async def queue(
+        self, key: str, owner: str, ttl_ms: int, queue_ms: int, ticket: int
+    ) -> Acquired | Queued:
+        """Call the inner line's ``queue`` through the faults that match ``"queue"``."""
+        call = self._line.queue(key, owner, ttl_ms, queue_ms, ticket)
+        return await self._store._line_call("queue", key, owner, ttl_ms, call)  # noqa: SLF001 -- the store's own line
+
+    async def leave(self, key: str, owner: str) -> bool:
+        """Call the inner line's ``leave`` through the faults that match ``"leave"``."""
+        call = self._line.leave(key, owner)
+        return await self._store._line_call("leave", key, owner, None, call)  # noqa: SLF001 -- the store's own line

@@ -26,7 +26,8 @@ import pytest
 
 from .._durations import Duration
 from ..stores._protocol import LockStore
-from ._contract import DEFAULT_TTL, lock_store_contract
+from ._contract import lock_store_contract
+from ._contract_check import DEFAULT_TTL
 
 __all__ = ["LockStoreContractTests"]
 

@@ -1,0 +1,237 @@
+"""QueuedWait: one acquire call that waits in its key's line at the store, and is handed the key.
+
+Where the store keeps waiting lines (:class:`~leaselock.stores.SupportsHandoff`), a wait is a
+place in the key's line instead of retries: a release hands the key to the first place in the
+same step, so the waiter holds it when the grant arrives, with no round trip of its own, and
+waiters of every process are served first come, first served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Final, final
+
+from .._clock import Clock, TimerHandle
+from .._errors import LockLostError, LockStoreError
+from ..stores._protocol import Acquired, Grant
+from ._bounded import StoreCallTimeoutError, bounded
+from ._checked_store import CheckedLine
+from ._signal import LockSignal
+from ._waiter import Won
+
+__all__ = ["PLACE_MS", "QueuedWait", "place_ms"]
+
+_log = logging.getLogger("leaselock")
+
+PLACE_MS: Final = 3000
+"""How long a place in line lives without news from its waiter (it asks again every third).
+
+A grant lives what is left of its place, so a waiter that died blocks the key no longer."""
+# the least a queue call is given, whatever is left of the wait (as an acquire attempt)
+_CALL_FLOOR_MS: Final = 1000
+
+
+def place_ms(ttl_ms: int) -> int:
+    """Return how long a waiter's place lives: :data:`PLACE_MS`, or the ttl if shorter."""
+    return min(ttl_ms, PLACE_MS)
+
+
+@final
+class QueuedWait:
+    """One acquire call that waits in its key's line at the store.
+
+    One owner id serves the whole wait: the place is that owner's. Queue calls go one at a
+    time: the first is the attempt itself, then one every third of the place's life keeps the
+    place (and hears a grant that was lost on the way). The key comes as a grant, or as a queue
+    call's :class:`Acquired` answer. A wait that ends without the key leaves the line after its
+    last call is answered, so no call lands after the leave; leaving also releases a grant
+    that came too late.
+
+    Args:
+        key: the key to take.
+        owner: the owner id of this wait.
+        ttl_ms: the lease asked for.
+        line: the store's line, checked.
+        clock: calls, bounds and deadlines read it.
+        give_up_at_ms: when the wait ends.
+        spawn: runs a coroutine in a task its engine keeps.
+        hand_back: releases ``key`` for ``owner`` in the background (a win nobody took).
+    """
+
+    __slots__ = (
+        "_clock",
+        "_give_up_at_ms",
+        "_hand_back",
+        "_in_flight",
+        "_last_error",
+        "_line",
+        "_outcome",
+        "_place_ms",
+        "_quiet",
+        "_sent",
+        "_spawn",
+        "_timer",
+        "_ttl_ms",
+        "key",
+        "owner",
+    )
+
+    def __init__(
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int,
+        *,
+        line: CheckedLine,
+        clock: Clock,
+        give_up_at_ms: int,
+        spawn: Callable[[Coroutine[None, None, None]], None],
+        hand_back: Callable[[], None],
+    ) -> None:
+        """Prepare to wait for ``key``; :meth:`wait` starts."""
+        self.key = key
+        self.owner = owner
+        self._ttl_ms = ttl_ms
+        self._place_ms = place_ms(ttl_ms)
+        self._line = line
+        self._clock = clock
+        self._give_up_at_ms = give_up_at_ms
+        self._spawn = spawn
+        self._hand_back = hand_back
+        self._outcome: asyncio.Future[Won | None] = asyncio.get_running_loop().create_future()
+        # ticket -> when its queue call was sent: a grant's deadline counts from its ticket's
+        self._sent: dict[int, int] = {}
+        self._in_flight = False
+        # set while no queue call is in flight: the leave waits for it
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+        self._timer: TimerHandle | None = None
+        self._last_error: LockStoreError | None = None
+
+    async def wait(self, signal: LockSignal | None) -> Won | None:
+        """Wait until the key is this wait's (its :class:`Won`), or the wait ends (``None``).
+
+        Raises:
+            LockStoreError: the wait ended, and the last queue call had failed.
+            LockLostError: ``signal`` aborted.
+        """
+        remove_callback = signal.add_callback(self._abort) if signal is not None else None
+        # the wait ends on time, whatever call is in flight then
+        ends = self._clock.call_at(self._give_up_at_ms, self._end_on_time)
+        self._spawn(self._ask())
+        try:
+            won = await self._outcome
+        except BaseException:
+            self._end_unclaimed()
+            raise
+        finally:
+            ends.cancel()
+            if remove_callback is not None:
+                remove_callback()
+            if self._timer is not None:
+                self._timer.cancel()
+        if won is None:
+            self._spawn(self._leave())
+            if self._last_error is not None:
+                raise self._last_error
+        return won
+
+    def give_up(self) -> None:
+        """End the wait now with ``None`` (it leaves the line)."""
+        if not self._outcome.done():
+            self._outcome.set_result(None)
+
+    def granted(self, grant: Grant) -> None:
+        """Take ``grant`` if it is still good: its place's time, from its ticket, is not up.
+
+        A grant the wait cannot use (it ended, the ticket is not its own, the place's time is
+        up) is ignored: the wait's next queue call, or its leave, settles what the store holds.
+        """
+        sent_at_ms = self._sent.get(grant.ticket)
+        if self._outcome.done() or sent_at_ms is None:
+            return
+        if self._clock.now_ms() >= sent_at_ms + self._place_ms:
+            _log.info('A grant of "%s" came after its place\'s time was up: not taken', self.key)
+            return
+        self._outcome.set_result(Won(grant.fencing_token, self.owner, sent_at_ms, self._place_ms))
+
+    def _abort(self, reason: LockLostError) -> None:
+        if not self._outcome.done():
+            self._outcome.set_exception(reason)
+
+    def _end_unclaimed(self) -> None:
+        """Settle for a caller that left early: leave the line, or hand back a win not taken."""
+        if not self._outcome.done():
+            self._outcome.cancel()
+        elif (
+            not self._outcome.cancelled()
+            and self._outcome.exception() is None
+            and self._outcome.result() is not None
+        ):
+            self._hand_back()
+            return
+        self._spawn(self._leave())
+
+    async def _end_on_time(self) -> None:
+        self.give_up()
+
+    async def _ask(self) -> None:
+        """Send one queue call (unless one is in flight), then arm the next."""
+        if self._outcome.done() or self._in_flight:
+            return
+        ticket = len(self._sent) + 1
+        sent_at_ms = self._clock.now_ms()
+        self._sent[ticket] = sent_at_ms
+        self._in_flight = True
+        self._quiet.clear()
+        try:
+            answer = await self._queue(ticket, sent_at_ms)
+        finally:
+            self._in_flight = False
+            self._quiet.set()
+        if isinstance(answer, Acquired) and not self._outcome.done():
+            self._outcome.set_result(Won(answer.fencing_token, self.owner, sent_at_ms))
+        if not self._outcome.done():
+            next_ms = max(sent_at_ms + self._place_ms // 3, self._clock.now_ms())
+            self._timer = self._clock.call_at(next_ms, self._ask)
+
+    async def _queue(self, ticket: int, sent_at_ms: int) -> Acquired | None:
+        """Keep the place; return the key's :class:`Acquired` if this owner holds it in time."""
+        bound_ms = min(self._place_ms, max(self._give_up_at_ms - sent_at_ms, _CALL_FLOOR_MS))
+        try:
+            async with bounded(self._clock, sent_at_ms + bound_ms):
+                answer = await self._line.queue(
+                    self.key, self.owner, self._ttl_ms, self._place_ms, ticket
+                )
+        except StoreCallTimeoutError:
+            self._last_error = LockStoreError(
+                f"the store did not answer queue({self.key!r}) within {bound_ms} ms; check that "
+                "the store's server is reachable and not overloaded"
+            )
+            return None
+        except LockStoreError as error:
+            self._last_error = error
+            return None
+        self._last_error = None
+        if not isinstance(answer, Acquired):
+            return None
+        if self._clock.now_ms() >= sent_at_ms + self._ttl_ms:
+            # the lease it renewed may be over already: wait on; the leave releases it
+            return None
+        return answer
+
+    async def _leave(self) -> None:
+        """Leave the line once the call in flight is answered; failures are only logged."""
+        await self._quiet.wait()
+        try:
+            async with bounded(self._clock, self._clock.now_ms() + _CALL_FLOOR_MS * 2):
+                await self._line.leave(self.key, self.owner)
+        except (LockStoreError, StoreCallTimeoutError) as error:
+            _log.info(
+                'Could not leave the line of "%s"; the place ends on its own within %d ms: %s',
+                self.key,
+                self._place_ms,
+                error or "no answer",
+            )
