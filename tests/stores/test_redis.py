@@ -18,7 +18,7 @@ import redis.asyncio
 
 from helpers import TokensAsText, unique_key, until_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
-from leaselock.stores import Acquired, Renewal
+from leaselock.stores import Acquired, Grant, Queued, Renewal
 from leaselock.stores.redis import RedisLockStore
 from leaselock.testing import ManualClock
 from servers import REDIS_URL_ENV, ServerUnavailable, redis_server
@@ -815,6 +815,80 @@ async def test_queues_are_not_listed_as_locks(redis_url: str, prefix: str) -> No
         assert [(lock.key, lock.owner) for lock in listed] == [(key, owner)]
 
 
+@pytest.mark.redis
+async def test_lines_are_not_listed_as_locks(redis_url: str, prefix: str) -> None:
+    key, owner = unique_key("listed"), unique_key("owner")
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store,
+        store.wait_in_line(lambda _: None) as line,
+    ):
+        await store.acquire(key, owner, ONE_MINUTE_MS)
+        assert isinstance(await line.queue(key, "waiter", ONE_MINUTE_MS, 3000, 1), Queued)
+        listed = await store.list_locks()
+        assert [(lock.key, lock.owner) for lock in listed] == [(key, owner)]
+
+
+@pytest.mark.redis
+async def test_a_line_whose_waiters_all_died_goes_away_on_its_own(
+    redis_url: str, prefix: str
+) -> None:
+    key = unique_key("abandoned")
+    client = redis.asyncio.Redis.from_url(redis_url)
+    names = [f"{prefix}line\x00{key}", f"{prefix}place\x00{key}"]
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store,
+        store.wait_in_line(lambda _: None) as line,
+    ):
+        await store.acquire(key, "holder", ONE_MINUTE_MS)
+        for number in range(3):
+            await line.queue(key, f"waiter-{number}", ONE_MINUTE_MS, 200, 1)
+        assert await client.exists(*names) == 2
+        await until_real(lambda: _gone(client, names), within_s=2)
+    await client.aclose()
+
+
+async def _gone(client: redis.asyncio.Redis, names: list[str]) -> bool:
+    return await client.exists(*names) == 0
+
+
+@pytest.mark.redis
+async def test_a_grant_names_awkward_keys_and_owners_exactly(redis_url: str, prefix: str) -> None:
+    key = unique_key("a key: with spaces, ünïcödé and \N{SNOWMAN}")
+    waiter = "an owner\x00with a NUL and spaces"
+    heard: asyncio.Queue[Grant] = asyncio.Queue()
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store,
+        store.wait_in_line(heard.put_nowait) as line,
+    ):
+        await store.acquire(key, "holder", ONE_MINUTE_MS)
+        assert isinstance(await line.queue(key, waiter, ONE_MINUTE_MS, 3000, 7), Queued)
+        assert await store.release(key, "holder")
+        grant = await asyncio.wait_for(heard.get(), 5)
+        assert (grant.key, grant.owner, grant.ticket) == (key, waiter, 7)
+        assert await store.renew(key, waiter, ONE_MINUTE_MS)
+
+
+@pytest.mark.redis
+async def test_leaving_wait_in_line_stops_its_reader_and_frees_its_connection(
+    redis_url: str, prefix: str
+) -> None:
+    # two connections: the line's subscription and its commands; a pool that is full fails
+    store = RedisLockStore.from_url(redis_url, prefix=prefix, max_connections=2, timeout=0.5)
+    async with opened(store):
+        key = unique_key("lined")
+        async with store.wait_in_line(lambda _key: None) as line:
+            await line.queue(key, "waiter", ONE_MINUTE_MS, 3000, 1)
+        assert [t for t in asyncio.all_tasks() if "grants" in t.get_name()] == []
+        # both are free again: one blocked in BLPOP for a second, one for an acquire
+        client = store._connected()
+        blocked = asyncio.create_task(client.blpop([unique_key("nothing")], timeout=1))
+        await asyncio.sleep(0.1)  # noqa: TID251 -- BLPOP takes its connection on the server
+        assert isinstance(
+            await store.acquire(unique_key("after"), "owner", ONE_MINUTE_MS), Acquired
+        )
+        await blocked
+
+
 async def _queued(client: redis.asyncio.Redis, queue: str, count: int) -> bool:
     return await client.zcard(queue) == count
 
@@ -824,9 +898,10 @@ async def test_instances_waiting_for_a_key_take_it_in_the_order_they_came(
     redis_url: str, prefix: str
 ) -> None:
     key = unique_key("order")
-    queue = f"{prefix}queue\x00{key}"
+    line = f"{prefix}line\x00{key}"
     client = redis.asyncio.Redis.from_url(redis_url)
-    # a clock that stands still: no waiter retries on its own, so each takes the key on its turn
+    # a clock that stands still: no waiter asks again on its own, so each takes the key when
+    # the release before hands it over
     clock = ManualClock()
     async with contextlib.AsyncExitStack() as instances:
         holding, *waiting = [
@@ -848,8 +923,8 @@ async def test_instances_waiting_for_a_key_take_it_in_the_order_they_came(
         tasks = []
         for number in range(len(waiting)):
             tasks.append(asyncio.create_task(wait_in_turn(number)))
-            # each instance stands in the key's queue before the next one comes
-            await until_real(lambda number=number: _queued(client, queue, number + 1))
+            # each instance stands in the key's line before the next one comes
+            await until_real(lambda number=number: _queued(client, line, number + 1))
         await held.release()
         await asyncio.wait_for(asyncio.gather(*tasks), 20)
     await client.aclose()

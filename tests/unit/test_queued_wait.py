@@ -235,14 +235,18 @@ async def test_a_queue_answer_lost_after_the_store_gave_the_key_is_found_next_ti
         assert second.outcome == Acquired(lock.fencing_token), "the same lock, found again"
 
 
-async def test_a_hung_queue_call_ends_the_wait_on_time_and_the_leave_follows_it(faulty, clock):
+async def test_a_hung_queue_call_is_the_waits_last_attempt_and_the_leave_follows_it(
+    faulty, clock
+):
     await faulty.inner.acquire("k", "other-process", 60_000)
     async with Locks(store=faulty, clock=clock) as locks:
         waiting = await waiting_for(locks, "k", wait="1500ms")
         stuck = faulty.hang("queue")
         await clock.advance("1500ms")
-        assert await waiting is None, "the wait ended on time, its last call still hung"
-        await clock.advance("1s")
+        assert not waiting.done(), "the call in flight at the end is the wait's last attempt"
+        await clock.advance("500ms")
+        with pytest.raises(LockStoreError, match="did not answer acquire"):
+            await waiting
         await wait_all_tasks_blocked()
         hung = calls_of(faulty, "queue")[-1]
         assert (hung.sent_ms, hung.outcome, stuck.hits) == (1000, "cancelled", 1)

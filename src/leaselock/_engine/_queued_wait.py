@@ -175,7 +175,9 @@ class QueuedWait:
         self._spawn(self._leave())
 
     async def _end_on_time(self) -> None:
-        self.give_up()
+        # a call in flight is the wait's last attempt: its answer (or failure) settles it
+        if not self._in_flight:
+            self.give_up()
 
     async def _ask(self) -> None:
         """Send one queue call (unless one is in flight), then arm the next."""
@@ -193,6 +195,8 @@ class QueuedWait:
             self._quiet.set()
         if isinstance(answer, Acquired) and not self._outcome.done():
             self._outcome.set_result(Won(answer.fencing_token, self.owner, sent_at_ms))
+        if self._clock.now_ms() >= self._give_up_at_ms:
+            self.give_up()
         if not self._outcome.done():
             next_ms = max(sent_at_ms + self._place_ms // 3, self._clock.now_ms())
             self._timer = self._clock.call_at(next_ms, self._ask)
@@ -207,8 +211,9 @@ class QueuedWait:
                 )
         except StoreCallTimeoutError:
             self._last_error = LockStoreError(
-                f"the store did not answer queue({self.key!r}) within {bound_ms} ms; check that "
-                "the store's server is reachable and not overloaded"
+                f"the store did not answer acquire({self.key!r}) within {bound_ms} ms (a call "
+                "keeping its place in line); check that the store's server is reachable and "
+                "not overloaded"
             )
             return None
         except LockStoreError as error:

@@ -28,7 +28,12 @@ if TYPE_CHECKING:
     from redis.asyncio.client import PubSub
     from redis.asyncio.cluster import RedisCluster
 
-__all__ = ["RESUBSCRIBE_PAUSE_S", "SUBSCRIBE_TIMEOUT_S", "RedisReleaseFollower"]
+__all__ = [
+    "RESUBSCRIBE_PAUSE_S",
+    "SUBSCRIBE_TIMEOUT_S",
+    "RedisReleaseFollower",
+    "pubsub_messages",
+]
 
 _log = logging.getLogger("leaselock.stores.redis")
 
@@ -163,7 +168,7 @@ class RedisReleaseFollower:
 
     async def _read(self, pubsub: PubSub) -> None:
         encoding = str(self._client.get_encoder().encoding)
-        async for message in _messages(pubsub, self._store):
+        async for message in pubsub_messages(pubsub, self._store):
             kind = message["type"]
             if kind == "subscribe":
                 self._confirm(text(message["channel"], encoding))
@@ -182,7 +187,7 @@ class RedisReleaseFollower:
                 return
 
 
-async def _messages(pubsub: PubSub, store: str) -> AsyncIterator[dict[str, object]]:
+async def pubsub_messages(pubsub: PubSub, store: str) -> AsyncIterator[dict[str, object]]:
     """Yield each message; after a failed read, read again (redis-py reconnects, resubscribes)."""
     failures = 0
     while True:

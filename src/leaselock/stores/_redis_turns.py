@@ -32,9 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALIVE_MS",
-    "BREAK_LOCK_IN_TURN",
+    "ANNOUNCE",
     "QUEUE_SCRIPTS",
-    "RELEASE_IN_TURN",
     "ReleaseQueue",
     "queue_name",
     "turn_channel",
@@ -48,7 +47,7 @@ ALIVE_MS: Final = 3000
 _LOOK_AHEAD: Final = 16
 _QUEUE_SEGMENT: Final = "queue\x00"
 
-_ANNOUNCE: Final = f"""
+ANNOUNCE: Final = f"""
 -- give_turn(queue, channel, key, id): id's turn is taken; it queues again at the end (a
 -- process with waiters one after another must not keep every turn), and hears of it alone
 local function give_turn(queue, channel, key, id)
@@ -97,41 +96,6 @@ local function announce(queue, followers, channel, key, first)
 end
 """
 
-RELEASE_IN_TURN: Final = script(
-    "release",
-    _ANNOUNCE
-    + """
--- KEYS[1] = lock key, KEYS[2] = its queue, KEYS[3] = the followers alive
--- ARGV[1] = owner, ARGV[2] = release channel, ARGV[3] = the caller's key,
--- ARGV[4..] = this store's followers of the key, counted, then those that stopped (announce)
--- -> 1 if owner held the live lock (now deleted, release announced), else 0
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  announce(KEYS[2], KEYS[3], ARGV[2], ARGV[3], 4)
-  return 1
-end
-return 0
-""",
-)
-
-BREAK_LOCK_IN_TURN: Final = script(
-    "break_lock",
-    _ANNOUNCE
-    + """
--- KEYS[1] = lock key, KEYS[2] = its queue, KEYS[3] = the followers alive
--- ARGV[1] = release channel, ARGV[2] = the caller's key, ARGV[3..] = as ARGV[4..] of release
--- -> {owner, ms left} of the live lock now deleted (release announced), else false
-local owner = redis.call('GET', KEYS[1])
-if not owner then
-  return false
-end
-local left = redis.call('PTTL', KEYS[1])
-redis.call('DEL', KEYS[1])
-announce(KEYS[2], KEYS[3], ARGV[1], ARGV[2], 3)
-return {owner, left}
-""",
-)
-
 JOIN_QUEUE: Final = script(
     "join_queue",
     """
@@ -164,7 +128,7 @@ return 1
 """,
 )
 
-QUEUE_SCRIPTS: Final = (RELEASE_IN_TURN, BREAK_LOCK_IN_TURN, JOIN_QUEUE, STAY_ALIVE)
+QUEUE_SCRIPTS: Final = (JOIN_QUEUE, STAY_ALIVE)
 
 
 def queue_name(prefix: str, key: str) -> str:

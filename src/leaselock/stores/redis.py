@@ -33,7 +33,7 @@ from ._capabilities import (
     run_row,
 )
 from ._job_control import JobPause, JobState, RunStart, RunStartAnswer, pause_json
-from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
+from ._protocol import Acquired, AcquireResult, Grant, NotAcquired, Renewal
 from ._redis_follower import RedisReleaseFollower
 from ._redis_jobs import (
     END_RUN,
@@ -47,16 +47,18 @@ from ._redis_jobs import (
     start_answer,
 )
 from ._redis_keyspace import glob_escaped, lock_info, text
+from ._redis_line import (
+    BREAK_LOCK,
+    LINE_SCRIPTS,
+    RELEASE,
+    RedisWaitingLine,
+    grant_channel,
+    line_keys,
+)
 from ._redis_runs import RECORD_RUN, read_job_records, record_run_args
 from ._redis_scripts import Script, script
 from ._redis_settings import DEFAULT_PREFIX, DEFAULT_SOCKET_TIMEOUTS, check_options, check_prefix
-from ._redis_turns import (
-    BREAK_LOCK_IN_TURN,
-    QUEUE_SCRIPTS,
-    RELEASE_IN_TURN,
-    ReleaseQueue,
-    queue_name,
-)
+from ._redis_turns import QUEUE_SCRIPTS, ReleaseQueue, queue_name
 
 try:
     import redis.asyncio
@@ -130,7 +132,15 @@ return renewed
 )
 
 
-_SCRIPTS: Final = (ACQUIRE, RENEW, RENEW_MANY, RECORD_RUN, *QUEUE_SCRIPTS, *JOB_SCRIPTS)
+_SCRIPTS: Final = (
+    ACQUIRE,
+    RENEW,
+    RENEW_MANY,
+    RECORD_RUN,
+    *LINE_SCRIPTS,
+    *QUEUE_SCRIPTS,
+    *JOB_SCRIPTS,
+)
 
 
 @final
@@ -162,6 +172,7 @@ class RedisLockStore:
         "_client",
         "_counter_key",
         "_followers_key",
+        "_grant_prefix",
         "_in_turn",
         "_jobs_key",
         "_lock_prefix",
@@ -274,6 +285,7 @@ class RedisLockStore:
         # database, or stores with one prefix on two databases would wake each other's waiters
         self._channel = f"{prefix}{CHANNEL_NAME}@db{database}"
         self._followers_key = f"{prefix}{FOLLOWERS_NAME}@db{database}"
+        self._grant_prefix = grant_channel(prefix, database)
         self._in_turn: set[RedisReleaseFollower] = set()
         self._runs_key = prefix + RUNS_NAME
         self._jobs_key = prefix + JOBS_NAME
@@ -400,24 +412,27 @@ class RedisLockStore:
         return renewed == 1
 
     async def release(self, key: str, owner: str) -> bool:
-        """Free ``key`` if ``owner`` holds a live lock on it, and announce the release.
+        """Free ``key`` if ``owner`` holds a live lock on it: hand it on, or announce it.
 
-        The announcement names the follower in turn that has waited longest for ``key`` (see
-        :meth:`follow_releases_in_turn`), or, with none, reaches every follower of the key.
+        Where a waiter stands in the key's line (:meth:`wait_in_line`), the first live one
+        holds the key as the release ends. Else the release is announced, naming the follower
+        in turn that has waited longest for ``key`` (see :meth:`follow_releases_in_turn`), or,
+        with none, reaching every follower of the key.
         """
-        lock_key = self._lock_prefix + key
-        released: int = await self._run(
-            RELEASE_IN_TURN,
-            3,
-            lock_key,
+        keys, args = self._release_args(key)
+        released: int = await self._run(RELEASE, len(keys), *keys, owner, *args)
+        return released == 1
+
+    def _release_args(self, key: str) -> tuple[list[str], list[str | int]]:
+        """The keys of a release of ``key``, and its arguments after the owner."""
+        keys = [
+            self._lock_prefix + key,
+            *line_keys(self._prefix, key),
+            self._counter_key,
             queue_name(self._prefix, key),
             self._followers_key,
-            owner,
-            f"{self._channel}:{key}",
-            key,
-            *self._own_followers(key),
-        )
-        return released == 1
+        ]
+        return keys, [f"{self._channel}:{key}", key, self._grant_prefix, *self._own_followers(key)]
 
     def _own_followers(self, key: str) -> list[str | int]:
         """This store's followers in turn of ``key``, counted, then those that stopped following.
@@ -578,18 +593,13 @@ class RedisLockStore:
         return found[:limit]
 
     async def break_lock(self, key: str) -> LockInfo | None:
-        """Free ``key`` whoever holds it (announced to waiters); return what held it, if any."""
-        lock_key = self._lock_prefix + key
-        reply = await self._run(
-            BREAK_LOCK_IN_TURN,
-            3,
-            lock_key,
-            queue_name(self._prefix, key),
-            self._followers_key,
-            f"{self._channel}:{key}",
-            key,
-            *self._own_followers(key),
-        )
+        """Free ``key`` whoever holds it; return what held it, if anything did.
+
+        As at a release, the first live waiter in the key's line holds it next, or the freeing
+        is announced.
+        """
+        keys, args = self._release_args(key)
+        reply = await self._run(BREAK_LOCK, len(keys), *keys, *args)
         if not reply:
             return None
         owner, left = reply
@@ -639,6 +649,32 @@ class RedisLockStore:
         finally:
             self._in_turn.discard(follower)
             await follower.aclose()
+
+    @asynccontextmanager
+    async def wait_in_line(
+        self, on_grant: Callable[[Grant], None]
+    ) -> AsyncIterator[RedisWaitingLine]:
+        """Wait in keys' lines while entered; ``on_grant`` hears each grant on this loop.
+
+        A release hands the key to the first live place of its line in the same script, and
+        publishes the grant on this line's own channel, so only the process that waits hears
+        it. One pub/sub connection per entered context, opened at the first queue call; where
+        the server refuses it, a warning is logged and a waiter learns of its grant from its
+        next queue call (every second).
+        """
+        client = self._client or self._connected()
+        line = RedisWaitingLine(
+            client,
+            grant_prefix=self._grant_prefix,
+            run=self._run,
+            release_args=self._release_args,
+            on_grant=on_grant,
+            store=repr(self),
+        )
+        try:
+            yield line
+        finally:
+            await line.aclose()
 
     def __repr__(self) -> str:
         """Show the server and the prefix; never a password."""
