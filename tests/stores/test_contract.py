@@ -10,7 +10,8 @@ import asyncio
 import importlib.util
 import itertools
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import ClassVar
@@ -19,6 +20,7 @@ import pytest
 
 from leaselock.stores import (
     AcquireResult,
+    Grant,
     InMemoryLockStore,
     JobPause,
     JobRecord,
@@ -30,6 +32,7 @@ from leaselock.stores import (
     RunStart,
     RunStartAnswer,
     SQLiteLockStore,
+    WaitingLine,
 )
 from leaselock.testing import ManualClock
 from leaselock.testing.pytest import LockStoreContractTests
@@ -129,6 +132,12 @@ class RoundRobinStore:
 
     async def job_states(self, jobs: Sequence[str] | None = None) -> list[JobState]:
         return await next(self._next).job_states(jobs)
+
+    def wait_in_line(
+        self, on_grant: Callable[[Grant], None]
+    ) -> AbstractAsyncContextManager[WaitingLine]:
+        # each line is one store's (a process of its own); releases go through any of them
+        return next(self._next).wait_in_line(on_grant)
 
 
 class TestSQLiteContractOverFourConnections(TestSQLiteContract):

@@ -14,6 +14,7 @@ from datetime import timedelta
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
+from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,9 @@ import pytest
 from helpers import TokensAsText, unique_key
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
 from leaselock._durations import MAX_TTL_MS
-from leaselock.stores import Acquired, AcquireResult, NotAcquired
+from leaselock.stores import Acquired, AcquireResult, NotAcquired, Queued
 from leaselock.stores.sqlite import SQLiteLockStore
-from leaselock.testing import ManualClock
+from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
 LONG_TTL_MS = 60_000
 PROCESSES = 8
@@ -497,3 +498,68 @@ async def test_the_socket_of_a_follower_that_died_is_removed_by_the_next_release
     finally:
         await store.aclose()
         directory.rmdir()
+
+
+def hold_until_told(path: str, key: str, holding: EventType, go: EventType) -> None:
+    """In a process of its own: take ``key``, say so, and release it when told."""
+
+    async def cycle() -> None:
+        store = SQLiteLockStore(path)
+        await store.open()
+        try:
+            assert isinstance(await store.acquire(key, "elsewhere", LONG_TTL_MS), Acquired)
+            holding.set()
+            await asyncio.to_thread(go.wait, BARRIER_TIMEOUT_S)
+            assert await store.release(key, "elsewhere")
+        finally:
+            await store.aclose()
+
+    asyncio.run(cycle())
+
+
+async def test_a_release_in_another_process_hands_the_key_to_the_waiter_in_line_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(tmp_path / "locks.db")
+    key = unique_key("handed")
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2]))
+    context = multiprocessing.get_context("spawn")
+    holding, go = context.Event(), context.Event()
+    child = context.Process(target=hold_until_told, args=(path, key, holding, go))
+    child.start()
+    assert await asyncio.to_thread(holding.wait, BARRIER_TIMEOUT_S)
+    # a clock that stands still: the waiter never asks again, so only the grant can reach it
+    async with Locks(store=SQLiteLockStore(path), clock=ManualClock()) as locks:
+        waiting = asyncio.create_task(locks.acquire(key, wait="1m"))
+        await wait_all_tasks_blocked()
+        go.set()
+        lock = await asyncio.wait_for(waiting, 10)
+        assert lock is not None
+        assert read_row(Path(path), key)[0] == lock.owner
+        await lock.release()
+    await asyncio.to_thread(child.join, BARRIER_TIMEOUT_S)
+    assert child.exitcode == 0
+
+
+async def test_a_grant_to_a_process_that_died_holds_the_key_only_for_its_place(
+    path: Path,
+) -> None:
+    clock = ManualClock()
+    store = SQLiteLockStore(path, clock=clock)
+    key = unique_key("died-in-line")
+    await store.open()
+    try:
+        async with store.wait_in_line(lambda _grant: None) as line:
+            assert isinstance(await store.acquire(key, "holder", LONG_TTL_MS), Acquired)
+            assert isinstance(await line.queue(key, "waiter", LONG_TTL_MS, 3000, 1), Queued)
+            socket_path = Path(line._path or "")
+            # the process dies: its socket file stays, nobody reads it
+            line._receiver.close()  # type: ignore[union-attr]
+            line._receiver = None
+            assert await store.release(key, "holder")
+            assert not await asyncio.to_thread(socket_path.exists), "its socket was not removed"
+            assert isinstance(await store.acquire(key, "outsider", LONG_TTL_MS), NotAcquired)
+            await clock.advance("3s")
+            assert isinstance(await store.acquire(key, "outsider", LONG_TTL_MS), Acquired)
+    finally:
+        await store.aclose()

@@ -235,9 +235,7 @@ async def test_a_queue_answer_lost_after_the_store_gave_the_key_is_found_next_ti
         assert second.outcome == Acquired(lock.fencing_token), "the same lock, found again"
 
 
-async def test_a_hung_queue_call_is_the_waits_last_attempt_and_the_leave_follows_it(
-    faulty, clock
-):
+async def test_a_hung_queue_call_is_the_waits_last_attempt_and_the_leave_follows_it(faulty, clock):
     await faulty.inner.acquire("k", "other-process", 60_000)
     async with Locks(store=faulty, clock=clock) as locks:
         waiting = await waiting_for(locks, "k", wait="1500ms")

@@ -75,9 +75,10 @@ class ReleaseAnnouncer:
             return
         payload = key.encode()
         for path in followers:
-            self._send(payload, path)
+            self.send(payload, path)
 
-    def _send(self, payload: bytes, path: Path) -> None:
+    def send(self, payload: bytes, path: Path) -> None:
+        """Send ``payload`` to the socket at ``path``; never blocks, never raises."""
         if self._sender is None:
             self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sender.setblocking(False)  # noqa: FBT003 -- socket's own signature

@@ -16,8 +16,8 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,8 +28,24 @@ from .._durations import Duration, parse_duration
 from .._errors import LocksConfigurationError, LockStoreError
 from ._capabilities import JobRecord, LockInfo, RunRecord, job_records_from_rows, run_row
 from ._job_control import JobPause, JobState, RunStart, RunStartAnswer
-from ._protocol import Acquired, AcquireResult, NotAcquired, ReleaseFollower, Renewal
+from ._protocol import (
+    Acquired,
+    AcquireResult,
+    Grant,
+    NotAcquired,
+    Queued,
+    ReleaseFollower,
+    Renewal,
+)
 from ._sqlite_jobs import CREATE_JOBS, SQLiteJobControl, add_missing_columns
+from ._sqlite_line import (
+    CREATE_LINE,
+    CREATE_LINE_ORDER,
+    PendingGrant,
+    SQLiteLines,
+    SQLiteWaitingLine,
+    grant_payload,
+)
 from ._sqlite_wakeups import ReleaseAnnouncer, following_releases, wakeup_directory
 from ._sqlite_worker import SQLiteWorker
 
@@ -253,6 +269,7 @@ class SQLiteLockStore:
         "_guard",
         "_holder_sql",
         "_jobs",
+        "_lines",
         "_operator_sql",
         "_path",
         "_release_sql",
@@ -324,10 +341,20 @@ class SQLiteLockStore:
             "tokens": f'"{table}_tokens"',
             "runs": f'"{table}_runs"',
             "jobs": f'"{table}_jobs"',
+            "line": f'"{table}_line"',
+            "line_order": f'"{table}_line_order"',
         }
         self._schema_sql = tuple(
             sql.format_map(names)
-            for sql in (CREATE_LOCKS, CREATE_TOKENS, SEED_TOKENS, CREATE_RUNS, CREATE_JOBS)
+            for sql in (
+                CREATE_LOCKS,
+                CREATE_TOKENS,
+                SEED_TOKENS,
+                CREATE_RUNS,
+                CREATE_JOBS,
+                CREATE_LINE,
+                CREATE_LINE_ORDER,
+            )
         )
         self._runs_table = names["runs"]
         self._jobs = SQLiteJobControl(names)
@@ -345,6 +372,7 @@ class SQLiteLockStore:
         self._advance_counter_sql = ADVANCE_COUNTER.format_map(names)
         self._renew_sql = RENEW.format_map(names)
         self._release_sql = RELEASE.format_map(names)
+        self._lines = SQLiteLines(names, self._take, self._release)
         # guards the worker and the user count; held only for quick, non-blocking work
         self._guard = threading.Lock()
         self._worker: SQLiteWorker | None = None
@@ -413,12 +441,73 @@ class SQLiteLockStore:
 
         After the commit, the key's followers on this host are told (:meth:`follow_releases`).
         """
-        released = await self._call(
-            "release", lambda db, now_ms: self._release(db, now_ms, key, owner)
+        released, pending = await self._call(
+            "release", lambda db, now_ms: self._release_and_hand_on(db, now_ms, key, owner)
         )
-        if released:
-            self._announcer.announce(key)
+        self._tell(key, released=released, pending=pending)
         return released
+
+    def _tell(self, key: str, *, released: bool, pending: PendingGrant | None) -> None:
+        """After a commit that freed ``key``: send its grant, or else announce the release."""
+        if pending is not None:
+            self._send_grant(pending)
+        elif released:
+            self._announcer.announce(key)
+
+    def _send_grant(self, pending: PendingGrant) -> None:
+        if pending.line:
+            self._announcer.send(grant_payload(pending.grant), Path(pending.line))
+
+    @asynccontextmanager
+    async def wait_in_line(
+        self, on_grant: Callable[[Grant], None]
+    ) -> AsyncIterator[SQLiteWaitingLine]:
+        """Wait in keys' lines while entered; ``on_grant`` hears each grant on this loop.
+
+        The lines are rows of ``<table>_line`` in the file; a release hands its key to the
+        first live place in the same transaction, then sends the grant to the waiting
+        process's socket (a Unix datagram, as release wake-ups are). A process that cannot be
+        reached learns of its grant at its next queue call, every second.
+        """
+        lines = self._lines
+
+        async def queue_call(
+            key: str, owner: str, ttl_ms: int, queue_ms: int, ticket: int, *, line: str
+        ) -> tuple[Acquired | Queued, PendingGrant | None]:
+            return await self._call(
+                "queue",
+                lambda db, now_ms: lines.queue(
+                    db,
+                    now_ms,
+                    key=key,
+                    owner=owner,
+                    ttl_ms=ttl_ms,
+                    queue_ms=queue_ms,
+                    ticket=ticket,
+                    line=line,
+                ),
+            )
+
+        async def leave_call(key: str, owner: str) -> tuple[bool, PendingGrant | None]:
+            left, pending = await self._call(
+                "leave", lambda db, now_ms: lines.leave(db, now_ms, key, owner)
+            )
+            if left and pending is None:
+                self._announcer.announce(key)
+            return left, pending
+
+        line = SQLiteWaitingLine(
+            self._wakeups / "lines",
+            queue_call=queue_call,
+            leave_call=leave_call,
+            send=self._send_grant,
+            on_grant=on_grant,
+            store=repr(self),
+        )
+        try:
+            yield line
+        finally:
+            line.close()
 
     def follow_releases(
         self, on_release: Callable[[str], None]
@@ -513,9 +602,10 @@ class SQLiteLockStore:
 
     async def break_lock(self, key: str) -> LockInfo | None:
         """Free ``key`` whoever holds it; return what held it, or ``None`` if nothing did."""
-        broken = await self._call("break_lock", lambda db, now_ms: self._break(db, now_ms, key))
-        if broken is not None:
-            self._announcer.announce(key)
+        broken, pending = await self._call(
+            "break_lock", lambda db, now_ms: self._break(db, now_ms, key)
+        )
+        self._tell(key, released=broken is not None, pending=pending)
         return broken
 
     # --- on the worker thread ------------------------------------------------------------
@@ -525,12 +615,21 @@ class SQLiteLockStore:
         for kind in kinds:
             db.execute(self._operator_sql.record_run, {"kind": kind, **run_row(run)})
 
-    def _break(self, db: sqlite3.Connection, now_ms: int, key: str) -> LockInfo | None:
+    def _break(
+        self, db: sqlite3.Connection, now_ms: int, key: str
+    ) -> tuple[LockInfo | None, PendingGrant | None]:
         held = _lock_info(db.execute(self._operator_sql.read_lock, {"key": key}).fetchone(), now_ms)
         if held is None or not held.live:
-            return None
+            return None, None
         db.execute(self._operator_sql.break_lock, {"key": key, "now_ms": now_ms})
-        return held
+        return held, self._lines.hand_on(db, now_ms, key)
+
+    def _release_and_hand_on(
+        self, db: sqlite3.Connection, now_ms: int, key: str, owner: str
+    ) -> tuple[bool, PendingGrant | None]:
+        if not self._release(db, now_ms, key, owner):
+            return False, None
+        return True, self._lines.hand_on(db, now_ms, key)
 
     def _take(
         self, db: sqlite3.Connection, now_ms: int, key: str, owner: str, ttl_ms: int
