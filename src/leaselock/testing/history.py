@@ -12,14 +12,19 @@ appended whole), run the processes, then :func:`check_history` the file::
 
 Times are ``CLOCK_MONOTONIC`` nanoseconds, one clock for every process of a host; the recorder
 logs a call when it is sent and again when it is answered, so a process killed mid-call leaves
-the half it reached. The checker proves, from the record alone:
+the half it reached. A store's waiting lines are recorded too: each ``queue`` and ``leave``
+call, and each grant when its line hears it. The checker proves, from the record alone:
 
 - at most one live lease per key at any instant. A lease is surely live from its acquire's
   answer to the earlier of its release's send and ``ttl`` after the send of its last renewal
   confirmed before that deadline (the holder's own deadline rule). An acquire answered after its
-  ttl is no lease (the holder must treat it as not acquired);
+  ttl is no lease (the holder must treat it as not acquired). A queue call answered with a
+  token is an acquire; a grant is a lease from when it was heard, with the deadline of the
+  place it was given to: ``queue_ms`` from the send of the queue call whose ticket it carries
+  (heard after that, it is no lease). A leave's send ends its owner's lease, as a release's;
 - tokens unique per key, and growing in real time: an acquire answered before another was sent
-  has the smaller token;
+  has the smaller token (a grant counts as sent when its ticket's queue call was, and answered
+  when heard);
 - no fenced write accepted with a token smaller than one whose write was accepted before it was
   sent (a paused holder's late write must be refused).
 
@@ -34,8 +39,8 @@ import json
 import os
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar, final
@@ -44,11 +49,15 @@ from .._errors import LocksConfigurationError
 from ..stores._protocol import (
     Acquired,
     AcquireResult,
+    Grant,
     LockStore,
+    Queued,
     ReleaseFollower,
     Renewal,
     SupportsBatchRenew,
+    SupportsHandoff,
     SupportsLifecycle,
+    WaitingLine,
 )
 from ._follow_through import follow_through
 
@@ -193,6 +202,23 @@ class HistoryRecorder:
         """Pass the inner store's release notifications through (none if it has none)."""
         return follow_through(self._inner, on_release)
 
+    @asynccontextmanager
+    async def wait_in_line(
+        self, on_grant: Callable[[Grant], None]
+    ) -> AsyncIterator[WaitingLine | None]:
+        """Pass the inner store's waiting lines through, recorded (``None`` if it has none)."""
+        if not isinstance(self._inner, SupportsHandoff):
+            yield None
+            return
+
+        def heard(grant: Grant) -> None:
+            call = self._sent("grant", key=grant.key, owner=grant.owner, ticket=grant.ticket)
+            self._answered(call, result=grant.fencing_token)
+            on_grant(grant)
+
+        async with self._inner.wait_in_line(heard) as line:
+            yield None if line is None else _RecordedLine(self, line)
+
     def close(self) -> None:
         """Close the file."""
         os.close(self._fd)
@@ -204,6 +230,38 @@ class HistoryRecorder:
 
 def _same(answer: T) -> T:
     return answer
+
+
+@final
+class _RecordedLine:
+    """A waiting line of the recorder's inner store, its calls recorded."""
+
+    __slots__ = ("_line", "_recorder")
+
+    def __init__(self, recorder: HistoryRecorder, line: WaitingLine) -> None:
+        self._recorder = recorder
+        self._line = line
+
+    async def queue(
+        self, key: str, owner: str, ttl_ms: int, queue_ms: int, ticket: int
+    ) -> Acquired | Queued:
+        """Record and forward ``queue``; a token is recorded as its int, else ``null``."""
+        recorder = self._recorder
+        # the recorder's own line: it writes to the recorder's file
+        call = recorder._sent(  # noqa: SLF001
+            "queue", key=key, owner=owner, ttl_ms=ttl_ms, queue_ms=queue_ms, ticket=ticket
+        )
+        return await recorder._recorded(  # noqa: SLF001
+            call,
+            self._line.queue(key, owner, ttl_ms, queue_ms, ticket),
+            lambda answer: answer.fencing_token if isinstance(answer, Acquired) else None,
+        )
+
+    async def leave(self, key: str, owner: str) -> bool:
+        """Record and forward ``leave``."""
+        recorder = self._recorder
+        call = recorder._sent("leave", key=key, owner=owner)  # noqa: SLF001
+        return await recorder._recorded(call, self._line.leave(key, owner), _same)  # noqa: SLF001
 
 
 @final
@@ -278,6 +336,8 @@ class _Call:
     sent_ns: int
     owner: str = ""
     ttl_ms: int = 0
+    queue_ms: int = 0
+    ticket: int = 0
     token: int | None = None
     answered_ns: int | None = None
     result: object = None
@@ -325,6 +385,8 @@ def _calls(history: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> lis
                 sent_ns=entry["at"],
                 owner=entry.get("owner", ""),
                 ttl_ms=entry.get("ttl_ms", 0),
+                queue_ms=entry.get("queue_ms", 0),
+                ticket=entry.get("ticket", 0),
                 token=entry.get("token"),
             )
         elif (call := calls.get(entry["call"])) is not None:
@@ -332,6 +394,41 @@ def _calls(history: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> lis
             call.result = entry.get("result")
             call.error = entry.get("error")
     return list(calls.values())
+
+
+@dataclass
+class _Won:
+    """One piece of evidence that ``owner`` holds ``token``: when sent, heard, and its deadline."""
+
+    call: _Call
+    token: int
+    sent_ns: int
+    answered_ns: int
+    deadline_ns: int
+
+    @property
+    def late(self) -> bool:
+        return self.answered_ns >= self.deadline_ns
+
+
+def _evidence(calls: list[_Call]) -> list[_Won]:
+    """Every acquire (a queue call's too) answered with a token, and every grant heard."""
+    tickets = {
+        (call.process, call.owner, call.ticket): call for call in calls if call.op == "queue"
+    }
+    won = []
+    for call in calls:
+        if not isinstance(call.result, int) or call.answered_ns is None:
+            continue
+        if call.op in {"acquire", "queue"}:
+            deadline_ns = call.sent_ns + call.ttl_ms * _NS_PER_MS
+            won.append(_Won(call, call.result, call.sent_ns, call.answered_ns, deadline_ns))
+        elif call.op == "grant":
+            placed = tickets.get((call.process, call.owner, call.ticket))
+            if placed is not None:
+                deadline_ns = placed.sent_ns + placed.queue_ms * _NS_PER_MS
+                won.append(_Won(call, call.result, placed.sent_ns, call.answered_ns, deadline_ns))
+    return won
 
 
 def _leases(key: str, calls: list[_Call], report: HistoryReport) -> list[Lease]:
@@ -342,24 +439,27 @@ def _leases(key: str, calls: list[_Call], report: HistoryReport) -> list[Lease]:
             report.renewals += 1
             if call.result is True and call.answered_ns is not None:
                 renewals[call.owner].append(call)
-        elif call.op == "release":
-            report.releases += 1
+        elif call.op in {"release", "leave"}:
+            report.releases += call.op == "release"
             release_sent[call.owner] = min(release_sent.get(call.owner, call.sent_ns), call.sent_ns)
-    leases = []
-    for call in calls:
-        if call.op != "acquire" or not isinstance(call.result, int) or call.answered_ns is None:
-            continue
+    # a grant heard and the queue call that found it again are one lease of one owner
+    held: dict[tuple[str, int], list[_Won]] = defaultdict(list)
+    for won in _evidence(calls):
         report.acquisitions += 1
-        deadline_ns = call.sent_ns + call.ttl_ms * _NS_PER_MS
-        if call.answered_ns >= deadline_ns:
+        if won.late:
             report.late_acquisitions += 1
-            continue
-        for renewal in sorted(renewals[call.owner], key=lambda renewal: renewal.answered_ns or 0):
+        else:
+            held[won.call.owner, won.token].append(won)
+    leases = []
+    for (owner, token), wins in held.items():
+        first = min(wins, key=lambda won: won.answered_ns)
+        deadline_ns = max(won.deadline_ns for won in wins)
+        for renewal in sorted(renewals[owner], key=lambda renewal: renewal.answered_ns or 0):
             # a confirmation after the deadline does not count: the holder has let go by then
             if renewal.answered_ns is not None and renewal.answered_ns < deadline_ns:
                 deadline_ns = max(deadline_ns, renewal.sent_ns + renewal.ttl_ms * _NS_PER_MS)
-        end_ns = min(deadline_ns, release_sent.get(call.owner, deadline_ns))
-        leases.append(Lease(key, call.process, call.owner, call.result, call.answered_ns, end_ns))
+        end_ns = min(deadline_ns, release_sent.get(owner, deadline_ns))
+        leases.append(Lease(key, first.call.process, owner, token, first.answered_ns, end_ns))
     return sorted(leases, key=lambda lease: lease.start_ns)
 
 
@@ -379,26 +479,29 @@ def _check_overlaps(leases: list[Lease], report: HistoryReport) -> None:
 
 
 def _check_tokens(key: str, calls: list[_Call], report: HistoryReport) -> None:
-    won = [
-        call
-        for call in calls
-        if call.op == "acquire" and isinstance(call.result, int) and call.answered_ns is not None
-    ]
-    seen: dict[int, _Call] = {}
-    for call in won:
-        assert isinstance(call.result, int)  # noqa: S101 -- filtered above
-        if call.result in seen:
-            other = seen[call.result]
+    won = _evidence(calls)
+    seen: dict[int, _Won] = {}
+    for evidence in won:
+        other = seen.get(evidence.token)
+        if other is not None and other.call.owner != evidence.call.owner:
             report.violations.append(
                 Violation(
                     "a token given twice",
-                    f"{key!r}: token {call.result} went to {other.process} (sent {other.sent_ns})"
-                    f" and to {call.process} (sent {call.sent_ns})",
+                    f"{key!r}: token {evidence.token} went to {other.call.process} (sent "
+                    f"{other.sent_ns}) and to {evidence.call.process} (sent {evidence.sent_ns})",
                 )
             )
-        seen[call.result] = call
-    by_answer = sorted(won, key=lambda call: call.answered_ns or 0)
-    _check_growth(key, "acquire", by_answer, sorted(won, key=lambda call: call.sent_ns), report)
+        seen[evidence.token] = evidence
+    # one lease seen twice (a grant, then the queue call that found it) is compared once
+    firsts: dict[tuple[str, int], _Won] = {}
+    for evidence in sorted(won, key=lambda evidence: evidence.answered_ns):
+        firsts.setdefault((evidence.call.owner, evidence.token), evidence)
+    grown = [
+        _Call(e.call.process, "acquire", key, e.sent_ns, answered_ns=e.answered_ns, result=e.token)
+        for e in firsts.values()
+    ]
+    by_answer = sorted(grown, key=lambda call: call.answered_ns or 0)
+    _check_growth(key, "acquire", by_answer, sorted(grown, key=lambda call: call.sent_ns), report)
 
 
 def _check_writes(key: str, calls: list[_Call], leases: list[Lease], report: HistoryReport) -> None:

@@ -54,6 +54,17 @@ class History:
     def write(self, process: str, token: int, sent: int, answered: int, accepted: bool) -> None:
         self.call(process, "write", "k", sent, answered, token=token, result=accepted)
 
+    def queue(
+        self, process: str, owner: str, sent: int, answered: int, *, ticket: int, token: int | None
+    ) -> None:
+        self.call(
+            process, "queue", "k", sent, answered,
+            owner=owner, ttl_ms=1000, queue_ms=3000, ticket=ticket, result=token,
+        )  # fmt: skip
+
+    def grant(self, process: str, owner: str, heard: int, ticket: int, token: int) -> None:
+        self.call(process, "grant", "k", heard, heard, owner=owner, ticket=ticket, result=token)
+
 
 def test_a_clean_handover_passes_with_its_counts():
     history = History()
@@ -131,6 +142,53 @@ def test_a_stale_write_accepted_after_a_newer_one_is_a_violation_and_a_refused_o
     report = check_history(history.entries)
     assert [violation.rule for violation in report.violations] == ["a stale fenced write accepted"]
     assert (report.writes_accepted, report.writes_refused, report.late_writes) == (2, 1, 3)
+
+
+def test_a_grant_is_a_lease_from_when_it_was_heard_with_the_deadline_of_its_place():
+    history = History()
+    history.acquire("a", "a1", 0, 5, 1)
+    history.queue("b", "b1", 100, 105, ticket=1, token=None)
+    history.release("a", "a1", 500, 505)
+    history.grant("b", "b1", 506, ticket=1, token=2)
+    # the queue call that finds the grant again is the same lease, not a second one
+    history.queue("b", "b1", 1100, 1105, ticket=2, token=2)
+    report = check_history(history.entries)
+    assert report.ok, report.summary()
+    assert report.acquisitions == 3
+    assert [(lease.fencing_token, lease.start_ns, lease.end_ns) for lease in report.leases] == [
+        (1, 5 * MS, 500 * MS),
+        (2, 506 * MS, 3100 * MS),  # the place's deadline: 3 s from its queue call's send
+    ]
+
+
+def test_a_grant_heard_after_its_place_ran_out_is_no_lease():
+    history = History()
+    history.queue("b", "b1", 100, 105, ticket=1, token=None)
+    history.grant("b", "b1", 3100, ticket=1, token=2)
+    history.acquire("c", "c1", 3101, 3105, 3)
+    report = check_history(history.entries)
+    assert report.ok, report.summary()
+    assert report.late_acquisitions == 1
+
+
+def test_a_grant_heard_while_the_holder_is_live_is_two_live_leases():
+    history = History()
+    history.acquire("a", "a1", 0, 5, 1)
+    history.queue("b", "b1", 100, 105, ticket=1, token=None)
+    history.grant("b", "b1", 300, ticket=1, token=2)
+    history.release("a", "a1", 500, 505)
+    report = check_history(history.entries)
+    assert [violation.rule for violation in report.violations] == ["two live leases"]
+
+
+def test_a_grant_whose_token_is_not_above_one_heard_before_its_ticket_is_tokens_going_back():
+    history = History()
+    history.acquire("a", "a1", 0, 5, 7)
+    history.release("a", "a1", 10, 11)
+    history.queue("b", "b1", 20, 25, ticket=1, token=None)
+    history.grant("b", "b1", 30, ticket=1, token=7)
+    rules = [violation.rule for violation in check_history(history.entries).violations]
+    assert rules == ["a token given twice", "tokens went back"]
 
 
 class ReadThenWrite:
