@@ -7,7 +7,9 @@ inside its running event loop, where an application's release() starts. It print
 over the rounds for:
 
     Redis:       leaselock (RedisLockStore), python-redis-lock (SET NX + BLPOP on a signal
-                 list), the best Python peer, and redis-py's own Lock (it polls);
+                 list), the best Python peer, redis-py's own Lock (it polls), and the floor
+                 of an asyncio waiter: a bare PUBLISH from an asyncio client heard by an
+                 asyncio subscriber in the other process (a leaselock handoff is one message);
     PostgreSQL:  leaselock (PostgresLockStore) and the floor of the server, a session blocked
                  in pg_advisory_lock that the holder's pg_advisory_unlock lets through;
     SQLite:      leaselock (SQLiteLockStore) on a file in a temporary directory.
@@ -33,6 +35,7 @@ from multiprocessing.connection import Connection
 
 import asyncpg
 import redis
+import redis.asyncio
 import redis_lock
 from _servers import add_server_arguments, delete_prefix, drop_store_tables
 
@@ -106,6 +109,29 @@ def redis_py_lock_waiter(url: str, pipe: Connection) -> None:
         pipe.send(held_ns)
 
 
+def asyncio_subscriber_waiter(url: str, pipe: Connection) -> None:
+    """Wait for each key as a bare PUBLISH on its channel, heard by an asyncio subscriber."""
+
+    async def serve() -> None:
+        client = redis.asyncio.Redis.from_url(url)
+        pubsub = client.pubsub()
+        loop = asyncio.get_running_loop()
+        pipe.send("ready")
+        while (key := await loop.run_in_executor(None, pipe.recv)) is not None:
+            await pubsub.subscribe(str(key))
+            await pubsub.get_message(timeout=None)  # the subscription's confirmation
+            pipe.send("subscribed")
+            await pubsub.get_message(timeout=None)
+            held_ns = time.monotonic_ns()
+            await pubsub.unsubscribe(str(key))
+            await pubsub.get_message(timeout=None)
+            pipe.send(held_ns)
+        await pubsub.aclose()
+        await client.aclose()
+
+    asyncio.run(serve())
+
+
 def advisory_waiter(url: str, pipe: Connection) -> None:
     """Wait for each key in pg_advisory_lock on a session of its own."""
 
@@ -127,6 +153,8 @@ def rounds_of(
     waiter_args: tuple[object, ...],
     hold_and_release: Callable[[object, Callable[[], None], Callable[[], None]], None],
     keys: list[object],
+    *,
+    pipe: tuple[Connection, Connection] | None = None,
 ) -> list[float]:
     """Handoffs in ms: per key, hold it, let the waiter block on it, release, read its time.
 
@@ -134,7 +162,7 @@ def rounds_of(
     release call: an asynchronous holder calls it inside its running event loop, as an
     application's release() starts, not before the loop is started for the call.
     """
-    ours, theirs = multiprocessing.Pipe()
+    ours, theirs = multiprocessing.Pipe() if pipe is None else pipe
     process = multiprocessing.get_context("spawn").Process(
         target=waiter, args=(*waiter_args, theirs)
     )
@@ -226,6 +254,33 @@ def redis_py_lock_rounds(url: str, rounds: int) -> list[float]:
     return rounds_of(redis_py_lock_waiter, (url,), hold_and_release, keys)
 
 
+def asyncio_floor_rounds(url: str, rounds: int) -> list[float]:
+    """The least an asyncio waiter of another process can hold the key after: a bare PUBLISH
+    from an asyncio client, heard by an asyncio subscriber (leaselock's handoff is one such
+    message, sent by its release script)."""
+    loop = asyncio.new_event_loop()
+    client = redis.asyncio.Redis.from_url(url)
+    run = uuid.uuid4().hex[:8]
+    ours, theirs = multiprocessing.Pipe()
+
+    def hold_and_release(
+        key: object, let_the_waiter_in: Callable[[], None], mark: Callable[[], None]
+    ) -> None:
+        let_the_waiter_in()
+        if ours.recv() != "subscribed":
+            raise SystemExit("the subscriber did not subscribe")
+        loop.run_until_complete(marked(mark, client.publish(str(key), "released")))
+
+    try:
+        keys: list[object] = [f"handoff-floor-{run}:{n}" for n in range(rounds)]
+        return rounds_of(
+            asyncio_subscriber_waiter, (url,), hold_and_release, keys, pipe=(ours, theirs)
+        )
+    finally:
+        loop.run_until_complete(client.aclose())
+        loop.close()
+
+
 def advisory_rounds(url: str, rounds: int) -> list[float]:
     loop = asyncio.new_event_loop()
     connection = loop.run_until_complete(asyncpg.connect(url))
@@ -274,6 +329,7 @@ def main() -> None:
         peer = report("python-redis-lock", python_redis_lock_rounds(url, rounds))
         report("redis-py Lock (polls every 0.1 s)", redis_py_lock_rounds(url, rounds), peer)
         report("leaselock", leaselock_rounds("redis", url, rounds), peer)
+        report("floor: bare PUBLISH, asyncio both ends", asyncio_floor_rounds(url, rounds), peer)
     if "postgres" in chosen:
         url = arguments.postgres_url
         print("PostgreSQL")
