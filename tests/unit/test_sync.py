@@ -2,6 +2,7 @@
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -192,3 +193,27 @@ def test_job_status_inspect_and_break_from_a_thread(sync_locks: SyncLocks):
     assert broken is not None
     assert broken.fencing_token == held.fencing_token
     assert sync_locks.read_lock("orders:1") is None
+
+
+def test_a_release_on_one_loop_hands_the_key_to_a_waiter_in_line_on_another():
+    store = InMemoryLockStore()
+    # two SyncLocks: two loop threads, so the grant crosses from one loop to the other
+    with SyncLocks(store=store, ttl="30s") as here, SyncLocks(store=store, ttl="30s") as there:
+        held = here.acquire("shared")
+        assert held is not None
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            waiting = pool.submit(there.acquire, "shared", wait="10s")
+            until_queued(store, "shared")
+            assert held.release()
+            lock = waiting.result(timeout=5)
+        assert lock is not None
+        assert lock.fencing_token > held.fencing_token
+        assert lock.release()
+
+
+def until_queued(store: InMemoryLockStore, key: str) -> None:
+    """Let the other loop's waiter take its place in ``key``'s line (it runs on a thread)."""
+    deadline = time.monotonic() + 5  # noqa: TID251 -- another thread's loop, real time
+    while not store._lines.get(key):
+        assert time.monotonic() < deadline, f"nobody stood in the line of {key!r}"  # noqa: TID251
+        time.sleep(0.01)  # noqa: TID251 -- another thread's loop cannot be awaited

@@ -359,5 +359,14 @@ class _MemoryLine:
 
     def tell(self, grant: Grant) -> None:
         """Deliver ``grant`` on the line's loop (any thread may call; a closed loop drops it)."""
-        if not self._loop.is_closed():
+        if self._loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            # the line's own loop: no wake-up byte through the loop's self-pipe
+            self._loop.call_soon(self._on_grant, grant)
+        else:
             self._loop.call_soon_threadsafe(self._on_grant, grant)
