@@ -165,6 +165,11 @@ def contract_postgres_url(postgres_url: str) -> Iterator[str]:
             await connection.execute(f'DROP TABLE IF EXISTS "{PG_TABLE}"')
             await connection.execute(f'DROP TABLE IF EXISTS "{PG_TABLE}_runs"')
             await connection.execute(f'DROP TABLE IF EXISTS "{PG_TABLE}_jobs"')
+            await connection.execute(f'DROP TABLE IF EXISTS "{PG_TABLE}_line"')
+            await connection.execute(
+                f'DROP FUNCTION IF EXISTS "{PG_TABLE}_line"'
+                "(text, text, text, bigint, bigint, bigint, text)"
+            )
             await connection.execute(f'DROP SEQUENCE IF EXISTS "{PG_SEQUENCE}"')
         finally:
             await connection.close()

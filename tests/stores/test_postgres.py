@@ -30,9 +30,12 @@ SCHEMA_FILE = REPO / "src" / "leaselock" / "stores" / "postgres_schema.sql"
 ALEMBIC_MIGRATIONS = (
     REPO / "docs" / "stores" / "alembic_leaselock_locks.py",
     REPO / "docs" / "stores" / "alembic_leaselock_runs.py",
+    REPO / "docs" / "stores" / "alembic_leaselock_line.py",
 )
 HAS_PSYCOPG = importlib.util.find_spec("psycopg") is not None
 HAS_ALEMBIC = importlib.util.find_spec("alembic") is not None
+BODY_QUOTE = "$leaselock$"
+LINE_SIGNATURE = "(text, text, text, bigint, bigint, bigint, text)"
 
 
 class Scratch:
@@ -58,6 +61,8 @@ class Scratch:
                 await connection.execute(f'DROP TABLE IF EXISTS "{table}"')
                 await connection.execute(f'DROP TABLE IF EXISTS "{table}_runs"')
                 await connection.execute(f'DROP TABLE IF EXISTS "{table}_jobs"')
+                await connection.execute(f'DROP TABLE IF EXISTS "{table}_line"')
+                await connection.execute(f'DROP FUNCTION IF EXISTS "{table}_line"{LINE_SIGNATURE}')
                 await connection.execute(f'DROP SEQUENCE IF EXISTS "{sequence}"')
         finally:
             await connection.close()
@@ -263,7 +268,16 @@ def schema_file_statements() -> list[str]:
     text = "\n".join(
         line for line in SCHEMA_FILE.read_text().splitlines() if not line.startswith("--")
     )
-    return [" ".join(part.split()) for part in text.split(";") if part.strip()]
+    # a statement ends at a ';' outside the line function's dollar-quoted body
+    statements = [""]
+    for number, piece in enumerate(text.split(BODY_QUOTE)):
+        if number % 2:
+            statements[-1] += BODY_QUOTE + piece + BODY_QUOTE
+            continue
+        first, *rest = piece.split(";")
+        statements[-1] += first
+        statements += rest
+    return [" ".join(part.split()) for part in statements if part.strip()]
 
 
 def test_the_shipped_schema_file_is_what_create_schema_runs() -> None:
@@ -344,19 +358,21 @@ async def test_the_alembic_downgrade_drops_the_table_and_the_sequence(scratch: S
 
     await migrate(scratch.url, migrations, "downgrade")
 
-    assert await describe(scratch.url, table, sequence) == ([], [], [], [], [], [], [])
+    assert await describe(scratch.url, table, sequence) == ([], [], [], [], [], [], [], [], [], [])
 
 
 async def describe(url: str, table: str, sequence: str) -> tuple[list[Any], ...]:
-    """Columns and constraints (named relative to the lock table) of the lock table, the runs
-    table and the jobs table, and the sequence's settings."""
+    """Columns and constraints (named relative to the lock table) of the lock table, the runs,
+    jobs and line tables, the sequence's settings, and the line function (its names written
+    relative to the lock table's)."""
     connection = await asyncpg.connect(url)
     try:
         described = []
-        for name in (table, f"{table}_runs", f"{table}_jobs"):
+        for name in (table, f"{table}_runs", f"{table}_jobs", f"{table}_line"):
             columns = await connection.fetch(
-                "SELECT column_name, data_type, is_nullable, collation_name "
-                "FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position",
+                "SELECT column_name, data_type, is_nullable, collation_name, is_identity, "
+                "identity_generation FROM information_schema.columns WHERE table_name = $1 "
+                "ORDER BY ordinal_position",
                 name,
             )
             constraints = await connection.fetch(
@@ -371,9 +387,21 @@ async def describe(url: str, table: str, sequence: str) -> tuple[list[Any], ...]
             "WHERE sequencename = $1",
             sequence,
         )
+        functions = await connection.fetch(
+            "SELECT pg_get_function_identity_arguments(oid), pg_get_function_result(oid), "
+            "replace(replace(prosrc, $2, '<sequence>'), $3, '<table>') "
+            "FROM pg_proc WHERE proname = $1",
+            f"{table}_line",
+            sequence,
+            table,
+        )
     finally:
         await connection.close()
-    return (*described, [tuple(r) for r in sequences])
+    return (
+        *described,
+        [tuple(r) for r in sequences],
+        [(arguments, result, " ".join(body.split())) for arguments, result, body in functions],
+    )
 
 
 # --- ways in, and out ----------------------------------------------------------------------

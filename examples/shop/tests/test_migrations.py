@@ -24,6 +24,14 @@ async def test_the_migrated_and_seeded_database_has_orders_products_and_on_postg
                     text("SELECT to_regclass('leaselock_fencing_token_seq') IS NOT NULL")
                 )
                 assert sequence is True
+                # the waiting lines' function: without it the shop's waiters would retry
+                line_function = await connection.scalar(
+                    text(
+                        "SELECT to_regprocedure('leaselock_locks_line"
+                        "(text, text, text, bigint, bigint, bigint, text)') IS NOT NULL"
+                    )
+                )
+                assert line_function is True
     finally:
         await engine.dispose()
     assert {"orders", "products", "alembic_version"} <= tables

@@ -35,7 +35,7 @@ def lock_tables(
     sequence: str = DEFAULT_SEQUENCE,
     schema: str | None = None,
 ) -> Table:
-    """Add PostgresLockStore's lock, run records and jobs tables and sequence to ``metadata``.
+    """Add PostgresLockStore's lock, run records, jobs and line tables and sequence to ``metadata``.
 
     What it describes is exactly what ``PostgresLockStore.create_schema()`` makes (a test
     compares them), so Alembic's autogenerate sees no difference on a database the store set up,
@@ -47,9 +47,14 @@ def lock_tables(
     ``<table>_tokens``, ``<table>_runs`` and ``<table>_jobs``) when it opens the file; keep
     them out of autogenerate with an ``include_name`` that skips them.
 
+    The line table's function (``<table>_line(...)``, every step of a waiting line) is no
+    table: autogenerate neither sees nor makes it. Create it with the store, the SQL file or the
+    documented migration (``alembic_leaselock_line.py``); without it the store has no waiting
+    lines, and its waiters retry.
+
     Returns:
-        The lock table (the run records table ``<table>_runs`` and the sequence are in
-        ``metadata`` too).
+        The lock table (the run records table ``<table>_runs``, the jobs table, the line table
+        ``<table>_line`` and the sequence are in ``metadata`` too).
 
     Raises:
         LocksConfigurationError: SQLAlchemy is not installed.
@@ -99,6 +104,20 @@ def lock_tables(
         sa.Column("missed_at_ms", sa.BigInteger(), nullable=True),
         # a trigger noted during a run (overlap="buffer_one"): one more run after it
         sa.Column("buffered", sa.Boolean(), nullable=False, server_default=sa.false()),
+        schema=schema,
+    )
+    sa.Table(
+        f"{table}_line",
+        metadata,
+        # one row per waiter in a key's line, first come (arrived) first served
+        sa.Column("key", sa.Text(collation="C"), primary_key=True),
+        sa.Column("owner", sa.Text(), primary_key=True),
+        sa.Column("arrived", sa.BigInteger(), sa.Identity(always=True), nullable=False),
+        # the place's end, on the server's clock
+        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("ticket", sa.BigInteger(), nullable=False),
+        # where the waiting process LISTENs for its grant
+        sa.Column("channel", sa.Text(), nullable=True),
         schema=schema,
     )
     return sa.Table(

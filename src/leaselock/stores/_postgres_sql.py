@@ -19,6 +19,7 @@ from ._postgres_jobs_sql import (
     JobStatements,
     job_statements,
 )
+from ._postgres_line_sql import LineStatements, line_statements
 
 __all__ = [
     "ACQUIRE_SQL",
@@ -176,13 +177,14 @@ WITH doomed AS (
 )
 SELECT count(*) FROM gone"""
 
-# $1 table, $2 sequence, $3 runs table, $4 jobs table (quoted names, as text) -> one row:
-# whether all exist.
-# Needs no DDL privilege, so a role without CREATE can open a store on a schema made by a
-# migration.
+# $1 table, $2 sequence, $3 runs table, $4 jobs table, $5 line table (quoted names, as text),
+# $6 the line function's signature -> one row: (whether the first four exist, whether the line
+# table and its function exist). Needs no DDL privilege, so a role without CREATE can open a
+# store on a schema made by a migration; a schema made before lines were keeps working without.
 SCHEMA_EXISTS_SQL: Final = """\
 SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
-   AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL"""
+   AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL,
+       to_regclass($5) IS NOT NULL AND to_regprocedure($6) IS NOT NULL"""
 
 # $1 job, $2 instance, $3 fencing_token (NULL: none), $4 started_at_ms, $5 ended_at_ms,
 # $6 outcome, $7 error, $8 trigger, $9 detected_by -> the kinds written. One statement: the
@@ -314,6 +316,7 @@ class Statements:
     break_lock: str
     prune: str
     jobs: JobStatements
+    lines: LineStatements
     schema: tuple[str, ...]
     table: str
     sequence: str
@@ -322,7 +325,9 @@ class Statements:
     interest: int
 
 
-def statements(table: str, sequence: str, runs: str, jobs: str, channel: str | None) -> Statements:
+def statements(
+    table: str, sequence: str, runs: str, jobs: str, line: str, *, channel: str | None
+) -> Statements:
     interest = interest_class(table)
     notify_waiters = NOTIFY_WAITERS_SQL.format(interest=interest, channel=_literal(channel or ""))
     names = {
@@ -330,12 +335,16 @@ def statements(table: str, sequence: str, runs: str, jobs: str, channel: str | N
         "sequence": sequence,
         "runs": runs,
         "jobs": jobs,
+        # functions and tables live in different catalogs: the line's function has its name
+        "line": line,
+        "line_function": line,
         "sequence_name": _literal(sequence),
         "notify_waiters": notify_waiters,
         "asynchronous": ASYNCHRONOUS_COMMIT_SQL,
         "notify": "" if channel is None else f", {notify_waiters}",
     }
     release = RELEASE_SQL if channel is None else RELEASE_AND_NOTIFY_SQL
+    lines = line_statements(names, None if channel is None else notify_waiters)
     return Statements(
         acquire=ACQUIRE_SQL.format_map(names),
         renew=RENEW_SQL.format_map(names),
@@ -349,6 +358,7 @@ def statements(table: str, sequence: str, runs: str, jobs: str, channel: str | N
         list_locks=LIST_LOCKS_SQL.format_map(names),
         break_lock=BREAK_LOCK_SQL.format_map(names),
         prune=PRUNE_SQL.format_map(names),
+        lines=lines,
         schema=(
             SCHEMA_LOCK_SQL,
             CREATE_SEQUENCE_SQL.format_map(names),
@@ -356,6 +366,7 @@ def statements(table: str, sequence: str, runs: str, jobs: str, channel: str | N
             CREATE_RUNS_SQL.format_map(names),
             ADD_RUN_COLUMNS_SQL.format_map(names),
             CREATE_JOBS_SQL.format_map(names),
+            *lines.schema,
         ),
         table=table,
         sequence=sequence,

@@ -13,12 +13,16 @@ Schema (``postgres_schema.sql`` beside this module, with the default names)::
     leaselock_fencing_token_seq: bigint, 1 .. 2**53 - 1
     leaselock_locks_runs(job, kind "last" | "success", instance, fencing_token,
                          started_at_ms, ended_at_ms, outcome, error), PRIMARY KEY (job, kind)
+    leaselock_locks_line(key, owner, arrived, expires_at, ticket, channel),
+                         PRIMARY KEY (key, owner): the waiting lines (``_postgres_line``),
+                         each step one call of the function leaselock_locks_line(...)
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -61,6 +65,7 @@ from ._postgres_executors import (
     safe_url,
 )
 from ._postgres_follower import PostgresReleaseFollower
+from ._postgres_line import PostgresWaitingLine, line_channel
 from ._postgres_sql import (
     SCHEMA_EXISTS_SQL,
     checked_channel,
@@ -72,6 +77,7 @@ from ._protocol import (
     Acquired,
     AcquireResult,
     FollowingNothing,
+    Grant,
     NotAcquired,
     ReleaseFollower,
     Renewal,
@@ -97,6 +103,9 @@ PRUNE_BATCH: Final = 1000
 PRUNE_BATCHES: Final = 10
 URL_SCHEMES: Final = ("postgresql", "postgres", "postgresql+asyncpg")
 _UNDEFINED_TABLE: Final = "42P01"
+_UNDEFINED_FUNCTION: Final = "42883"
+
+_log = logging.getLogger("leaselock.stores.postgres")
 
 
 # --- the store ------------------------------------------------------------------------------
@@ -113,7 +122,9 @@ class PostgresLockStore:
     grow even after the sequence went back (a restore, a failover to a lagging replica).
     Renewals of many leases go in one statement (:meth:`renew_many`), and a release NOTIFYs
     the processes that wait on its key (:meth:`follow_releases`), so waiters elsewhere wake at
-    once and nobody else hears of it.
+    once and nobody else hears of it. Waiters stand in the key's line at the server
+    (:meth:`wait_in_line`): a release hands the key to the first of them, of any process, in
+    the same transaction.
 
     Build it over what the application has: ``PostgresLockStore(pool)`` with an asyncpg pool,
     ``PostgresLockStore(engine)`` with a SQLAlchemy ``AsyncEngine`` (``postgresql+asyncpg`` or
@@ -146,6 +157,7 @@ class PostgresLockStore:
     __slots__ = (
         "_create_schema_at_open",
         "_executor",
+        "_lines",
         "_loop",
         "_make_executor",
         "_notify_channel",
@@ -292,10 +304,18 @@ class PostgresLockStore:
         checked = checked_channel(channel, table)
         quoted_runs = quoted_name(f"{table}_runs", "table (with _runs appended)")
         quoted_jobs = quoted_name(f"{table}_jobs", "table (with _jobs appended)")
+        quoted_line = quoted_name(f"{table}_line", "table (with _line appended)")
         self._notify_channel = checked if notify_releases else None
         self._sql = statements(
-            quoted_table, quoted_sequence, quoted_runs, quoted_jobs, self._notify_channel
+            quoted_table,
+            quoted_sequence,
+            quoted_runs,
+            quoted_jobs,
+            quoted_line,
+            channel=self._notify_channel,
         )
+        # whether the schema has the waiting lines (their table and function): known at open
+        self._lines = False
         self._make_executor = opener
         self._create_schema_at_open = create_schema
         self._where = where
@@ -329,9 +349,15 @@ class PostgresLockStore:
     async def release(self, key: str, owner: str) -> bool:
         """Free ``key`` if ``owner`` holds a live lock on it; the row and its token stay.
 
-        Committed without waiting for the WAL flush: a server crash may undo a release
-        acknowledged in its last ~600 ms, and the lock then expires at its ttl instead.
+        Where a waiter stands in the key's line (:meth:`wait_in_line`), the first live one
+        holds the key as the release commits, and its process is told. A release that frees
+        the key is committed without waiting for the WAL flush: a server crash may undo one
+        acknowledged in its last ~600 ms, and the lock then expires at its ttl instead; a
+        release that hands the key over waits for it, as an acquisition does.
         """
+        if await self._has_lines():
+            step = ("release", key, owner, None, None, None, None)
+            return await self._fetchrow(self._sql.lines.step, step) is not None
         return await self._fetchrow(self._sql.release, (key, owner)) is not None
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
@@ -377,6 +403,39 @@ class PostgresLockStore:
             yield follower
         finally:
             await follower.aclose()
+
+    @asynccontextmanager
+    async def wait_in_line(
+        self, on_grant: Callable[[Grant], None]
+    ) -> AsyncIterator[PostgresWaitingLine | None]:
+        """Wait in keys' lines while entered; ``on_grant`` hears each grant on this loop.
+
+        The lines are rows of ``<table>_line``; a release hands its key to the first live
+        place in the same transaction and NOTIFYs that waiter's process on the line's own
+        channel. One listening connection per entered context, opened at the first queue
+        call; if it is lost, the next queue call listens again, and a grant that went unheard
+        meanwhile is the answer of the waiter's next queue call (every second).
+
+        Yields ``None`` (waiters then retry) where the schema has no lines (made by an earlier
+        leaselock, with ``create_schema=False``) or with ``notify_releases=False``, where
+        nothing can LISTEN.
+        """
+        executor = await self._ready()
+        if self._notify_channel is None or not self._lines:
+            yield None
+            return
+        line = PostgresWaitingLine(
+            executor.listening,
+            functools.partial(self._fetchrow, self._sql.lines.step),
+            token=self._token,
+            channel=line_channel(self._notify_channel),
+            on_grant=on_grant,
+            store=repr(self),
+        )
+        try:
+            yield line
+        finally:
+            await line.aclose()
 
     # --- run records and inspection --------------------------------------------------------
 
@@ -475,9 +534,21 @@ class PostgresLockStore:
         return [self._lock_info(row) for row in rows]
 
     async def break_lock(self, key: str) -> LockInfo | None:
-        """Free ``key`` whoever holds it (announced to waiters); return what held it, if any."""
-        row = await self._fetchrow(self._sql.break_lock, (key,))
-        return None if row is None else self._lock_info(row)
+        """Free ``key`` whoever holds it; return what held it, if any.
+
+        As at a release, the first live waiter in the key's line holds it next, or the
+        freeing is announced to the key's followers.
+        """
+        if not await self._has_lines():
+            row = await self._fetchrow(self._sql.break_lock, (key,))
+            return None if row is None else self._lock_info(row)
+        row = await self._fetchrow(
+            self._sql.lines.step, ("break", key, None, None, None, None, None)
+        )
+        if row is None:
+            return None
+        token, owner, ms_left = row[0], row[1], row[2]
+        return LockInfo(key, str(owner), self._token(token), int(ms_left))
 
     def _lock_info(self, row: Row) -> LockInfo:
         key, owner, token, ms_left = row[0], row[1], row[2], row[3]
@@ -501,6 +572,7 @@ class PostgresLockStore:
     async def _create_schema(self, executor: Executor) -> None:
         try:
             await executor.run_transaction(self._sql.schema)
+            self._lines = True
         except Exception as error:
             raise LockStoreError(
                 f"{self!r} could not create its tables and sequence: {type(error).__name__}: "
@@ -597,6 +669,8 @@ class PostgresLockStore:
             pruned += deleted
             if deleted < PRUNE_BATCH:
                 break
+        if self._lines:
+            await self._fetchrow(self._sql.lines.prune, (age_ms, PRUNE_BATCH))
         return pruned
 
     # --- plumbing -------------------------------------------------------------------------
@@ -619,13 +693,38 @@ class PostgresLockStore:
         except Exception as error:
             raise self._explained(error) from error
 
+    async def _has_lines(self) -> bool:
+        """Whether the schema has the waiting lines; opens the store first if needed."""
+        if self._executor is None or self._loop is not asyncio.get_running_loop():
+            await self._ready()
+        return self._lines
+
     async def _ensure_schema(self, executor: Executor, *, create: bool) -> None:
-        names = (self._sql.table, self._sql.sequence, self._sql.runs, self._sql.jobs_table)
+        names = (
+            self._sql.table,
+            self._sql.sequence,
+            self._sql.runs,
+            self._sql.jobs_table,
+            self._sql.lines.table,
+            self._sql.lines.signature,
+        )
         exists = await executor.fetchrow(SCHEMA_EXISTS_SQL, names)
-        if exists is not None and exists[0]:
+        tables, lines = (False, False) if exists is None else (bool(exists[0]), bool(exists[1]))
+        self._lines = tables and lines
+        if self._lines:
             return
         if create:
-            await self._create_schema(executor)
+            try:
+                await self._create_schema(executor)
+            except LockStoreError as error:
+                if not tables:
+                    raise
+                # a schema of an earlier leaselock, and a role that may not add to it: it
+                # keeps working as before
+                self._say_no_lines(str(error))
+            return
+        if tables:
+            self._say_no_lines("create_schema=False")
             return
         # fail at start, not with a warning at every tick
         raise LockStoreError(
@@ -637,13 +736,26 @@ class PostgresLockStore:
             "create_schema=True"
         )
 
+    def _say_no_lines(self, why: str) -> None:
+        _log.info(
+            "%s has no waiting lines: the table %s or its function is missing (%s). Waiters "
+            "retry instead of being handed the key at a release. To get them, run "
+            "leaselock/stores/postgres_schema.sql, apply the Alembic migration "
+            "alembic_leaselock_line.py from the docs, or call await store.create_schema() as "
+            "a role that may create tables",
+            self,
+            self._sql.lines.table,
+            why,
+        )
+
     def _explained(self, error: Exception) -> Exception:
         """Return the error to raise: a missing table becomes a message naming the fix."""
-        if sqlstate(error) != _UNDEFINED_TABLE:
+        if sqlstate(error) not in {_UNDEFINED_TABLE, _UNDEFINED_FUNCTION}:
             return error
         return LockStoreError(
-            f"{self!r}: the table {self._sql.table}, the sequence {self._sql.sequence} or the "
-            f"table {self._sql.runs} does not exist ({error}). Create them: pass "
+            f"{self!r}: the table {self._sql.table}, the sequence {self._sql.sequence}, the "
+            f"table {self._sql.runs}, or the line table {self._sql.lines.table} or its function "
+            f"does not exist ({error}). Create them: pass "
             "create_schema=True, call await store.create_schema(), run "
             "leaselock/stores/postgres_schema.sql, or apply the Alembic migrations from the docs"
         )

@@ -1,4 +1,5 @@
--- leaselock: the schema of PostgresLockStore (locks, tokens, job runs, job control), default names.
+-- leaselock: the schema of PostgresLockStore (locks, tokens, job runs, job control, waiting
+-- lines), default names.
 --
 -- PostgresLockStore creates it by itself (create_schema=True, the default, or
 -- `await store.create_schema()`); run this file instead where the application's role may not
@@ -50,3 +51,171 @@ CREATE TABLE IF NOT EXISTS "leaselock_locks_jobs" (
     missed_at_ms bigint,
     buffered boolean NOT NULL DEFAULT false
 );
+
+-- Waiting lines: one row per waiter in a key's line, first come first served (arrived), live
+-- until expires_at (the server's clock), with the ticket of the queue call that last kept it and
+-- the LISTEN channel of the waiting process. A store whose schema lacks them works as before,
+-- its waiters retrying instead of standing in line.
+CREATE TABLE IF NOT EXISTS "leaselock_locks_line" (
+    key text COLLATE "C" NOT NULL,
+    owner text NOT NULL,
+    arrived bigint GENERATED ALWAYS AS IDENTITY,
+    expires_at timestamptz NOT NULL,
+    ticket bigint NOT NULL,
+    channel text,
+    PRIMARY KEY (key, owner)
+);
+
+-- Every step on a line (queue, leave, release, break) is one call of this function: it locks
+-- the key's row first, then reads the line with a fresh snapshot, so a release sees every place
+-- committed before it and hands the key to the first live one in the same transaction (a new
+-- token, the place's end as the lock's), NOTIFYing that waiter's process at the commit:
+-- '<token> <ticket> <char length of key> <key><owner>'. Same name as the table: functions and
+-- tables live in different catalogs.
+CREATE OR REPLACE FUNCTION "leaselock_locks_line"(
+    p_op text, p_key text, p_owner text, p_ttl_ms bigint, p_queue_ms bigint, p_ticket bigint,
+    p_channel text
+) RETURNS TABLE (token bigint, holder text, ms_left bigint, announce boolean)
+LANGUAGE plpgsql AS $leaselock$
+DECLARE
+    held "leaselock_locks"%ROWTYPE;
+    place "leaselock_locks_line"%ROWTYPE;
+    moment timestamptz;
+    live boolean;
+    freed boolean := false;
+    granted bigint;
+BEGIN
+    -- The key's lock row is locked first, in every step (one order: no deadlock), and the
+    -- line is read only after, by statements whose snapshots are taken once the lock is held:
+    -- they see every place committed before.
+    IF p_op = 'release' THEN
+        -- the owner check, the freeing and the row lock in ONE statement, as RELEASE_SQL: a
+        -- release nobody waits for costs one look at the line more
+        UPDATE "leaselock_locks" AS locks SET owner = NULL, expires_at = clock_timestamp()
+         WHERE locks.key = p_key AND locks.owner = p_owner
+           AND locks.expires_at > clock_timestamp()
+        RETURNING locks.fencing_token INTO token;
+        freed := FOUND;
+        holder := p_owner;
+        moment := clock_timestamp();
+    ELSE
+        -- a key with no row gets a free one, its token from the sequence as the next floor
+        LOOP
+            SELECT * INTO held FROM "leaselock_locks" AS locks WHERE locks.key = p_key FOR UPDATE;
+            EXIT WHEN FOUND;
+            IF p_op <> 'queue' THEN
+                IF p_op = 'leave' THEN
+                    DELETE FROM "leaselock_locks_line" AS waiting
+                     WHERE waiting.key = p_key AND waiting.owner = p_owner;
+                END IF;
+                RETURN;
+            END IF;
+            INSERT INTO "leaselock_locks" (key, owner, fencing_token, expires_at)
+            VALUES (p_key, NULL, nextval('"leaselock_fencing_token_seq"'), clock_timestamp())
+            ON CONFLICT (key) DO NOTHING;
+        END LOOP;
+        moment := clock_timestamp();
+        live := held.owner IS NOT NULL AND held.expires_at > moment;
+        IF p_op = 'queue' THEN
+            IF live AND held.owner = p_owner THEN
+                UPDATE "leaselock_locks" AS locks
+                   SET expires_at = moment + p_ttl_ms * INTERVAL '1 millisecond'
+                 WHERE locks.key = p_key;
+                token := held.fencing_token;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            -- places whose time is up leave the line: the caller's own starts again at the end
+            DELETE FROM "leaselock_locks_line" AS waiting
+             WHERE waiting.key = p_key AND waiting.expires_at <= moment;
+            IF NOT live THEN
+                SELECT * INTO place FROM "leaselock_locks_line" AS waiting
+                 WHERE waiting.key = p_key ORDER BY waiting.arrived LIMIT 1;
+                IF NOT FOUND OR place.owner = p_owner THEN
+                    -- nobody waits ahead: the caller takes the key and leaves the line; an
+                    -- acquisition, so its commit waits for the WAL flush
+                    DELETE FROM "leaselock_locks_line" AS waiting
+                     WHERE waiting.key = p_key AND waiting.owner = p_owner;
+                    UPDATE "leaselock_locks" AS locks
+                       SET owner = p_owner,
+                           fencing_token = greatest(nextval('"leaselock_fencing_token_seq"'),
+                                                    locks.fencing_token + 1),
+                           expires_at = moment + p_ttl_ms * INTERVAL '1 millisecond'
+                     WHERE locks.key = p_key
+                    RETURNING locks.fencing_token INTO token;
+                    RETURN NEXT;
+                    RETURN;
+                END IF;
+                -- a live place ahead: the free key is handed to it, as at a release
+                freed := true;
+            END IF;
+        ELSIF p_op = 'leave' THEN
+            DELETE FROM "leaselock_locks_line" AS waiting
+             WHERE waiting.key = p_key AND waiting.owner = p_owner;
+            freed := live AND held.owner = p_owner;
+        ELSIF p_op = 'break' THEN
+            freed := live;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = 'leaselock: no line step ' || quote_literal(p_op);
+        END IF;
+        IF freed AND p_op <> 'queue' THEN
+            token := held.fencing_token;
+            holder := held.owner;
+            ms_left := CAST(ceil(EXTRACT(EPOCH FROM held.expires_at - moment) * 1000)
+                            AS bigint);
+        END IF;
+    END IF;
+    IF freed AND p_op <> 'queue' THEN
+        -- the first live place; places whose time is up found on the way leave the line
+        SELECT * INTO place FROM "leaselock_locks_line" AS waiting
+         WHERE waiting.key = p_key ORDER BY waiting.arrived LIMIT 1;
+        IF place.expires_at <= moment THEN
+            DELETE FROM "leaselock_locks_line" AS waiting
+             WHERE waiting.key = p_key AND waiting.expires_at <= moment;
+            SELECT * INTO place FROM "leaselock_locks_line" AS waiting
+             WHERE waiting.key = p_key ORDER BY waiting.arrived LIMIT 1;
+        END IF;
+    END IF;
+    IF freed AND place.owner IS NOT NULL THEN
+        -- the first live place holds the key now, for what is left of its time; its process
+        -- hears of it at the commit, which waits for the WAL flush: a grant is an acquisition
+        DELETE FROM "leaselock_locks_line" AS waiting
+         WHERE waiting.key = p_key AND waiting.owner = place.owner;
+        UPDATE "leaselock_locks" AS locks
+           SET owner = place.owner,
+               fencing_token = greatest(nextval('"leaselock_fencing_token_seq"'),
+                                        locks.fencing_token + 1),
+               expires_at = place.expires_at
+         WHERE locks.key = p_key
+        RETURNING locks.fencing_token INTO granted;
+        IF place.channel IS NOT NULL THEN
+            PERFORM pg_notify(place.channel, granted || ' ' || place.ticket || ' '
+                              || char_length(p_key) || ' ' || p_key || place.owner);
+        END IF;
+    ELSE
+        IF freed AND p_op IN ('leave', 'break') THEN
+            -- freed as a release frees (a release freed it already, above)
+            UPDATE "leaselock_locks" AS locks SET owner = NULL, expires_at = moment
+             WHERE locks.key = p_key;
+        END IF;
+        IF p_op <> 'break' THEN
+            -- nothing taken or handed over: the commit need not wait for the WAL flush (see
+            -- ASYNCHRONOUS_COMMIT_SQL; a lost place refresh only shortens a place)
+            PERFORM set_config('synchronous_commit', 'off', true);
+        END IF;
+    END IF;
+    IF p_op = 'queue' THEN
+        INSERT INTO "leaselock_locks_line" AS kept (key, owner, expires_at, ticket, channel)
+        VALUES (p_key, p_owner, moment + p_queue_ms * INTERVAL '1 millisecond', p_ticket,
+                p_channel)
+        ON CONFLICT (key, owner) DO UPDATE
+           SET expires_at = excluded.expires_at, ticket = excluded.ticket,
+               channel = excluded.channel;
+        holder := CASE WHEN live THEN held.owner ELSE place.owner END;
+        RETURN NEXT;
+    ELSIF freed THEN
+        announce := place.owner IS NULL;
+        RETURN NEXT;
+    END IF;
+END
+$leaselock$;
