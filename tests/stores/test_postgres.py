@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
+import logging
 import sys
 import threading
 import uuid
@@ -15,11 +17,13 @@ from typing import Any
 
 import pytest
 
-from helpers import TokensAsText, unique_key, wait_for_real
+from helpers import TokensAsText, unique_key, until_real, wait_for_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
-from leaselock.stores import Acquired, NotAcquired
+from leaselock.stores import Acquired, Grant, NotAcquired, Queued
+from leaselock.stores._postgres_line import PostgresWaitingLine, parse_grant
 from leaselock.stores._postgres_sql import FOLLOW_SQL, key_channel
 from leaselock.stores.postgres import PostgresLockStore
+from leaselock.testing import ManualClock
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -850,3 +854,290 @@ async def test_an_asynchronous_release_leaves_no_setting_on_the_pooled_connectio
     finally:
         await store.aclose()
         await pool.close()
+
+
+# --- waiting lines -------------------------------------------------------------------------
+
+
+async def places_in_line(url: str, line_table: str, key: str) -> int:
+    admin = await asyncpg.connect(url)
+    try:
+        # the store's own validated, quoted table name
+        count: int = await admin.fetchval(f"SELECT count(*) FROM {line_table} WHERE key = $1", key)
+    finally:
+        await admin.close()
+    return count
+
+
+async def test_instances_waiting_for_a_key_are_handed_it_in_the_order_they_came(
+    scratch: Scratch,
+) -> None:
+    table, sequence = scratch.names("order")
+    key = unique_key("order")
+    # a clock that stands still: no waiter asks again on its own, so each takes the key only
+    # when the release before hands it over, from another store with connections of its own
+    clock = ManualClock()
+    async with contextlib.AsyncExitStack() as instances:
+        holding, *waiting = [
+            await instances.enter_async_context(
+                Locks(
+                    store=PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence),
+                    clock=clock,
+                )
+            )
+            for _ in range(4)
+        ]
+        held = await holding.acquire(key)
+        assert held is not None
+        line_table = holding.store._sql.lines.table  # type: ignore[attr-defined]
+        order: list[int] = []
+
+        async def wait_in_turn(number: int) -> None:
+            lock = await waiting[number].acquire(key, wait="30s")
+            assert lock is not None
+            order.append(number)
+            await lock.release()
+
+        tasks = []
+        for number in range(len(waiting)):
+            tasks.append(asyncio.create_task(wait_in_turn(number)))
+            # each instance stands in the key's line before the next one comes
+            await until_real(
+                lambda count=number + 1: _has_places(scratch.url, line_table, key, count)
+            )
+        await held.release()
+        await asyncio.wait_for(asyncio.gather(*tasks), 20)
+    assert order == list(range(len(waiting)))
+
+
+async def _has_places(url: str, line_table: str, key: str, count: int) -> bool:
+    return await places_in_line(url, line_table, key) == count
+
+
+@pytest.mark.parametrize(
+    ("key", "owner"),
+    [
+        ("two  spaces and a trailing one ", "an owner with spaces @host:1"),
+        ("42 7 13 digits first", "7 11 owner@host:2"),
+        ("ключ 🔑 ✓ κλειδί", "владелец 🙂@hôte:3"),
+    ],
+)
+async def test_a_grant_carries_awkward_keys_and_owners_through_the_server_intact(
+    store: PostgresLockStore, key: str, owner: str
+) -> None:
+    heard: asyncio.Queue[Grant] = asyncio.Queue()
+    async with store.wait_in_line(heard.put_nowait) as line:
+        assert line is not None
+        assert isinstance(await store.acquire(key, "holder", 60_000), Acquired)
+        assert isinstance(await line.queue(key, owner, 60_000, 60_000, 41), Queued)
+
+        assert await store.release(key, "holder")
+
+        grant = await asyncio.wait_for(heard.get(), 5)
+    assert (grant.key, grant.owner, grant.ticket) == (key, owner, 41)
+    info = await store.read_lock(key)
+    assert info is not None
+    assert (info.owner, info.fencing_token) == (owner, grant.fencing_token)
+
+
+@pytest.mark.parametrize(
+    "payload", ["", "1 2", "1 2 3 ab", "x 2 1 ab", "1 2 -1 ab", "1 2 ² ab", "1 2 3"]
+)
+def test_a_payload_that_is_no_grant_is_not_read_as_one(payload: str) -> None:
+    assert parse_grant(payload) is None
+
+
+async def _synchronous_commit_after(url: str, step: str, args: tuple[object, ...]) -> str:
+    """Run one line step in a transaction that is rolled back; the setting it leaves."""
+    admin = await asyncpg.connect(url)
+    try:
+        # a setting no server has by default: whatever the step does, SHOW tells
+        await admin.execute("SET synchronous_commit = remote_apply")
+        transaction = admin.transaction()
+        await transaction.start()
+        try:
+            await admin.fetch(step, *args)
+            setting: str = await admin.fetchval("SHOW synchronous_commit")
+        finally:
+            await transaction.rollback()
+    finally:
+        await admin.close()
+    return setting
+
+
+async def test_a_grant_commits_synchronously_and_a_release_to_nobody_asynchronously(
+    store: PostgresLockStore, scratch: Scratch
+) -> None:
+    step = store._sql.lines.step
+    alone, waited = unique_key("alone"), unique_key("waited")
+    async with store.wait_in_line(lambda _grant: None) as line:
+        assert line is not None
+        for key in (alone, waited):
+            assert isinstance(await store.acquire(key, "holder", 60_000), Acquired)
+        assert isinstance(await line.queue(waited, "waiter", 60_000, 60_000, 1), Queued)
+
+        freed = await _synchronous_commit_after(
+            scratch.url, step, ("release", alone, "holder", None, None, None, None)
+        )
+        granted = await _synchronous_commit_after(
+            scratch.url, step, ("release", waited, "holder", None, None, None, None)
+        )
+        kept = await _synchronous_commit_after(
+            scratch.url, step, ("queue", waited, "another", 60_000, 60_000, 1, None)
+        )
+        taken = await _synchronous_commit_after(
+            scratch.url, step, ("queue", unique_key("free"), "taker", 60_000, 60_000, 1, None)
+        )
+    assert (freed, kept) == ("off", "off")
+    assert (granted, taken) == ("remote_apply", "remote_apply")
+
+
+async def test_a_schema_without_lines_offers_none_and_works_as_before(
+    scratch: Scratch, caplog: pytest.LogCaptureFixture
+) -> None:
+    table, sequence = scratch.names("nolines")
+    made = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    await made.create_schema()
+    await made.aclose()
+    admin = await asyncpg.connect(scratch.url)
+    try:
+        # the schema an earlier leaselock made
+        await admin.execute(f'DROP FUNCTION "{table}_line"{LINE_SIGNATURE}')
+        await admin.execute(f'DROP TABLE "{table}_line"')
+    finally:
+        await admin.close()
+    caplog.set_level(logging.INFO, logger="leaselock.stores.postgres")
+    old = PostgresLockStore.from_url(
+        scratch.url, table=table, sequence=sequence, create_schema=False
+    )
+    key = unique_key("nolines")
+    try:
+        async with old.wait_in_line(lambda _grant: None) as line:
+            assert line is None
+        said = [r.getMessage() for r in caplog.records if r.name == "leaselock.stores.postgres"]
+        assert len(said) == 1
+        assert "has no waiting lines" in said[0]
+        assert "alembic_leaselock_line.py" in said[0]
+        async with Locks(store=old) as locks:
+            held = await locks.acquire(key)
+            assert held is not None
+            waiting = asyncio.create_task(locks.acquire(key, wait="10s"))
+            await wait_for_real(100)
+            await held.release()
+            taken = await asyncio.wait_for(waiting, 5)
+            assert taken is not None
+            assert taken.fencing_token > held.fencing_token
+            await taken.release()
+        broken = await old.acquire(key, "holder", 60_000)
+        assert isinstance(broken, Acquired)
+        info = await old.break_lock(key)
+        assert info is not None
+        assert info.owner == "holder"
+    finally:
+        await old.aclose()
+
+
+async def test_create_schema_adds_the_lines_to_a_schema_made_without_them(
+    scratch: Scratch,
+) -> None:
+    table, sequence = scratch.names("addlines")
+    made = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    await made.create_schema()
+    await made.aclose()
+    admin = await asyncpg.connect(scratch.url)
+    try:
+        await admin.execute(f'DROP FUNCTION "{table}_line"{LINE_SIGNATURE}')
+        await admin.execute(f'DROP TABLE "{table}_line"')
+    finally:
+        await admin.close()
+    upgraded = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    try:
+        async with upgraded.wait_in_line(lambda _grant: None) as line:
+            assert line is not None
+            key = unique_key("addlines")
+            assert isinstance(await line.queue(key, "waiter", 60_000, 3000, 1), Acquired)
+    finally:
+        await upgraded.aclose()
+
+
+async def test_a_release_without_notifications_still_hands_the_key_to_a_waiter_elsewhere(
+    scratch: Scratch,
+) -> None:
+    table, sequence = scratch.names("quiet")
+    quiet = PostgresLockStore.from_url(
+        scratch.url, table=table, sequence=sequence, notify_releases=False
+    )
+    waiting = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    key = unique_key("quiet")
+    heard: asyncio.Queue[Grant] = asyncio.Queue()
+    try:
+        async with quiet.wait_in_line(lambda _grant: None) as none:
+            # no LISTEN behind a transaction-pooling PgBouncer: this store waits by retrying
+            assert none is None
+        async with waiting.wait_in_line(heard.put_nowait) as line:
+            assert line is not None
+            assert isinstance(await quiet.acquire(key, "holder", 60_000), Acquired)
+            assert isinstance(await line.queue(key, "waiter", 60_000, 60_000, 1), Queued)
+
+            assert await quiet.release(key, "holder")
+
+            grant = await asyncio.wait_for(heard.get(), 5)
+        assert grant.owner == "waiter"
+    finally:
+        await quiet.aclose()
+        await waiting.aclose()
+
+
+async def test_a_lost_listening_connection_is_opened_again_at_the_next_queue_call(
+    store: PostgresLockStore, scratch: Scratch
+) -> None:
+    heard: asyncio.Queue[Grant] = asyncio.Queue()
+    key = unique_key("relisten")
+    admin = await asyncpg.connect(scratch.url)
+    try:
+        async with store.wait_in_line(heard.put_nowait) as line:
+            assert isinstance(line, PostgresWaitingLine)
+            assert isinstance(await store.acquire(key, "holder", 60_000), Acquired)
+            assert isinstance(await line.queue(key, "waiter", 60_000, 60_000, 1), Queued)
+            listening = f'LISTEN "{line._channel}"'
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = $1",
+                listening,
+            )
+            assert killed == 1
+            await until_real(lambda: line._lost)
+
+            assert isinstance(await line.queue(key, "waiter", 60_000, 60_000, 2), Queued)
+
+            assert await store.release(key, "holder")
+            grant = await asyncio.wait_for(heard.get(), 5)
+            assert (grant.owner, grant.ticket) == ("waiter", 2)
+    finally:
+        await admin.close()
+
+
+async def test_prune_deletes_places_whose_time_was_up_long_ago(
+    store: PostgresLockStore, scratch: Scratch
+) -> None:
+    dead, live = unique_key("dead"), unique_key("live")
+    async with store.wait_in_line(lambda _grant: None) as line:
+        assert line is not None
+        for key in (dead, live):
+            assert isinstance(await store.acquire(key, "holder", 60_000), Acquired)
+            assert isinstance(await line.queue(key, "waiter", 60_000, 60_000, 1), Queued)
+        admin = await asyncpg.connect(scratch.url)
+        try:
+            # a waiter that died two hours ago, on a key nobody looked at since
+            await admin.execute(
+                f"UPDATE {store._sql.lines.table} "
+                "SET expires_at = clock_timestamp() - interval '2 hours' WHERE key = $1",
+                dead,
+            )
+        finally:
+            await admin.close()
+
+        await store.prune("1h")
+
+        line_table = store._sql.lines.table
+        assert await places_in_line(scratch.url, line_table, dead) == 0
+        assert await places_in_line(scratch.url, line_table, live) == 1
