@@ -1037,6 +1037,34 @@ async def test_a_schema_without_lines_offers_none_and_works_as_before(
         await old.aclose()
 
 
+@pytest.mark.parametrize(
+    "driver",
+    [
+        "asyncpg",
+        pytest.param(
+            "psycopg", marks=pytest.mark.skipif(not HAS_PSYCOPG, reason="psycopg is not installed")
+        ),
+    ],
+)
+async def test_create_schema_makes_the_lines_through_a_sqlalchemy_engine(
+    scratch: Scratch, driver: str
+) -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
+
+    table, sequence = scratch.names(driver[:4])
+    # psycopg reads a '%' as a placeholder even in a statement without parameters
+    engine = create_async_engine(sqlalchemy_url(scratch.url, driver))
+    store = PostgresLockStore(engine, table=table, sequence=sequence, own_pool=True)
+    try:
+        async with store.wait_in_line(lambda _grant: None) as line:
+            assert line is not None
+            assert isinstance(
+                await line.queue(unique_key("engine"), "w", 60_000, 3000, 1), Acquired
+            )
+    finally:
+        await store.aclose()
+
+
 async def test_create_schema_adds_the_lines_to_a_schema_made_without_them(
     scratch: Scratch,
 ) -> None:

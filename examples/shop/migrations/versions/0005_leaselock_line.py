@@ -37,8 +37,13 @@ CREATE OR REPLACE FUNCTION {line_function}(
 ) RETURNS TABLE (token bigint, holder text, ms_left bigint, announce boolean)
 LANGUAGE plpgsql AS $leaselock$
 DECLARE
-    held {table}%ROWTYPE;
-    place {line}%ROWTYPE;
+    held_owner text;
+    held_token bigint;
+    held_expires_at timestamptz;
+    place_owner text;
+    place_expires_at timestamptz;
+    place_ticket bigint;
+    place_channel text;
     moment timestamptz;
     live boolean;
     freed boolean := false;
@@ -60,7 +65,9 @@ BEGIN
     ELSE
         -- a key with no row gets a free one, its token from the sequence as the next floor
         LOOP
-            SELECT * INTO held FROM {table} AS locks WHERE locks.key = p_key FOR UPDATE;
+            SELECT locks.owner, locks.fencing_token, locks.expires_at
+              INTO held_owner, held_token, held_expires_at
+              FROM {table} AS locks WHERE locks.key = p_key FOR UPDATE;
             EXIT WHEN FOUND;
             IF p_op <> 'queue' THEN
                 IF p_op = 'leave' THEN
@@ -74,13 +81,13 @@ BEGIN
             ON CONFLICT (key) DO NOTHING;
         END LOOP;
         moment := clock_timestamp();
-        live := held.owner IS NOT NULL AND held.expires_at > moment;
+        live := held_owner IS NOT NULL AND held_expires_at > moment;
         IF p_op = 'queue' THEN
-            IF live AND held.owner = p_owner THEN
+            IF live AND held_owner = p_owner THEN
                 UPDATE {table} AS locks
                    SET expires_at = moment + p_ttl_ms * INTERVAL '1 millisecond'
                  WHERE locks.key = p_key;
-                token := held.fencing_token;
+                token := held_token;
                 RETURN NEXT;
                 RETURN;
             END IF;
@@ -88,9 +95,11 @@ BEGIN
             DELETE FROM {line} AS waiting
              WHERE waiting.key = p_key AND waiting.expires_at <= moment;
             IF NOT live THEN
-                SELECT * INTO place FROM {line} AS waiting
+                SELECT waiting.owner, waiting.expires_at, waiting.ticket, waiting.channel
+                  INTO place_owner, place_expires_at, place_ticket, place_channel
+                  FROM {line} AS waiting
                  WHERE waiting.key = p_key ORDER BY waiting.arrived LIMIT 1;
-                IF NOT FOUND OR place.owner = p_owner THEN
+                IF NOT FOUND OR place_owner = p_owner THEN
                     -- nobody waits ahead: the caller takes the key and leaves the line; an
                     -- acquisition, so its commit waits for the WAL flush
                     DELETE FROM {line} AS waiting
@@ -111,45 +120,49 @@ BEGIN
         ELSIF p_op = 'leave' THEN
             DELETE FROM {line} AS waiting
              WHERE waiting.key = p_key AND waiting.owner = p_owner;
-            freed := live AND held.owner = p_owner;
+            freed := live AND held_owner = p_owner;
         ELSIF p_op = 'break' THEN
             freed := live;
         ELSE
             RAISE EXCEPTION USING MESSAGE = 'leaselock: no line step ' || quote_literal(p_op);
         END IF;
         IF freed AND p_op <> 'queue' THEN
-            token := held.fencing_token;
-            holder := held.owner;
-            ms_left := CAST(ceil(EXTRACT(EPOCH FROM held.expires_at - moment) * 1000)
+            token := held_token;
+            holder := held_owner;
+            ms_left := CAST(ceil(EXTRACT(EPOCH FROM held_expires_at - moment) * 1000)
                             AS bigint);
         END IF;
     END IF;
     IF freed AND p_op <> 'queue' THEN
         -- the first live place; places whose time is up found on the way leave the line
-        SELECT * INTO place FROM {line} AS waiting
+        SELECT waiting.owner, waiting.expires_at, waiting.ticket, waiting.channel
+          INTO place_owner, place_expires_at, place_ticket, place_channel
+          FROM {line} AS waiting
          WHERE waiting.key = p_key ORDER BY waiting.arrived LIMIT 1;
-        IF place.expires_at <= moment THEN
+        IF place_expires_at <= moment THEN
             DELETE FROM {line} AS waiting
              WHERE waiting.key = p_key AND waiting.expires_at <= moment;
-            SELECT * INTO place FROM {line} AS waiting
+            SELECT waiting.owner, waiting.expires_at, waiting.ticket, waiting.channel
+              INTO place_owner, place_expires_at, place_ticket, place_channel
+              FROM {line} AS waiting
              WHERE waiting.key = p_key ORDER BY waiting.arrived LIMIT 1;
         END IF;
     END IF;
-    IF freed AND place.owner IS NOT NULL THEN
+    IF freed AND place_owner IS NOT NULL THEN
         -- the first live place holds the key now, for what is left of its time; its process
         -- hears of it at the commit, which waits for the WAL flush: a grant is an acquisition
         DELETE FROM {line} AS waiting
-         WHERE waiting.key = p_key AND waiting.owner = place.owner;
+         WHERE waiting.key = p_key AND waiting.owner = place_owner;
         UPDATE {table} AS locks
-           SET owner = place.owner,
+           SET owner = place_owner,
                fencing_token = greatest(nextval({sequence_name}),
                                         locks.fencing_token + 1),
-               expires_at = place.expires_at
+               expires_at = place_expires_at
          WHERE locks.key = p_key
         RETURNING locks.fencing_token INTO granted;
-        IF place.channel IS NOT NULL THEN
-            PERFORM pg_notify(place.channel, granted || ' ' || place.ticket || ' '
-                              || char_length(p_key) || ' ' || p_key || place.owner);
+        IF place_channel IS NOT NULL THEN
+            PERFORM pg_notify(place_channel, granted || ' ' || place_ticket || ' '
+                              || char_length(p_key) || ' ' || p_key || place_owner);
         END IF;
     ELSE
         IF freed AND p_op IN ('leave', 'break') THEN
@@ -170,10 +183,10 @@ BEGIN
         ON CONFLICT (key, owner) DO UPDATE
            SET expires_at = excluded.expires_at, ticket = excluded.ticket,
                channel = excluded.channel;
-        holder := CASE WHEN live THEN held.owner ELSE place.owner END;
+        holder := CASE WHEN live THEN held_owner ELSE place_owner END;
         RETURN NEXT;
     ELSIF freed THEN
-        announce := place.owner IS NULL;
+        announce := place_owner IS NULL;
         RETURN NEXT;
     END IF;
 END
