@@ -914,6 +914,41 @@ async def _has_places(url: str, line_table: str, key: str, count: int) -> bool:
     return await places_in_line(url, line_table, key) == count
 
 
+async def test_a_release_that_waited_for_a_queue_call_hands_the_key_to_the_place_it_made(
+    store: PostgresLockStore, scratch: Scratch
+) -> None:
+    key = unique_key("raced")
+    assert isinstance(await store.acquire(key, "holder", 60_000), Acquired)
+    queueing = await asyncpg.connect(scratch.url)
+    watching = await asyncpg.connect(scratch.url)
+    try:
+        # a queue call that holds the key's row lock, its place written but not committed
+        transaction = queueing.transaction()
+        await transaction.start()
+        await queueing.fetch(store._sql.lines.step, "queue", key, "waiter", 60_000, 60_000, 1, None)
+        release = asyncio.create_task(store.release(key, "holder"))
+
+        async def release_waits_for_the_row_lock() -> bool:
+            waiting: int = await watching.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query = $1",
+                store._sql.lines.step,
+            )
+            return waiting == 1
+
+        await until_real(release_waits_for_the_row_lock)
+        await transaction.commit()
+
+        assert await asyncio.wait_for(release, 5)
+    finally:
+        await queueing.close()
+        await watching.close()
+    # the release read the line once it held the row lock: it saw the place, and handed over
+    info = await store.read_lock(key)
+    assert info is not None
+    assert info.owner == "waiter"
+
+
 @pytest.mark.parametrize(
     ("key", "owner"),
     [
