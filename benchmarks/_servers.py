@@ -34,10 +34,11 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, postgres_default: b
 
 
 async def drop_store_tables(url: str, table: str) -> None:
-    """Drop what a PostgresLockStore made for ``table``: its tables and its sequence."""
+    """Drop what a PostgresLockStore made for ``table``: its tables, line function, sequence."""
     admin = await asyncpg.connect(url)
     try:
-        for suffix in ("", "_runs", "_jobs"):
+        await admin.execute(f'DROP FUNCTION IF EXISTS "{table}_line"')
+        for suffix in ("", "_runs", "_jobs", "_line"):
             await admin.execute(f'DROP TABLE IF EXISTS "{table}{suffix}"')
         await admin.execute(f'DROP SEQUENCE IF EXISTS "{table}_seq"')
     finally:

@@ -10,8 +10,11 @@ over the rounds for:
                  list), the best Python peer, redis-py's own Lock (it polls), and the floor
                  of an asyncio waiter: a bare PUBLISH from an asyncio client heard by an
                  asyncio subscriber in the other process (a leaselock handoff is one message);
-    PostgreSQL:  leaselock (PostgresLockStore) and the floor of the server, a session blocked
-                 in pg_advisory_lock that the holder's pg_advisory_unlock lets through;
+    PostgreSQL:  leaselock (PostgresLockStore), the floor of the server, a session blocked
+                 in pg_advisory_lock that the holder's pg_advisory_unlock lets through (it
+                 writes nothing), and the floor of a durable handoff: one write and its NOTIFY
+                 in one synchronously committed statement, heard by a LISTEN elsewhere (a
+                 leaselock grant is that: it must survive a crash);
     SQLite:      leaselock (SQLiteLockStore) on a file in a temporary directory.
 
 Run: .venv/bin/python benchmarks/bench_handoff.py [--stores redis,postgres,sqlite] [--rounds 30]
@@ -305,6 +308,62 @@ def advisory_rounds(url: str, rounds: int) -> list[float]:
         loop.close()
 
 
+def notify_waiter(url: str, pipe: Connection) -> None:
+    """Wait for each key as a NOTIFY on its channel, heard through asyncpg's LISTEN."""
+
+    async def serve() -> None:
+        connection = await asyncpg.connect(url)
+        heard: asyncio.Queue[str] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        pipe.send("ready")
+        while (key := await loop.run_in_executor(None, pipe.recv)) is not None:
+            channel = f"handoff_{key}"
+
+            def on_notify(*notified: object) -> None:
+                heard.put_nowait(str(notified[-1]))
+
+            await connection.add_listener(channel, on_notify)
+            pipe.send("subscribed")
+            await heard.get()
+            held_ns = time.monotonic_ns()
+            await connection.remove_listener(channel, on_notify)
+            pipe.send(held_ns)
+        await connection.close()
+
+    asyncio.run(serve())
+
+
+def durable_notify_rounds(url: str, rounds: int) -> list[float]:
+    """The least a durable handoff costs: one write and its NOTIFY in one statement, committed
+    synchronously (a grant must survive a crash), heard by a LISTEN in the other process."""
+    loop = asyncio.new_event_loop()
+    connection = loop.run_until_complete(asyncpg.connect(url))
+    table = f"leaselock_handoff_floor_{uuid.uuid4().hex[:8]}"
+    loop.run_until_complete(connection.execute(f'CREATE TABLE "{table}" (n bigint)'))
+    ours, theirs = multiprocessing.Pipe()
+    written = (
+        f'WITH w AS (INSERT INTO "{table}" VALUES (1) RETURNING n) '  # noqa: S608 -- our own table
+        "SELECT pg_notify($1, 'released') FROM w"
+    )
+
+    def hold_and_release(
+        key: object, let_the_waiter_in: Callable[[], None], mark: Callable[[], None]
+    ) -> None:
+        let_the_waiter_in()
+        if ours.recv() != "subscribed":
+            raise SystemExit("the listener did not listen")
+        loop.run_until_complete(marked(mark, connection.execute(written, f"handoff_{key}")))
+
+    try:
+        return rounds_of(
+            notify_waiter, (url,), hold_and_release, list(range(rounds)), pipe=(ours, theirs)
+        )
+    finally:
+        loop.run_until_complete(connection.execute(f'DROP TABLE "{table}"'))
+        loop.run_until_complete(connection.close())
+        loop.close()
+
+
 def report(name: str, handoffs: list[float], best: float | None = None) -> float:
     p50 = statistics.median(handoffs)
     p95 = statistics.quantiles(handoffs, n=20)[-1]
@@ -335,6 +394,11 @@ def main() -> None:
         print("PostgreSQL")
         floor = report("pg_advisory_lock blocked in a session", advisory_rounds(url, rounds))
         report("leaselock", leaselock_rounds("postgres", url, rounds), floor)
+        report(
+            "floor: a durable write + NOTIFY heard",
+            durable_notify_rounds(url, rounds),
+            floor,
+        )
     if "sqlite" in chosen:
         with tempfile.TemporaryDirectory() as directory:
             print("SQLite (one host; no peer: the figure to beat is 5 ms)")
