@@ -33,6 +33,7 @@ import uuid
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 
+import asyncpg
 import redis
 import redis_lock
 from _servers import add_server_arguments, delete_prefix, drop_store_tables
@@ -165,6 +166,26 @@ def report(name: str, workers: int, seconds: float, results: list[WorkerResult])
     )
 
 
+def warn_if_too_few_connections(url: str, workers: int, *, in_process: bool) -> None:
+    """Say so when the server cannot take every worker's connections: the figure is then the
+    connection limit's, not the lock's (each worker process: its statements and its LISTEN)."""
+
+    async def allowed() -> int:
+        connection = await asyncpg.connect(url)
+        try:
+            return int(await connection.fetchval("SHOW max_connections"))
+        finally:
+            await connection.close()
+
+    needed = 4 if in_process else 3 * workers
+    limit = asyncio.run(allowed())
+    if limit < needed + 10:
+        print(
+            f"  (the server allows {limit} connections, and {workers} workers need about "
+            f"{needed}: pass --postgres-url of a server with max_connections >= {needed + 10})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", default="redis,postgres,sqlite")
@@ -196,6 +217,7 @@ def main() -> None:
         if "postgres" in chosen:
             url = arguments.postgres_url
             print("PostgreSQL")
+            warn_if_too_few_connections(url, workers, in_process=in_process)
             report(
                 "leaselock",
                 workers,
