@@ -72,6 +72,7 @@ class QueuedWait:
         "_quiet",
         "_sent",
         "_spawn",
+        "_tickets",
         "_timer",
         "_ttl_ms",
         "key",
@@ -103,6 +104,7 @@ class QueuedWait:
         self._outcome: asyncio.Future[Won | None] = asyncio.get_running_loop().create_future()
         # ticket -> when its queue call was sent: a grant's deadline counts from its ticket's
         self._sent: dict[int, int] = {}
+        self._tickets = 0
         self._in_flight = False
         # set while no queue call is in flight: the leave waits for it
         self._quiet = asyncio.Event()
@@ -183,8 +185,12 @@ class QueuedWait:
         """Send one queue call (unless one is in flight), then arm the next."""
         if self._outcome.done() or self._in_flight:
             return
-        ticket = len(self._sent) + 1
+        self._tickets += 1
+        ticket = self._tickets
         sent_at_ms = self._clock.now_ms()
+        # a grant naming a ticket older than a place's life is one granted() refuses anyway
+        while self._sent and next(iter(self._sent.values())) <= sent_at_ms - self._place_ms:
+            del self._sent[next(iter(self._sent))]
         self._sent[ticket] = sent_at_ms
         self._in_flight = True
         self._quiet.clear()
