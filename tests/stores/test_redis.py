@@ -882,11 +882,17 @@ async def test_leaving_wait_in_line_stops_its_reader_and_frees_its_connection(
         # both are free again: one blocked in BLPOP for a second, one for an acquire
         client = store._connected()
         blocked = asyncio.create_task(client.blpop([unique_key("nothing")], timeout=1))
-        await asyncio.sleep(0.1)  # noqa: TID251 -- BLPOP takes its connection on the server
+        async with redis.asyncio.Redis.from_url(redis_url) as observer:
+            await until_real(lambda: _blocked_clients(observer))
         assert isinstance(
             await store.acquire(unique_key("after"), "owner", ONE_MINUTE_MS), Acquired
         )
         await blocked
+
+
+async def _blocked_clients(observer: redis.asyncio.Redis) -> bool:
+    clients = await observer.info("clients")
+    return int(clients["blocked_clients"]) >= 1
 
 
 async def _queued(client: redis.asyncio.Redis, queue: str, count: int) -> bool:
