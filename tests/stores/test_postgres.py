@@ -1027,20 +1027,25 @@ async def test_a_grant_commits_synchronously_and_a_release_to_nobody_asynchronou
     assert (granted, taken) == ("remote_apply", "remote_apply")
 
 
-async def test_a_schema_without_lines_offers_none_and_works_as_before(
-    scratch: Scratch, caplog: pytest.LogCaptureFixture
-) -> None:
-    table, sequence = scratch.names("nolines")
+async def schema_without_lines(scratch: Scratch, name: str) -> tuple[str, str]:
+    """Make the schema an earlier leaselock made (no line table, no line function)."""
+    table, sequence = scratch.names(name)
     made = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
     await made.create_schema()
     await made.aclose()
     admin = await asyncpg.connect(scratch.url)
     try:
-        # the schema an earlier leaselock made
         await admin.execute(f'DROP FUNCTION "{table}_line"{LINE_SIGNATURE}')
         await admin.execute(f'DROP TABLE "{table}_line"')
     finally:
         await admin.close()
+    return table, sequence
+
+
+async def test_a_schema_without_lines_offers_none_and_works_as_before(
+    scratch: Scratch, caplog: pytest.LogCaptureFixture
+) -> None:
+    table, sequence = await schema_without_lines(scratch, "nolines")
     caplog.set_level(logging.INFO, logger="leaselock.stores.postgres")
     old = PostgresLockStore.from_url(
         scratch.url, table=table, sequence=sequence, create_schema=False
@@ -1103,16 +1108,7 @@ async def test_create_schema_makes_the_lines_through_a_sqlalchemy_engine(
 async def test_create_schema_adds_the_lines_to_a_schema_made_without_them(
     scratch: Scratch,
 ) -> None:
-    table, sequence = scratch.names("addlines")
-    made = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
-    await made.create_schema()
-    await made.aclose()
-    admin = await asyncpg.connect(scratch.url)
-    try:
-        await admin.execute(f'DROP FUNCTION "{table}_line"{LINE_SIGNATURE}')
-        await admin.execute(f'DROP TABLE "{table}_line"')
-    finally:
-        await admin.close()
+    table, sequence = await schema_without_lines(scratch, "addlines")
     upgraded = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
     try:
         async with upgraded.wait_in_line(lambda _grant: None) as line:

@@ -32,14 +32,12 @@ from ..stores._protocol import (
     AcquireResult,
     Grant,
     LockStore,
-    Queued,
     ReleaseFollower,
-    SupportsHandoff,
     SupportsLifecycle,
     WaitingLine,
 )
 from ._clock import wait_on_clock
-from ._follow_through import follow_through
+from ._follow_through import follow_through, line_through
 
 __all__ = ["Fault", "FaultyStore", "InjectedFaultError", "Method", "StoreCall"]
 
@@ -618,18 +616,15 @@ class FaultyStore:
         self, on_grant: Callable[[Grant], None]
     ) -> AsyncIterator[WaitingLine | None]:
         """Pass the inner store's waiting lines through, their calls faulted (``None``: none)."""
-        if not isinstance(self._inner, SupportsHandoff):
-            yield None
-            return
 
         def heard(grant: Grant) -> None:
             task = asyncio.get_running_loop().create_task(self._deliver(grant, on_grant))
             self._delivering.add(task)
             task.add_done_callback(self._delivering.discard)
 
-        async with self._inner.wait_in_line(heard) as line:
+        async with line_through(self._inner, heard, self._line_call) as line:
             try:
-                yield None if line is None else _FaultyLine(self, line)
+                yield line
             finally:
                 for task in list(self._delivering):
                     task.cancel()
@@ -645,13 +640,18 @@ class FaultyStore:
             on_grant(await self._call("grant", grant.key, grant.owner, None, reach))
 
     async def _line_call(
-        self, method: Method, key: str, owner: str, ttl_ms: int | None, call: Awaitable[T]
+        self,
+        method: Literal["queue", "leave"],
+        key: str,
+        owner: str,
+        call: Awaitable[T],
+        **arguments: int,
     ) -> T:
         async def reach(_: list[Fault]) -> T:
             return await call
 
         try:
-            return await self._call(method, key, owner, ttl_ms, reach)
+            return await self._call(method, key, owner, arguments.get("ttl_ms"), reach)
         finally:
             # a call stopped by a fault before it reached the line is never awaited
             if asyncio.iscoroutine(call):
@@ -664,26 +664,3 @@ class FaultyStore:
 
 def _of(faults: list[Fault], kind: FaultKind) -> Iterator[Fault]:
     return (fault for fault in faults if fault.kind == kind)
-
-
-@final
-class _FaultyLine:
-    """A waiting line of the inner store, its calls going through the faulty store's faults."""
-
-    __slots__ = ("_line", "_store")
-
-    def __init__(self, store: FaultyStore, line: WaitingLine) -> None:
-        self._store = store
-        self._line = line
-
-    async def queue(
-        self, key: str, owner: str, ttl_ms: int, queue_ms: int, ticket: int
-    ) -> Acquired | Queued:
-        """Call the inner line's ``queue`` through the faults that match ``"queue"``."""
-        call = self._line.queue(key, owner, ttl_ms, queue_ms, ticket)
-        return await self._store._line_call("queue", key, owner, ttl_ms, call)  # noqa: SLF001 -- the store's own line
-
-    async def leave(self, key: str, owner: str) -> bool:
-        """Call the inner line's ``leave`` through the faults that match ``"leave"``."""
-        call = self._line.leave(key, owner)
-        return await self._store._line_call("leave", key, owner, None, call)  # noqa: SLF001 -- the store's own line

@@ -43,7 +43,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeVar, final
+from typing import Any, Final, Literal, TypeVar, final
 
 from .._errors import LocksConfigurationError
 from ..stores._protocol import (
@@ -55,11 +55,10 @@ from ..stores._protocol import (
     ReleaseFollower,
     Renewal,
     SupportsBatchRenew,
-    SupportsHandoff,
     SupportsLifecycle,
     WaitingLine,
 )
-from ._follow_through import follow_through
+from ._follow_through import follow_through, line_through
 
 __all__ = ["HistoryRecorder", "HistoryReport", "Lease", "Violation", "check_history"]
 
@@ -207,17 +206,25 @@ class HistoryRecorder:
         self, on_grant: Callable[[Grant], None]
     ) -> AsyncIterator[WaitingLine | None]:
         """Pass the inner store's waiting lines through, recorded (``None`` if it has none)."""
-        if not isinstance(self._inner, SupportsHandoff):
-            yield None
-            return
 
         def heard(grant: Grant) -> None:
             call = self._sent("grant", key=grant.key, owner=grant.owner, ticket=grant.ticket)
             self._answered(call, result=grant.fencing_token)
             on_grant(grant)
 
-        async with self._inner.wait_in_line(heard) as line:
-            yield None if line is None else _RecordedLine(self, line)
+        async with line_through(self._inner, heard, self._line_call) as line:
+            yield line
+
+    async def _line_call(
+        self,
+        method: Literal["queue", "leave"],
+        key: str,
+        owner: str,
+        call: Awaitable[T],
+        **arguments: int,
+    ) -> T:
+        sent = self._sent(method, key=key, owner=owner, **arguments)
+        return await self._recorded(sent, call, _token_or_answer)
 
     def close(self) -> None:
         """Close the file."""
@@ -232,36 +239,11 @@ def _same(answer: T) -> T:
     return answer
 
 
-@final
-class _RecordedLine:
-    """A waiting line of the recorder's inner store, its calls recorded."""
-
-    __slots__ = ("_line", "_recorder")
-
-    def __init__(self, recorder: HistoryRecorder, line: WaitingLine) -> None:
-        self._recorder = recorder
-        self._line = line
-
-    async def queue(
-        self, key: str, owner: str, ttl_ms: int, queue_ms: int, ticket: int
-    ) -> Acquired | Queued:
-        """Record and forward ``queue``; a token is recorded as its int, else ``null``."""
-        recorder = self._recorder
-        # the recorder's own line: it writes to the recorder's file
-        call = recorder._sent(  # noqa: SLF001
-            "queue", key=key, owner=owner, ttl_ms=ttl_ms, queue_ms=queue_ms, ticket=ticket
-        )
-        return await recorder._recorded(  # noqa: SLF001
-            call,
-            self._line.queue(key, owner, ttl_ms, queue_ms, ticket),
-            lambda answer: answer.fencing_token if isinstance(answer, Acquired) else None,
-        )
-
-    async def leave(self, key: str, owner: str) -> bool:
-        """Record and forward ``leave``."""
-        recorder = self._recorder
-        call = recorder._sent("leave", key=key, owner=owner)  # noqa: SLF001
-        return await recorder._recorded(call, self._line.leave(key, owner), _same)  # noqa: SLF001
+def _token_or_answer(answer: object) -> object:
+    """A queue call's answer as recorded: its token when it took the key, else ``null``."""
+    if isinstance(answer, Acquired):
+        return answer.fencing_token
+    return None if isinstance(answer, Queued) else answer
 
 
 @final
