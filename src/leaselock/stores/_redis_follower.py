@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Final, final
 
@@ -32,6 +32,7 @@ __all__ = [
     "RESUBSCRIBE_PAUSE_S",
     "SUBSCRIBE_TIMEOUT_S",
     "RedisReleaseFollower",
+    "close_pubsub",
     "pubsub_messages",
 ]
 
@@ -114,7 +115,7 @@ class RedisReleaseFollower:
             self._reader.cancel()
             await asyncio.wait([self._reader])
         if self._pubsub is not None:
-            await self._pubsub.aclose()  # type: ignore[no-untyped-call] # unannotated in redis-py
+            await close_pubsub(self._pubsub)
 
     async def _subscribe(self, key: str) -> None:
         """Subscribe to ``key``'s channel and wait for the server's confirmation."""
@@ -214,3 +215,13 @@ async def pubsub_messages(pubsub: PubSub, store: str) -> AsyncIterator[dict[str,
             failures = 0
         if message is not None:
             yield message
+
+
+async def close_pubsub(pubsub: PubSub) -> None:
+    """Close ``pubsub`` and give its connection back.
+
+    redis-py annotates ``PubSub.aclose`` from 8.2 on only: called through a typed name, it
+    type-checks against every version the extra allows.
+    """
+    aclose: Callable[[], Awaitable[None]] = pubsub.aclose
+    await aclose()

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from .._cancellation import delivered
 from ._protocol import Acquired, Grant, Queued
-from ._redis_follower import SUBSCRIBE_TIMEOUT_S, pubsub_messages
+from ._redis_follower import SUBSCRIBE_TIMEOUT_S, close_pubsub, pubsub_messages
 from ._redis_keyspace import text
 from ._redis_scripts import script
 from ._redis_turns import ANNOUNCE
@@ -331,7 +331,7 @@ class RedisWaitingLine:
                 task.cancel()
                 await asyncio.wait([task])
         if self._pubsub is not None:
-            await self._pubsub.aclose()  # type: ignore[no-untyped-call] # unannotated in redis-py
+            await close_pubsub(self._pubsub)
 
     async def _subscribed(self) -> None:
         """Subscribe once, at the first queue call; a failure only makes grants come by asking."""
