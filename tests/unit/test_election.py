@@ -10,7 +10,7 @@ import pytest
 import leaselock
 from helpers import SlowlyToldStore
 from leaselock import Event, Lock, Locks, LocksConfigurationError, current_lock
-from leaselock.stores import Acquired, InMemoryLockStore
+from leaselock.stores import Acquired, AcquireResult, InMemoryLockStore
 from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
 
@@ -143,6 +143,44 @@ async def test_a_leader_that_steps_down_leaves_the_key_to_the_others_until_its_n
         await clock.advance("10s")
         await wait_all_tasks_blocked()
         assert cluster.leaders() == ["instance-1"]
+
+
+class AnsweredOnceOpen(SlowlyToldStore):
+    """A :class:`SlowlyToldStore` whose acquisitions are answered only once :attr:`answer`
+    is set, so the following can go in place while a campaign waits for the store."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.answer = asyncio.Event()
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        await self.answer.wait()
+        return await super().acquire(key, owner, ttl_ms)
+
+
+async def test_a_look_asked_for_during_the_first_campaign_leaves_the_key_after_a_step_down(clock):
+    # the following's own look comes while the first campaign waits for the store; the look
+    # it asks for must not take back the key the failed term then handed back
+    store = AnsweredOnceOpen(clock)
+    cluster = Cluster(store, [clock])
+    cluster.feeds[0].fail_on_acquire = True
+    starting = asyncio.create_task(cluster.__aenter__())
+    await wait_all_tasks_blocked()
+    store.gate.set()
+    await wait_all_tasks_blocked()
+    store.answer.set()
+    await starting
+    try:
+        await wait_all_tasks_blocked()
+        await clock.advance("1ms")
+        await wait_all_tasks_blocked()
+        assert [entry[0] for entry in cluster.feeds[0].log] == ["acquired", "lost"]
+        cluster.feeds[0].fail_on_acquire = False
+        await clock.advance("10s")
+        await wait_all_tasks_blocked()
+        assert cluster.leaders() == ["instance-0"], "its next timed campaign takes the key"
+    finally:
+        await cluster.__aexit__(None, None, None)
 
 
 async def test_a_duty_runs_while_leading_and_is_cancelled_when_leadership_is_lost(store, clock):

@@ -116,16 +116,22 @@ class Campaign:
             return
         self._in_campaign = True
         try:
-            await self._try_to_lead()
+            if not self._yielding:
+                await self._try_to_lead()
         finally:
             self._in_campaign = False
         if self._campaigning():
             if self._timer is not None:
                 self._timer.cancel()
-            # a release heard meanwhile may have freed the key the campaign found held
-            wait_ms = 0 if self._again else renew_interval_ms(self._ttl_ms)
+            now_ms = self._clock.now_ms()
+            # a release heard meanwhile may have freed the key the campaign found held; a look
+            # again is no timed campaign, so a step-down meanwhile still leaves the key alone
+            if self._again and not self._yielding:
+                self._timer = self._clock.call_at(now_ms, self._campaign)
+            else:
+                interval_ms = renew_interval_ms(self._ttl_ms)
+                self._timer = self._clock.call_at(now_ms + interval_ms, self._timed_campaign)
             self._again = False
-            self._timer = self._clock.call_at(self._clock.now_ms() + wait_ms, self._timed_campaign)
 
     async def _try_to_lead(self) -> None:
         if self._lock is not None or self._between_terms:
