@@ -218,6 +218,28 @@ async def test_a_renewal_unanswered_at_the_deadline_is_abandoned_and_the_key_han
         assert "k" not in store.inner._rows, "renewed to 40 s at the store, but handed back"
 
 
+async def test_a_batch_left_unanswered_loses_each_lease_at_its_own_deadline(clock):
+    store = faulty(clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        first = await locks.acquire("first")  # deadline 30 s, renewal due at 10 s
+        await clock.advance("4s")
+        second = await locks.acquire("second")  # deadline 34 s; early enough to join at 10 s
+        assert first is not None
+        assert second is not None
+        store.delay("renew", "40s")
+        await clock.advance("6s")
+        assert renewals(store) == [10_000, 10_000], "one batch, sent at 10 s"
+        await clock.advance("20s")
+        assert not first.held
+        assert second.held, "its deadline is 4 s later"
+        await clock.advance("4s")
+        assert not second.held
+        for lock in (first, second):
+            reason = lock.signal.reason
+            assert reason is not None
+            assert reason.detected_by == "deadline"
+
+
 async def test_only_one_renewal_of_a_lock_is_in_flight_at_a_time(clock):
     store = faulty(clock)
     async with Locks(store=store, ttl="30s", clock=clock) as locks:

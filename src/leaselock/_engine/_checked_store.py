@@ -138,24 +138,7 @@ class CheckedStore:
             One result per renewal, in order: the store's answer, or the error it raised.
         """
         if self._batch is not None and len(renewals) > 1:
-            try:
-                answers = await self._batch.renew_many(renewals)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # noqa: BLE001 -- every renewal shares the failure
-                failure = (
-                    error
-                    if isinstance(error, LockStoreError)
-                    else self._failed("renew_many", error)
-                )
-                return [failure] * len(renewals)
-            if len(answers) != len(renewals):
-                failure = LockStoreError(
-                    f"{self.inner!r}.renew_many returned {len(answers)} results for "
-                    f"{len(renewals)} renewals; return one bool per renewal, in order"
-                )
-                return [failure] * len(renewals)
-            return [self._bool_or_error("renew_many", answer) for answer in answers]
+            return await self._renew_batch(self._batch, renewals)
         if len(renewals) == 1:
             try:
                 return [await self.renew(*renewals[0])]
@@ -173,6 +156,28 @@ class CheckedStore:
             else:
                 results.append(self._failed("renew", outcome))
         return results
+
+    async def _renew_batch(
+        self, batch: SupportsBatchRenew, renewals: Sequence[Renewal]
+    ) -> list[bool | LockStoreError]:
+        try:
+            answers = await batch.renew_many(renewals)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 -- every renewal shares the failure
+            failure = (
+                error if isinstance(error, LockStoreError) else self._failed("renew_many", error)
+            )
+            return [failure] * len(renewals)
+        if len(answers) != len(renewals):
+            failure = LockStoreError(
+                f"{self.inner!r}.renew_many returned {len(answers)} results for "
+                f"{len(renewals)} renewals; return one bool per renewal, in order"
+            )
+            return [failure] * len(renewals)
+        if all(type(answer) is bool for answer in answers):
+            return list(answers)
+        return [self._bool_or_error("renew_many", answer) for answer in answers]
 
     async def release(self, key: str, owner: str) -> bool:
         """Call ``store.release``.

@@ -8,6 +8,7 @@ from typing import final
 
 from .._clock import Clock
 from .._errors import DetectedBy, LockLostError
+from ..stores._protocol import Renewal
 from ._signal import Abort, LockSignal, new_signal
 
 __all__ = ["Lease", "LeaseState"]
@@ -38,6 +39,8 @@ class Lease:
     next_renew_ms: int
     clock: Clock
     signal: LockSignal = field(init=False)
+    # what a batch renewal sends for it, built once: its key, owner and ttl never change
+    renewal: Renewal = field(init=False, repr=False)
     _abort: Abort = field(init=False, repr=False)
     state: LeaseState = LeaseState.HELD
     renewing: bool = False
@@ -46,6 +49,7 @@ class Lease:
 
     def __post_init__(self) -> None:
         """Give the lease its signal, which also reads the deadline straight from the clock."""
+        self.renewal = Renewal(self.key, self.owner, self.ttl_ms)
         self.signal, self._abort = new_signal(
             self.key, self.fencing_token, deadline_passed=self.deadline_passed
         )

@@ -1,12 +1,13 @@
 """RenewalScheduler: one timer per Locks renews every held lease and watches every deadline.
 
-No task or thread per lock: held leases sit in buckets keyed by when each next needs attention
-(its renewal, or its deadline while a renewal is in flight), the bucket times in one heap, and
-one clock timer is armed for the earliest. When it fires, every due renewal goes to the store in
-one batch, with every lease due within half a renewal interval: renewed together once, leases of
-one ttl stay in step, so a process holding thousands of leases renews them in one or two round
-trips per interval instead of one per moment they were taken. Leases renewed in one batch share
-their next times, hence their buckets: the heap holds a few times, not an entry per lease.
+No task or thread per lock: held leases sit in buckets keyed by when each is next due for
+renewal, a batch in flight is watched once at the earliest deadline among its leases, the times
+of both sit in one heap, and one clock timer is armed for the earliest. When it fires, every due
+renewal goes to the store in one batch, with every lease due within half a renewal interval:
+renewed together once, leases of one ttl stay in step, so a process holding thousands of leases
+renews them in one or two round trips per interval instead of one per moment they were taken.
+Leases renewed in one batch share their next times, hence their buckets: the heap holds a few
+times, not an entry per lease, and a tick costs a few steps per lease.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import final
 from .._clock import Clock, TimerHandle
 from .._errors import DetectedBy, LockStoreError
 from .._telemetry import Telemetry
-from ..stores._protocol import Renewal
 from ._bounded import StoreCallTimeoutError, bounded
 from ._checked_store import CheckedStore
 from ._lease import Lease, LeaseState
@@ -66,6 +66,7 @@ class RenewalScheduler:
         "_telemetry",
         "_timer",
         "_times",
+        "_watches",
     )
 
     def __init__(
@@ -83,8 +84,11 @@ class RenewalScheduler:
         self._clock = clock
         self._on_lost = on_lost
         self._on_failing = on_failing
-        # due time -> (schedule version, lease) entries; _times heaps the keys of _buckets
+        # due time -> (schedule version, lease) entries of leases waiting for their renewal
         self._buckets: dict[int, list[tuple[int, Lease]]] = {}
+        # watch time -> batches in flight, looked at then for deadlines that passed unanswered
+        self._watches: dict[int, list[_Batch]] = {}
+        # the keys of _buckets and _watches, heaped
         self._times: list[int] = []
         self._timer: TimerHandle | None = None
         self._armed_at_ms: int | None = None
@@ -101,21 +105,32 @@ class RenewalScheduler:
         self._timer = None
         self._armed_at_ms = None
         self._buckets.clear()
+        self._watches.clear()
         self._times.clear()
 
     def _schedule(self, lease: Lease) -> None:
         lease.schedule_version += 1
-        due_ms = lease.deadline_ms
-        if not lease.renewing and lease.next_renew_ms < due_ms:
-            due_ms = lease.next_renew_ms
+        due_ms = min(lease.next_renew_ms, lease.deadline_ms)
+        self._bucket_at(due_ms).append((lease.schedule_version, lease))
+
+    def _bucket_at(self, due_ms: int) -> list[tuple[int, Lease]]:
         bucket = self._buckets.get(due_ms)
         if bucket is None:
             bucket = self._buckets[due_ms] = []
-            heapq.heappush(self._times, due_ms)
-        bucket.append((lease.schedule_version, lease))
+            if due_ms not in self._watches:
+                heapq.heappush(self._times, due_ms)
+        return bucket
+
+    def _watch(self, batch: _Batch, at_ms: int) -> None:
+        watches = self._watches.get(at_ms)
+        if watches is None:
+            watches = self._watches[at_ms] = []
+            if at_ms not in self._buckets:
+                heapq.heappush(self._times, at_ms)
+        watches.append(batch)
 
     def _arm(self) -> None:
-        self._drop_stale_buckets()
+        self._drop_stale_times()
         if not self._times:
             return
         due_ms = self._times[0]
@@ -126,18 +141,20 @@ class RenewalScheduler:
         self._armed_at_ms = due_ms
         self._timer = self._clock.call_at(due_ms, self._tick)
 
-    def _drop_stale_buckets(self) -> None:
-        """Drop the earliest buckets while they hold only released, lost or moved leases."""
+    def _drop_stale_times(self) -> None:
+        """Drop the earliest times while they hold only moved leases and answered batches."""
         while self._times:
             due_ms = self._times[0]
-            if not all(_is_stale(entry) for entry in self._buckets[due_ms]):
+            bucket = self._buckets.get(due_ms, ())
+            if not all(_is_stale(entry) for entry in bucket):
                 return
-            heapq.heappop(self._times)
-            del self._buckets[due_ms]
+            if not all(batch.answered for batch in self._watches.get(due_ms, ())):
+                return
+            self._pop_time()
 
-    def _pop_bucket(self) -> tuple[int, list[tuple[int, Lease]]]:
+    def _pop_time(self) -> tuple[int, list[tuple[int, Lease]], list[_Batch]]:
         due_ms = heapq.heappop(self._times)
-        return due_ms, self._buckets.pop(due_ms)
+        return due_ms, self._buckets.pop(due_ms, []), self._watches.pop(due_ms, [])
 
     async def _tick(self) -> None:
         self._timer = None
@@ -145,80 +162,122 @@ class RenewalScheduler:
         now_ms = self._clock.now_ms()
         due: list[Lease] = []
         while self._times and self._times[0] <= now_ms:
-            _, bucket = self._pop_bucket()
-            for entry in bucket:
-                if _is_stale(entry):
+            _, bucket, watches = self._pop_time()
+            for batch in watches:
+                self._look_at(batch, now_ms)
+            for version, lease in bucket:
+                if version != lease.schedule_version or lease.state is not LeaseState.HELD:
                     continue
-                lease = entry[1]
                 if now_ms >= lease.deadline_ms:
                     self._on_lost(lease, "deadline")
-                    continue
-                if not lease.renewing and now_ms >= lease.next_renew_ms:
-                    lease.renewing = True
+                elif now_ms >= lease.next_renew_ms:
                     due.append(lease)
-                self._schedule(lease)
+                else:
+                    self._schedule(lease)
         if due:
             due.extend(self._due_soon(now_ms))
+            batch = _Batch(due)
+            for lease in due:
+                lease.renewing = True
+                lease.schedule_version += 1
+            self._watch(batch, min(lease.deadline_ms for lease in due))
         # re-arm before awaiting the store: deadlines must fire even while renewals hang
         self._arm()
         if due:
-            await self._renew(due, now_ms)
+            await self._renew(batch, now_ms)
+
+    def _look_at(self, batch: _Batch, now_ms: int) -> None:
+        """Lose the leases of an unanswered batch whose deadlines passed; watch the rest."""
+        if batch.answered:
+            return
+        waiting = [lease for lease in batch.leases if lease.state is LeaseState.HELD]
+        for lease in waiting:
+            if now_ms >= lease.deadline_ms:
+                self._on_lost(lease, "deadline")
+        later = [lease.deadline_ms for lease in waiting if lease.deadline_ms > now_ms]
+        if later:
+            self._watch(batch, min(later))
 
     def _due_soon(self, now_ms: int) -> list[Lease]:
-        """Take the next leases due within their early window into this batch (marked renewing).
+        """Take the next leases due within their early window into this batch.
 
         In due order, bucket by bucket: a bucket holding a lease that is not a renewal within
         its window is the last one looked at, and keeps that lease.
         """
         soon: list[Lease] = []
         while self._times:
-            due_ms, bucket = self._pop_bucket()
+            due_ms = self._times[0]
+            bucket = self._buckets.get(due_ms)
+            if bucket is None:
+                # a batch in flight is still unanswered near its deadline: the store is failing,
+                # and the leases due after that renew at their own times
+                return soon
             kept: list[tuple[int, Lease]] = []
             for entry in bucket:
-                if _is_stale(entry):
+                version, lease = entry
+                if version != lease.schedule_version or lease.state is not LeaseState.HELD:
                     continue
-                lease = entry[1]
-                if lease.renewing or due_ms - now_ms > early_renewal_ms(lease.ttl_ms):
+                if due_ms - now_ms > early_renewal_ms(lease.ttl_ms):
                     kept.append(entry)
                     continue
-                lease.renewing = True
                 soon.append(lease)
-                self._schedule(lease)
             if kept:
-                self._buckets.setdefault(due_ms, []).extend(kept)
-                if len(self._buckets[due_ms]) == len(kept):
-                    heapq.heappush(self._times, due_ms)
-                break
+                self._buckets[due_ms] = kept
+                return soon
+            self._pop_time_keeping_watches(due_ms)
         return soon
 
-    async def _renew(self, leases: list[Lease], sent_at_ms: int) -> None:
-        renewals = [Renewal(lease.key, lease.owner, lease.ttl_ms) for lease in leases]
+    def _pop_time_keeping_watches(self, due_ms: int) -> None:
+        del self._buckets[due_ms]
+        if due_ms not in self._watches:
+            heapq.heappop(self._times)
+
+    async def _renew(self, batch: _Batch, sent_at_ms: int) -> None:
+        leases = batch.leases
         # past the last deadline of the batch no answer can save any of its leases
         bound_ms = max(lease.deadline_ms for lease in leases)
         results: list[bool | LockStoreError]
         try:
             async with bounded(self._clock, bound_ms):
-                results = await self._store.renew_many(renewals)
+                results = await self._store.renew_many([lease.renewal for lease in leases])
         except StoreCallTimeoutError:
             unanswered = LockStoreError(
                 f"{self._store.inner!r} did not answer the renewal before the holder's deadline"
             )
             results = [unanswered] * len(leases)
-        took_ms = self._clock.now_ms() - sent_at_ms
+        batch.answered = True
+        confirmed_at_ms = self._clock.now_ms()
+        took_ms = confirmed_at_ms - sent_at_ms
         if self._telemetry is not None:
             self._telemetry.renewed(took_ms / 1000)
         self._warn_if_slow(leases, took_ms)
-        confirmed_at_ms = self._clock.now_ms()
+        # leases of one ttl renewed together share their next renewal time, so their bucket
+        ttl_ms = next_ms = -1
+        bucket: list[tuple[int, Lease]] = []
         for lease, result in zip(leases, results, strict=True):
             lease.renewing = False
-            self._settle(lease, result, sent_at_ms, confirmed_at_ms)
+            if (
+                result is True
+                and lease.state is LeaseState.HELD
+                and confirmed_at_ms < lease.deadline_ms
+            ):
+                if lease.ttl_ms != ttl_ms:
+                    ttl_ms = lease.ttl_ms
+                    next_ms = sent_at_ms + renew_interval_ms(ttl_ms)
+                    bucket = self._bucket_at(next_ms)
+                lease.deadline_ms = sent_at_ms + ttl_ms
+                lease.next_renew_ms = next_ms
+                lease.schedule_version += 1
+                bucket.append((lease.schedule_version, lease))
+            else:
+                self._settle(lease, result, confirmed_at_ms)
         self._arm()
 
     def _warn_if_slow(self, leases: list[Lease], took_ms: int) -> None:
         # a pool busy with the application's queries delays renewals silently until one is lost
-        slow = [lease for lease in leases if took_ms > renew_interval_ms(lease.ttl_ms)]
-        if not slow:
+        if took_ms <= renew_interval_ms(min(lease.ttl_ms for lease in leases)):
             return
+        slow = [lease for lease in leases if took_ms > renew_interval_ms(lease.ttl_ms)]
         _log.warning(
             'Renewing "%s"%s took %d ms, more than a third of its ttl (%d ms): the store or its '
             "connection pool is overloaded, and a renewal that takes the whole ttl loses the "
@@ -230,9 +289,8 @@ class RenewalScheduler:
             slow[0].ttl_ms,
         )
 
-    def _settle(
-        self, lease: Lease, result: bool | LockStoreError, sent_at_ms: int, confirmed_at_ms: int
-    ) -> None:
+    def _settle(self, lease: Lease, result: bool | LockStoreError, confirmed_at_ms: int) -> None:
+        """Settle a renewal that did not simply succeed in time (that path is in _renew)."""
         if lease.state is not LeaseState.HELD:
             return
         if isinstance(result, LockStoreError):
@@ -243,13 +301,19 @@ class RenewalScheduler:
         if not result:
             self._on_lost(lease, "renewal")
             return
-        if confirmed_at_ms >= lease.deadline_ms:
-            # the holder gave up at its deadline; the store's yes came too late to count
-            self._on_lost(lease, "deadline")
-            return
-        lease.deadline_ms = sent_at_ms + lease.ttl_ms
-        lease.next_renew_ms = sent_at_ms + renew_interval_ms(lease.ttl_ms)
-        self._schedule(lease)
+        # the holder gave up at its deadline; the store's yes came too late to count
+        self._on_lost(lease, "deadline")
+
+
+@final
+class _Batch:
+    """Leases sent in one renewal call, watched for their deadlines until it is answered."""
+
+    __slots__ = ("answered", "leases")
+
+    def __init__(self, leases: list[Lease]) -> None:
+        self.leases = leases
+        self.answered = False
 
 
 def _is_stale(entry: tuple[int, Lease]) -> bool:
