@@ -8,8 +8,8 @@ A loop that stops only when cancelled then never stops, and ``asyncio.run`` hang
 waiting for it. The Redis stores' background loops await their commands through
 :func:`delivered`. Calls made for the application are left alone: a bare ``CancelledError``
 would escape an anyio cancel scope, which knows its own cancellations by their message, and
-such a scope cancels again until it is left; the engine's own bound is ``bounded``, which
-counts a cancelled call as timed out however it ends.
+such a scope cancels again until it is left; the engine's own bound
+(``StoreCallBounds.until``) counts a cancelled call as timed out however it ends.
 """
 
 from __future__ import annotations

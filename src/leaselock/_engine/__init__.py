@@ -4,7 +4,7 @@ It imports only the ground floor (errors, durations, keys, clock, events, redact
 and the store protocol, and never learns which store it talks to.
 """
 
-from ._bounded import StoreCallTimeoutError, bounded
+from ._bounded import StoreCallTimeoutError
 from ._checked_store import AcquireCall, CheckedStore, check_store_shape
 from ._context import CURRENT_LOCK, current_lock
 from ._engine import (
@@ -45,7 +45,6 @@ __all__ = [
     "Waiter",
     "Won",
     "backoff_ms",
-    "bounded",
     "check_store_shape",
     "current_lock",
     "new_owner",

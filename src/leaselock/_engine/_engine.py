@@ -34,7 +34,7 @@ from ..stores._protocol import (
     SupportsReleaseNotifications,
     SupportsReleasesInTurn,
 )
-from ._bounded import StoreCallTimeoutError, bounded
+from ._bounded import StoreCallBounds, StoreCallTimeoutError
 from ._checked_store import AcquireCall, CheckedLine, CheckedStore
 from ._lease import Lease, LeaseState
 from ._lock import Lock
@@ -80,6 +80,7 @@ class LockEngine:
         "_acquires_done",
         "_acquiring",
         "_background",
+        "_bounds",
         "_clock",
         "_closed",
         "_events",
@@ -112,12 +113,13 @@ class LockEngine:
         """
         self.store = store
         self.telemetry = telemetry
-        self.operator = OperatorStore(store.inner, clock)
         self._clock = clock
+        self._bounds = StoreCallBounds(clock)
+        self.operator = OperatorStore(store.inner, self._bounds)
         self._events = events
         self._instance = instance
         self._renewal = RenewalScheduler(
-            store, clock, self.lose, self._renewal_failing, telemetry=telemetry
+            store, self._bounds, self.lose, self._renewal_failing, telemetry=telemetry
         )
         self._held: set[Lease] = set()
         self._background: set[asyncio.Task[None]] = set()
@@ -235,7 +237,7 @@ class LockEngine:
             owner,
             ttl_ms,
             line=line,
-            clock=self._clock,
+            bounds=self._bounds,
             give_up_at_ms=give_up_at_ms,
             spawn=self.spawn,
             hand_back=functools.partial(self.release_in_background, key, owner),
@@ -296,7 +298,7 @@ class LockEngine:
         bound_ms = min(ttl_ms, max(give_up_at_ms - sent_at_ms, ATTEMPT_FLOOR_MS))
         self._acquiring += 1
         try:
-            async with bounded(self._clock, sent_at_ms + bound_ms):
+            async with self._bounds.until(sent_at_ms + bound_ms):
                 if acquire is None:
                     result = await self.store.acquire(key, owner, ttl_ms)
                 else:
@@ -406,7 +408,7 @@ class LockEngine:
             LockStoreError: the store failed, or did not answer in time.
         """
         try:
-            async with bounded(self._clock, self._clock.now_ms() + RELEASE_BOUND_MS):
+            async with self._bounds.until(self._clock.now_ms() + RELEASE_BOUND_MS):
                 released = await self.store.release(key, owner)
         except StoreCallTimeoutError:
             raise LockStoreError(
@@ -503,7 +505,7 @@ class LockEngine:
             )
         )
         try:
-            async with bounded(self._clock, self._clock.now_ms() + RELEASE_BOUND_MS):
+            async with self._bounds.until(self._clock.now_ms() + RELEASE_BOUND_MS):
                 await self.store.renew(lease.key, lease.owner, keep_ms)
         except (LockStoreError, StoreCallTimeoutError) as error:
             _log.warning(
@@ -541,6 +543,7 @@ class LockEngine:
         await self._within_close_wait({asyncio.ensure_future(self._exit_stack.aclose())})
         if self._background:
             await self._within_close_wait(set(self._background))
+        self._bounds.close()
 
     async def _within_close_wait(self, work: set[asyncio.Future[Any]]) -> None:
         over = asyncio.get_running_loop().create_future()

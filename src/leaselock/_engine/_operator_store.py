@@ -13,7 +13,6 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Final, TypeVar, final
 
-from .._clock import Clock
 from .._errors import LocksConfigurationError, LockStoreError
 from ..stores._capabilities import (
     JobRecord,
@@ -30,7 +29,7 @@ from ..stores._job_control import (
     SupportsJobControl,
 )
 from ..stores._protocol import Acquired, LockStore, NotAcquired
-from ._bounded import StoreCallTimeoutError, bounded
+from ._bounded import StoreCallBounds, StoreCallTimeoutError
 from ._checked_store import AcquireCall
 
 __all__ = ["OPERATOR_BOUND_MS", "OperatorStore"]
@@ -45,12 +44,13 @@ T = TypeVar("T")
 class OperatorStore:
     """The run-record and inspection calls of one store."""
 
-    __slots__ = ("_clock", "_store")
+    __slots__ = ("_bounds", "_clock", "_store")
 
-    def __init__(self, store: LockStore, clock: Clock) -> None:
-        """Call ``store``, bounding every call on ``clock``."""
+    def __init__(self, store: LockStore, bounds: StoreCallBounds) -> None:
+        """Call ``store``, every call within a bound of ``bounds``."""
         self._store = store
-        self._clock = clock
+        self._bounds = bounds
+        self._clock = bounds.clock
 
     @property
     def keeps_run_records(self) -> bool:
@@ -256,7 +256,7 @@ class OperatorStore:
 
     async def _call(self, method: str, work: Callable[[], Awaitable[T]]) -> T:
         try:
-            async with bounded(self._clock, self._clock.now_ms() + OPERATOR_BOUND_MS):
+            async with self._bounds.until(self._clock.now_ms() + OPERATOR_BOUND_MS):
                 return await work()
         except StoreCallTimeoutError:
             raise LockStoreError(

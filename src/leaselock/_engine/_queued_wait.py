@@ -13,10 +13,10 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Final, final
 
-from .._clock import Clock, TimerHandle
+from .._clock import TimerHandle
 from .._errors import LockLostError, LockStoreError
 from ..stores._protocol import Acquired, Grant
-from ._bounded import StoreCallTimeoutError, bounded
+from ._bounded import StoreCallBounds, StoreCallTimeoutError
 from ._checked_store import CheckedLine
 from ._signal import LockSignal
 from ._waiter import Won
@@ -61,6 +61,7 @@ class QueuedWait:
     """
 
     __slots__ = (
+        "_bounds",
         "_clock",
         "_give_up_at_ms",
         "_hand_back",
@@ -86,7 +87,7 @@ class QueuedWait:
         ttl_ms: int,
         *,
         line: CheckedLine,
-        clock: Clock,
+        bounds: StoreCallBounds,
         give_up_at_ms: int,
         spawn: Callable[[Coroutine[None, None, None]], None],
         hand_back: Callable[[], None],
@@ -97,7 +98,8 @@ class QueuedWait:
         self._ttl_ms = ttl_ms
         self._place_ms = place_ms(ttl_ms)
         self._line = line
-        self._clock = clock
+        self._bounds = bounds
+        self._clock = bounds.clock
         self._give_up_at_ms = give_up_at_ms
         self._spawn = spawn
         self._hand_back = hand_back
@@ -211,7 +213,7 @@ class QueuedWait:
         """Keep the place; return the key's :class:`Acquired` if this owner holds it in time."""
         bound_ms = min(self._place_ms, max(self._give_up_at_ms - sent_at_ms, _CALL_FLOOR_MS))
         try:
-            async with bounded(self._clock, sent_at_ms + bound_ms):
+            async with self._bounds.until(sent_at_ms + bound_ms):
                 answer = await self._line.queue(
                     self.key, self.owner, self._ttl_ms, self._place_ms, ticket
                 )
@@ -237,7 +239,7 @@ class QueuedWait:
         """Leave the line once the call in flight is answered; failures are only logged."""
         await self._quiet.wait()
         try:
-            async with bounded(self._clock, self._clock.now_ms() + _CALL_FLOOR_MS * 2):
+            async with self._bounds.until(self._clock.now_ms() + _CALL_FLOOR_MS * 2):
                 await self._line.leave(self.key, self.owner)
         except (LockStoreError, StoreCallTimeoutError) as error:
             _log.info(

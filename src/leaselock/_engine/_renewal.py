@@ -17,10 +17,10 @@ import logging
 from collections.abc import Callable
 from typing import final
 
-from .._clock import Clock, TimerHandle
+from .._clock import TimerHandle
 from .._errors import DetectedBy, LockStoreError
 from .._telemetry import Telemetry
-from ._bounded import StoreCallTimeoutError, bounded
+from ._bounded import StoreCallBounds, StoreCallTimeoutError
 from ._checked_store import CheckedStore
 from ._lease import Lease, LeaseState
 
@@ -50,7 +50,7 @@ class RenewalScheduler:
 
     Args:
         store: the store the leases live in.
-        clock: the holder's clock (deadlines and renewal times).
+        bounds: the bounds of store calls, on the holder's clock (deadlines and renewal times).
         on_lost: called once per lost lease, with how the loss was seen.
         on_failing: called for each failed renewal (the error, the milliseconds left).
         telemetry: where given, records each renewal's round trip.
@@ -58,6 +58,7 @@ class RenewalScheduler:
 
     __slots__ = (
         "_armed_at_ms",
+        "_bounds",
         "_buckets",
         "_clock",
         "_on_failing",
@@ -72,7 +73,7 @@ class RenewalScheduler:
     def __init__(
         self,
         store: CheckedStore,
-        clock: Clock,
+        bounds: StoreCallBounds,
         on_lost: Callable[[Lease, DetectedBy], None],
         on_failing: Callable[[Lease, LockStoreError, int], None],
         *,
@@ -81,7 +82,8 @@ class RenewalScheduler:
         """Create a scheduler with nothing to renew."""
         self._store = store
         self._telemetry = telemetry
-        self._clock = clock
+        self._bounds = bounds
+        self._clock = bounds.clock
         self._on_lost = on_lost
         self._on_failing = on_failing
         # due time -> (schedule version, lease) entries of leases waiting for their renewal
@@ -238,7 +240,7 @@ class RenewalScheduler:
         bound_ms = max(lease.deadline_ms for lease in leases)
         results: list[bool | LockStoreError]
         try:
-            async with bounded(self._clock, bound_ms):
+            async with self._bounds.until(bound_ms):
                 results = await self._store.renew_many([lease.renewal for lease in leases])
         except StoreCallTimeoutError:
             unanswered = LockStoreError(
