@@ -147,8 +147,8 @@ class RenewalScheduler:
         """Drop the earliest times while they hold only moved leases and answered batches."""
         while self._times:
             due_ms = self._times[0]
-            bucket = self._buckets.get(due_ms, ())
-            if not all(_is_stale(entry) for entry in bucket):
+            # newest first: the lease just filed is the likeliest to be live
+            if not all(_is_stale(entry) for entry in reversed(self._buckets.get(due_ms, ()))):
                 return
             if not all(batch.answered for batch in self._watches.get(due_ms, ())):
                 return
