@@ -13,9 +13,12 @@ def pending_timers(clock: ManualClock) -> int:
 
 
 async def answered(bounds: StoreCallBounds, deadline_ms: int) -> str:
+    """A call the store answers on the loop's next turn."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[str] = loop.create_future()
+    loop.call_soon(answer.set_result, "answered")
     async with bounds.until(deadline_ms):
-        await asyncio.sleep(0)
-        return "answered"
+        return await answer
 
 
 async def hung(bounds: StoreCallBounds, deadline_ms: int) -> None:
