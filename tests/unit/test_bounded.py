@@ -85,4 +85,3 @@ async def test_close_stops_the_timer_unless_a_call_still_waits(clock):
     await clock.advance("2s")
     with pytest.raises(StoreCallTimeoutError):
         await call
-
