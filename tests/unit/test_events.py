@@ -233,3 +233,42 @@ def test_log_records_carry_the_events_fields_for_log_pipelines(caplog: pytest.Lo
     assert record.token == 7  # type: ignore[attr-defined]
     assert record.instance == "shop-3002"  # type: ignore[attr-defined]
     assert record.reason == "deadline"  # type: ignore[attr-defined]
+
+
+def test_an_event_is_heard_by_the_log_at_its_level_by_a_callback_or_by_a_stream(
+    caplog: pytest.LogCaptureFixture,
+):
+    events = Events()
+    publisher = Publisher(events)
+    with caplog.at_level(logging.INFO, logger="leaselock"):
+        assert not publisher.heard(logging.DEBUG), "nobody listens: the event is not built"
+        assert publisher.heard(logging.INFO)
+        unsubscribe = events.subscribe(lambda event: None, "tick-skipped")
+        assert publisher.heard(logging.DEBUG)
+        unsubscribe()
+        assert not publisher.heard(logging.DEBUG)
+        stream = events.stream()
+        assert publisher.heard(logging.DEBUG)
+        del stream
+        assert not publisher.heard(logging.DEBUG), "a stream gone is no longer heard"
+    with caplog.at_level(logging.DEBUG, logger="leaselock"):
+        assert publisher.heard(logging.DEBUG)
+
+
+async def test_acquires_and_releases_reach_the_debug_log_with_no_subscriber(
+    store, clock, caplog: pytest.LogCaptureFixture
+):
+    async with Locks(store=store, clock=clock) as locks:
+        with caplog.at_level(logging.DEBUG, logger="leaselock"):
+            lock = await locks.acquire("orders:7")
+            assert lock is not None
+            assert await lock.release()
+        quiet = await locks.acquire("orders:8")
+        assert quiet is not None
+        assert await quiet.release()
+    lines = [record.getMessage() for record in caplog.records if record.name == "leaselock"]
+    token = lock.fencing_token
+    assert lines == [
+        f'Acquired "orders:7" (fencing token {token}, ttl 30000 ms)',
+        f'Released "orders:7" (fencing token {token})',
+    ]

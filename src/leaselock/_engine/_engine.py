@@ -358,9 +358,12 @@ class LockEngine:
         self._held.add(lease)
         if self.telemetry is not None:
             self.telemetry.held_changed(1)
-        self._events.emit(
-            LockAcquired(key=key, fencing_token=won.fencing_token, owner=won.owner, ttl_ms=ttl_ms)
-        )
+        if self._events.heard(LockAcquired.level):
+            self._events.emit(
+                LockAcquired(
+                    key=key, fencing_token=won.fencing_token, owner=won.owner, ttl_ms=ttl_ms
+                )
+            )
         self._renewal.track(lease)
         return lease
 
@@ -384,9 +387,10 @@ class LockEngine:
             return False
         lease.state = LeaseState.RELEASED
         self._stop_holding(lease)
-        self._events.emit(
-            LockReleased(key=lease.key, fencing_token=lease.fencing_token, owner=lease.owner)
-        )
+        if self._events.heard(LockReleased.level):
+            self._events.emit(
+                LockReleased(key=lease.key, fencing_token=lease.fencing_token, owner=lease.owner)
+            )
         try:
             released = await self._release_bounded(lease.key, lease.owner)
         except asyncio.CancelledError:
