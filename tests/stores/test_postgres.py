@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib.util
 import logging
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
@@ -17,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from helpers import TokensAsText, unique_key, until_real, wait_for_real
+from helpers import TokensAsText, unique_key, until_real, wait_for_real, yield_once
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
 from leaselock.stores import Acquired, Grant, NotAcquired, Queued
+from leaselock.stores._postgres_executors import ConnectionsExecutor, refused_statement
 from leaselock.stores._postgres_line import PostgresWaitingLine, parse_grant
 from leaselock.stores._postgres_sql import FOLLOW_SQL, key_channel
 from leaselock.stores.postgres import PostgresLockStore
@@ -476,6 +478,80 @@ async def test_cancelled_calls_never_strand_the_stores_connections(scratch: Scra
     finally:
         await store.aclose()
     assert isinstance(after, Acquired)
+
+
+async def test_a_call_given_up_while_its_connection_opens_leaks_nothing_and_pools_it(
+    scratch: Scratch,
+) -> None:
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict[str, Any]] = []
+    previous_handler = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
+    opened = []
+    try:
+        # give up after 0, 1, 2, ... turns of the loop: before, during and after the handshake
+        for turns in range(40):
+            connects = 0
+
+            async def connect() -> Any:
+                nonlocal connects
+                connects += 1
+                return await asyncpg.connect(scratch.url)
+
+            executor = ConnectionsExecutor(connect, refused_statement, min_size=0, max_size=1)
+            call = asyncio.ensure_future(executor.fetchrow("SELECT 1", ()))
+            for _ in range(turns):
+                await yield_once()
+            call.cancel()
+            await asyncio.wait([call])
+            row = await executor.fetchrow("SELECT 1", ())
+            await executor.close()
+            opened.append(connects)
+            assert row is not None
+            assert row[0] == 1
+            gc.collect()
+    finally:
+        loop.set_exception_handler(previous_handler)
+    assert unhandled == []
+    # whatever the moment it was given up, the one connection opened served the next call
+    assert opened == [1] * 40
+
+
+async def _listen_once(executor: ConnectionsExecutor) -> None:
+    async with executor.listening(lambda _payload: None, lambda: None):
+        pass
+
+
+async def _select_one(executor: ConnectionsExecutor) -> None:
+    await executor.fetchrow("SELECT 1", ())
+
+
+@pytest.mark.parametrize("give_up", [_select_one, _listen_once], ids=["statement", "listener"])
+async def test_closing_waits_for_a_given_up_opening_and_closes_what_it_opened(
+    scratch: Scratch, give_up: Callable[[ConnectionsExecutor], Awaitable[None]]
+) -> None:
+    handshake = asyncio.Event()
+    opened: list[Any] = []
+
+    async def connect() -> Any:
+        await handshake.wait()
+        connection = await asyncpg.connect(scratch.url)
+        opened.append(connection)
+        return connection
+
+    executor = ConnectionsExecutor(connect, refused_statement, min_size=0, max_size=1)
+    call = asyncio.ensure_future(give_up(executor))
+    await yield_once()
+    call.cancel()
+    await asyncio.wait([call])
+    closing = asyncio.ensure_future(executor.close())
+    await yield_once()
+    assert not closing.done()
+    handshake.set()
+    await closing
+    assert call.cancelled()
+    assert len(opened) == 1
+    assert opened[0].is_closed()
 
 
 async def test_the_store_reconnects_after_the_server_ended_its_connections(

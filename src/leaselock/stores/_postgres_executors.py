@@ -108,6 +108,11 @@ class ConnectionsExecutor:
     the one transaction (the schema's) is rolled back by asyncpg on any error. A connection that
     failed other than by the server refusing a statement (cancelled mid-statement, broken) is
     closed, never reused; the next caller opens a new one.
+
+    A connection being opened is not the caller's to cancel: a caller that gives up (its
+    deadline, its own cancellation) leaves the opening to finish, and what it opens joins the
+    pool. Cancelling asyncpg mid-handshake would waste the work and leak an exception asyncpg
+    never retrieves ("Future exception was never retrieved ... connection_lost()").
     """
 
     __slots__ = (
@@ -116,6 +121,7 @@ class ConnectionsExecutor:
         "_idle",
         "_max_size",
         "_min_size",
+        "_opening",
         "_refused",
         "_size",
         "_waiters",
@@ -137,6 +143,7 @@ class ConnectionsExecutor:
         # a waiter gets a connection, or None: a slot is free, open a connection yourself
         self._waiters: deque[asyncio.Future[asyncpg.Connection | None]] = deque()
         self._size = 0  # connections open, or being opened
+        self._opening: set[asyncio.Future[asyncpg.Connection]] = set()
         self._closed = False
 
     async def fill(self) -> None:
@@ -181,7 +188,7 @@ class ConnectionsExecutor:
         self, on_notify: Callable[[str], None], on_lost: Callable[[], None]
     ) -> AsyncIterator[ListeningSession]:
         # a connection beside the pool: all max_size (even a pool of 1) stay free for statements
-        listener = await self._connect()
+        listener = await self._open(pooled=False)
         try:
             async with asyncpg_session(listener, on_notify, on_lost) as session:
                 yield session
@@ -197,6 +204,8 @@ class ConnectionsExecutor:
             if not waiter.done():
                 waiter.set_exception(LockStoreError("the store was closed while waiting"))
         await asyncio.gather(*(connection.close() for connection in idle))
+        # openings left by their callers end within the connect timeout, closed as they land
+        await asyncio.gather(*self._opening, return_exceptions=True)
 
     def _idle_connection(self) -> asyncpg.Connection | None:
         while self._idle:
@@ -216,12 +225,7 @@ class ConnectionsExecutor:
                 return idle
             if self._size < self._max_size:
                 self._size += 1
-                try:
-                    return await self._connect()
-                except BaseException:
-                    self._size -= 1
-                    self._pass_slot_on()
-                    raise
+                return await self._open()
             waiter: asyncio.Future[asyncpg.Connection | None] = (
                 asyncio.get_running_loop().create_future()
             )
@@ -240,12 +244,48 @@ class ConnectionsExecutor:
             if connection is not None:
                 return connection
 
+    async def _open(self, *, pooled: bool = True) -> asyncpg.Connection:
+        """Open a connection in the slot just taken (freed if it fails), or beside the pool."""
+        opening = asyncio.ensure_future(self._connect())
+        try:
+            return await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            if not opening.cancelled():
+                # the caller gave up, not the opening: what it opens is pooled, or closed
+                self._opening.add(opening)
+                opening.add_done_callback(self._opened_for_nobody if pooled else self._discard)
+                raise
+            if pooled:
+                self._free_slot()
+            raise
+        except BaseException:
+            if pooled:
+                self._free_slot()
+            raise
+
+    def _opened_for_nobody(self, opening: asyncio.Future[asyncpg.Connection]) -> None:
+        """Pool what an opening opened after its caller gave up; free its slot if it failed."""
+        self._opening.discard(opening)
+        if opening.cancelled() or opening.exception() is not None:
+            self._free_slot()
+            return
+        self._give_back(opening.result(), healthy=True)
+
+    def _discard(self, opening: asyncio.Future[asyncpg.Connection]) -> None:
+        """Close what an opening beside the pool opened after its caller gave up."""
+        self._opening.discard(opening)
+        if not opening.cancelled() and opening.exception() is None:
+            opening.result().terminate()
+
+    def _free_slot(self) -> None:
+        self._size -= 1
+        self._pass_slot_on()
+
     def _give_back(self, connection: asyncpg.Connection, *, healthy: bool) -> None:
         if not healthy or self._closed or connection.is_closed():
-            self._size -= 1
             if not connection.is_closed():
                 connection.terminate()
-            self._pass_slot_on()
+            self._free_slot()
             return
         while self._waiters:
             waiter = self._waiters.popleft()
