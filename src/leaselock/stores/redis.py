@@ -17,6 +17,7 @@ and 7.0 and Valkey 9.1.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -55,6 +56,7 @@ from ._redis_line import (
     grant_channel,
     line_keys,
 )
+from ._redis_pipe import DEFAULT_STALL_S, RedisCommandPipe
 from ._redis_runs import RECORD_RUN, read_job_records, record_run_args
 from ._redis_scripts import Script, script
 from ._redis_settings import DEFAULT_PREFIX, DEFAULT_SOCKET_TIMEOUTS, check_options, check_prefix
@@ -159,6 +161,11 @@ class RedisLockStore:
     once, and processes that do not wait on a key never hear of it (:meth:`follow_releases`);
     batches of renewals take one round trip (:meth:`renew_many`).
 
+    The lock calls go on one connection of the store's own, pipelined (calls in flight share it),
+    made by redis-py from the client's settings; the pool serves the rest. A reply awaited
+    longer than the client's ``socket_timeout`` (5 s without one) closes that connection, and
+    the next call opens another.
+
     Example::
 
         store = RedisLockStore.from_url("redis://redis.internal:6379/0")
@@ -179,6 +186,7 @@ class RedisLockStore:
         "_opens",
         "_options",
         "_pauses_key",
+        "_pipe",
         "_prefix",
         "_runs_key",
         "_server",
@@ -294,6 +302,7 @@ class RedisLockStore:
         self._url = url
         self._options = dict(options)
         self._opens = 0
+        self._pipe: RedisCommandPipe | None = None
         self._server = "" if client is None else _describe(client.connection_pool)
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -322,11 +331,20 @@ class RedisLockStore:
             raise
 
     async def aclose(self) -> None:
-        """Undo one :meth:`open`; the last one closes the pool that :meth:`from_url` made."""
+        """Undo one :meth:`open`; the last one closes the store's command connection.
+
+        It closes the pool that :meth:`from_url` made too; a client given to the constructor
+        stays open.
+        """
         if self._opens == 0:
             return
         self._opens -= 1
-        if self._opens == 0 and self._url is not None and self._client is not None:
+        if self._opens:
+            return
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None and pipe.loop is asyncio.get_running_loop():
+            await pipe.aclose()
+        if self._url is not None and self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
 
@@ -461,14 +479,33 @@ class RedisLockStore:
         return [answer == 1 for answer in answers]
 
     async def _run(self, script: Script, numkeys: int, *keys_and_args: str | int) -> Any:  # noqa: ANN401 -- a reply's type is its script's: an int, or a list of ints
-        """Run ``script`` by its SHA; load it once if the server does not know it (NOSCRIPT)."""
-        client = self._client or self._connected()
+        """Run ``script`` by its SHA on the command connection; load it once on NOSCRIPT."""
+        pipe = self._pipe
+        if pipe is None or pipe.loop is not asyncio.get_running_loop():
+            pipe = self._new_pipe()
         try:
-            return await client.evalsha(script.sha, numkeys, *keys_and_args)
+            return await pipe.execute("EVALSHA", script.sha, numkeys, *keys_and_args)
         except redis.exceptions.NoScriptError:
             # a restart, a failover or SCRIPT FLUSH emptied the script cache
-            await client.script_load(script.source)
-            return await client.evalsha(script.sha, numkeys, *keys_and_args)
+            await pipe.execute("SCRIPT", "LOAD", script.source)
+            return await pipe.execute("EVALSHA", script.sha, numkeys, *keys_and_args)
+
+    def _new_pipe(self) -> RedisCommandPipe:
+        """Make the command connection of the running loop, from the client's pool settings.
+
+        A store bound to a loop before (opened, closed, then used in another ``asyncio.run``)
+        leaves that loop's connection behind: redis.asyncio connections cannot move loops.
+        """
+        pool = (self._client or self._connected()).connection_pool
+        settings = dict(pool.connection_kwargs)
+        stall_s = settings.get("socket_timeout") or DEFAULT_STALL_S
+        # the pipe bounds a stalled reply itself: under a socket timeout every write is a task
+        settings["socket_timeout"] = None
+        connection_class = pool.connection_class
+        self._pipe = RedisCommandPipe(
+            lambda: connection_class(**settings), stall_s=float(stall_s), name=repr(self)
+        )
+        return self._pipe
 
     # --- run records and inspection ------------------------------------------------------------
 

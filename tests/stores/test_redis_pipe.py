@@ -1,0 +1,202 @@
+"""RedisCommandPipe: the Redis store's scripts, pipelined on one connection of its own.
+
+Real server throughout: what is under test is the order of replies on a real socket, and how
+the pipe behaves when that socket is killed, stalls, or is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+import redis.asyncio
+import redis.exceptions
+from redis.asyncio.connection import AbstractConnection
+
+from helpers import Partition, unique_key, until_real, wait_for_real, yield_once
+from leaselock.stores._redis_pipe import RedisCommandPipe
+from leaselock.stores.redis import RedisLockStore
+
+pytestmark = pytest.mark.redis
+
+LOGGER = "leaselock.stores.redis"
+
+
+def connections_named(url: str, name: str) -> int:
+    """How many connections the server has open under the client name ``name``."""
+    with redis.Redis.from_url(url) as client:
+        return sum(1 for entry in client.client_list() if entry.get("name") == name)
+
+
+def connection_maker(url: str, name: str) -> Callable[[], AbstractConnection]:
+    """Build connections to ``url`` named ``name``, as the store builds them: no socket timeout."""
+    pool = redis.asyncio.ConnectionPool.from_url(url, client_name=name)
+    settings = {**pool.connection_kwargs, "socket_timeout": None}
+    return lambda: pool.connection_class(**settings)
+
+
+@asynccontextmanager
+async def pipe_to(url: str, *, stall_s: float = 5.0) -> AsyncIterator[tuple[RedisCommandPipe, str]]:
+    name = f"leaselock-pipe-{uuid.uuid4().hex[:8]}"
+    pipe = RedisCommandPipe(connection_maker(url, name), stall_s=stall_s, name="the test pipe")
+    try:
+        yield pipe, name
+    finally:
+        await pipe.aclose()
+
+
+async def test_each_reply_reaches_its_own_caller_while_others_give_up(redis_url: str):
+    async with pipe_to(redis_url) as (pipe, _):
+        calls = [asyncio.create_task(pipe.execute("ECHO", str(n))) for n in range(300)]
+        given_up = set(random.Random(7).sample(calls, 100))  # noqa: S311 -- a fixed, not a secret, choice
+        await yield_once()
+        for call in given_up:
+            call.cancel()
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+        # and the connection is still in step afterwards
+        after = await pipe.execute("ECHO", "after")
+    kept = [
+        (n, answer)
+        for n, (call, answer) in enumerate(zip(calls, answers, strict=True))
+        if call not in given_up
+    ]
+    assert len(kept) == 200
+    assert all(answer == str(n).encode() for n, answer in kept), kept[:5]
+    assert after == b"after"
+
+
+async def test_concurrent_first_calls_share_one_connection(redis_url: str):
+    async with pipe_to(redis_url) as (pipe, name):
+        ids = await asyncio.gather(*(pipe.execute("CLIENT", "ID") for _ in range(50)))
+        assert len(set(ids)) == 1
+        assert connections_named(redis_url, name) == 1
+
+
+async def test_an_error_reply_goes_to_its_caller_and_the_connection_stays(redis_url: str):
+    async with pipe_to(redis_url) as (pipe, _):
+        before = await pipe.execute("CLIENT", "ID")
+        with pytest.raises(redis.exceptions.NoScriptError):
+            await pipe.execute("EVALSHA", "0" * 40, 0)
+        refused, echoed = await asyncio.gather(
+            pipe.execute("INCR", "not a number", "too many arguments"),
+            pipe.execute("ECHO", "in step"),
+            return_exceptions=True,
+        )
+        assert isinstance(refused, redis.exceptions.ResponseError)
+        assert echoed == b"in step"
+        assert await pipe.execute("CLIENT", "ID") == before
+
+
+async def test_a_connection_the_server_closed_is_replaced_at_the_next_call(redis_url: str):
+    async with pipe_to(redis_url) as (pipe, name):
+        first = await pipe.execute("CLIENT", "ID")
+        with redis.Redis.from_url(redis_url) as admin:
+            admin.client_kill_filter(_id=first)
+        failures = 0
+        for _ in range(5):
+            try:
+                second = await pipe.execute("CLIENT", "ID")
+                break
+            except redis.exceptions.ConnectionError:
+                # a call written before the reader saw the close fails with it, once
+                failures += 1
+        else:
+            pytest.fail("the pipe never opened another connection")
+        assert second != first
+        assert failures <= 1
+        assert connections_named(redis_url, name) == 1
+
+
+async def test_a_reply_awaited_past_the_stall_limit_replaces_the_connection(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+):
+    target = urlsplit(redis_url)
+    async with Partition(target.hostname or "127.0.0.1", target.port or 0) as partition:
+        proxied = f"redis://127.0.0.1:{partition.port}/0"
+        async with pipe_to(proxied, stall_s=0.2) as (pipe, name):
+            before = await pipe.execute("CLIENT", "ID")
+            partition.cut()
+            stuck = asyncio.create_task(pipe.execute("PING"))
+            await wait_for_real(300)
+            assert not stuck.done()
+            partition.heal()
+            with caplog.at_level(logging.WARNING, LOGGER):
+                after = await pipe.execute("CLIENT", "ID")
+            with pytest.raises(redis.exceptions.ConnectionError, match="no reply within"):
+                await stuck
+            assert after != before
+            assert "opens another" in caplog.text
+            await until_real(lambda: connections_named(redis_url, name) == 1)
+
+
+async def test_closing_fails_the_calls_awaited_and_refuses_later_ones(redis_url: str):
+    target = urlsplit(redis_url)
+    async with Partition(target.hostname or "127.0.0.1", target.port or 0) as partition:
+        name = f"leaselock-pipe-{uuid.uuid4().hex[:8]}"
+        proxied = f"redis://127.0.0.1:{partition.port}/0"
+        pipe = RedisCommandPipe(connection_maker(proxied, name), stall_s=5.0, name="the pipe")
+        await pipe.execute("PING")
+        partition.cut()
+        stuck = asyncio.create_task(pipe.execute("PING"))
+        await yield_once()
+        await pipe.aclose()
+        with pytest.raises(redis.exceptions.ConnectionError, match="closed"):
+            await stuck
+        with pytest.raises(redis.exceptions.ConnectionError, match="closed"):
+            await pipe.execute("PING")
+        partition.heal()
+    await until_real(lambda: connections_named(redis_url, name) == 0)
+
+
+async def test_a_connection_that_cannot_open_fails_every_caller_waiting_for_it():
+    # nothing listens on port 1: the connection is refused at once
+    pipe = RedisCommandPipe(
+        connection_maker("redis://127.0.0.1:1/0", "nobody"), stall_s=5.0, name="the pipe"
+    )
+    answers = await asyncio.gather(
+        *(pipe.execute("PING") for _ in range(3)), return_exceptions=True
+    )
+    await pipe.aclose()
+    assert all(isinstance(answer, redis.exceptions.ConnectionError) for answer in answers)
+
+
+async def test_store_calls_run_on_one_connection_however_many_run_at_once(redis_url: str):
+    name = f"leaselock-store-{uuid.uuid4().hex[:8]}"
+    prefix = f"leaselock-test-{uuid.uuid4().hex[:12]}:"
+    store = RedisLockStore.from_url(redis_url, prefix=prefix, client_name=name)
+    await store.open()
+    try:
+        keys = [unique_key("pipelined") for _ in range(64)]
+        taken = await asyncio.gather(*(store.acquire(key, "owner", 60_000) for key in keys))
+        released = await asyncio.gather(*(store.release(key, "owner") for key in keys))
+        # open() checks the server over one pooled connection; every lock call uses the pipe
+        assert connections_named(redis_url, name) <= 2
+    finally:
+        await store.aclose()
+    assert len({result.fencing_token for result in taken}) == 64  # type: ignore[union-attr]
+    assert all(released)
+    await until_real(lambda: connections_named(redis_url, name) == 0)
+
+
+def test_a_store_opened_again_under_another_event_loop_works(redis_url: str):
+    prefix = f"leaselock-test-{uuid.uuid4().hex[:12]}:"
+    store = RedisLockStore.from_url(redis_url, prefix=prefix)
+
+    async def cycle() -> bool:
+        await store.open()
+        try:
+            key = unique_key("again")
+            await store.acquire(key, "owner", 60_000)
+            return await store.release(key, "owner")
+        finally:
+            await store.aclose()
+
+    assert asyncio.run(cycle())
+    assert asyncio.run(cycle())
