@@ -6,6 +6,7 @@ name ending in ``_ms``. A bare number is SECONDS, as in ``time.sleep``, asyncio 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from datetime import timedelta
@@ -140,6 +141,8 @@ def _timedelta_ms(value: timedelta, name: str) -> int:
     return micros // 1000
 
 
+# a program passes the same few strings again and again (wait="2s" on every acquire)
+@functools.lru_cache(maxsize=256)
 def _string_ms(value: str, name: str) -> int:
     text = value.strip()
     if not _WHOLE.fullmatch(text):

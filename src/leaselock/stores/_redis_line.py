@@ -335,9 +335,13 @@ class RedisWaitingLine:
 
     async def _subscribed(self) -> None:
         """Subscribe once, at the first queue call; a failure only makes grants come by asking."""
-        if self._subscribing is None:
-            self._subscribing = asyncio.get_running_loop().create_task(self._subscribe())
-        await asyncio.shield(self._subscribing)
+        subscribing = self._subscribing
+        if subscribing is None:
+            subscribing = self._subscribing = asyncio.get_running_loop().create_task(
+                self._subscribe()
+            )
+        if not subscribing.done():
+            await asyncio.shield(subscribing)
 
     async def _subscribe(self) -> None:
         confirmed = asyncio.get_running_loop().create_future()
