@@ -21,7 +21,7 @@ import redis.exceptions
 from redis.asyncio.connection import AbstractConnection
 
 from helpers import Partition, unique_key, until_real, wait_for_real, yield_once
-from leaselock.stores._redis_pipe import RedisCommandPipe
+from leaselock.stores._redis_pipe import RedisCommandPipe, _packed
 from leaselock.stores.redis import RedisLockStore
 
 pytestmark = pytest.mark.redis
@@ -200,3 +200,24 @@ def test_a_store_opened_again_under_another_event_loop_works(redis_url: str):
 
     assert asyncio.run(cycle())
     assert asyncio.run(cycle())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("EVALSHA", "0" * 40, 2, "leaselock:lock:invoice:42", "κλειδί", "owner@host:1", 30_000),
+        ("SET", "", b"\x00\xffraw", -5, 0),
+        ("PING",),
+    ],
+)
+@pytest.mark.parametrize(("encoding", "errors"), [("utf-8", "strict"), ("latin-1", "replace")])
+def test_commands_are_packed_as_redis_py_packs_them(
+    args: tuple[str | int | bytes, ...], encoding: str, errors: str
+):
+    connection = redis.asyncio.Connection(encoding=encoding, encoding_errors=errors)
+    assert _packed(args, encoding, errors) == b"".join(connection.pack_command(*args))
+
+
+def test_an_argument_of_another_type_is_refused_not_truncated():
+    with pytest.raises(TypeError, match="not float"):
+        _packed(("PEXPIRE", "key", 1.5), "utf-8", "strict")
