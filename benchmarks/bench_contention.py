@@ -9,13 +9,15 @@ release it. All start together. It prints, per store and W:
     CPU per critical section: the workers' CPU time together, over the acquisitions.
 
 A fair lock serves every worker and bounds the longest wait; an unfair one lets the worker
-that just released take the key again while the others sleep.
+that just released take the key again while the others sleep. Each contender runs --repeat
+times, taking turns with the others, and each figure is the median of its runs with their
+range: on a shared machine, runs a few seconds apart differ by 20 % and more.
 
 With --in-process, the W workers are tasks of one process sharing one Locks (python-redis-lock's
 are threads sharing one client), and CPU is that process's.
 
 Run: .venv/bin/python benchmarks/bench_contention.py [--stores redis,postgres,sqlite]
-     [--workers 8,64] [--seconds 5] [--in-process]
+     [--workers 8,64] [--seconds 5] [--repeat 3] [--in-process]
 python-redis-lock comes with the benchmark dependency group (make bench). URLs default to
 LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL, else the machine's servers.
 """
@@ -26,6 +28,7 @@ import argparse
 import asyncio
 import logging
 import multiprocessing
+import statistics
 import tempfile
 import threading
 import time
@@ -93,6 +96,9 @@ def leaselock_worker(job: Job) -> None:
             until = time.monotonic() + seconds
             done = await asyncio.gather(*(loop(locks, until) for _ in range(tasks)))
             cpu_s = (time.process_time() - cpu) / tasks
+            # no process winds down while others still wait: 64 interpreters exiting at once
+            # starve the last waiters of CPU, and their waits would measure that
+            start.wait(START_TIMEOUT_S)
             return [WorkerResult(count, longest, cpu_s) for count, longest in done]
 
     for result in asyncio.run(work()):
@@ -124,6 +130,7 @@ def python_redis_lock_worker(job: Job) -> None:
     for worker in workers:
         worker.join()
     cpu_s = (time.process_time() - cpu) / threads
+    start.wait(START_TIMEOUT_S)
     for count, longest in done:
         results.put(WorkerResult(count, longest, cpu_s))
 
@@ -154,15 +161,48 @@ def contend(
     return gathered
 
 
-def report(name: str, workers: int, seconds: float, results: list[WorkerResult]) -> None:
+@dataclass(frozen=True)
+class RunFigures:
+    """What one run of W workers gave."""
+
+    handoffs_per_s: float
+    starved: int
+    fewest: int
+    most: int
+    longest_wait_ms: float
+    cpu_ms_per_section: float
+
+
+def figures(seconds: float, results: list[WorkerResult]) -> RunFigures:
     counts = [result.acquisitions for result in results]
     total = sum(counts)
-    cpu_ms = sum(result.cpu_s for result in results) * 1000 / max(total, 1)
+    return RunFigures(
+        handoffs_per_s=total / seconds,
+        starved=counts.count(0),
+        fewest=min(counts),
+        most=max(counts),
+        longest_wait_ms=max(result.longest_wait_s for result in results) * 1000,
+        cpu_ms_per_section=sum(result.cpu_s for result in results) * 1000 / max(total, 1),
+    )
+
+
+def report(name: str, workers: int, runs: list[RunFigures]) -> None:
+    """Print the median of the runs, with the range where there are several."""
+
+    def spread(values: list[float], fmt: str) -> str:
+        middle = format(statistics.median(values), fmt)
+        if len(values) == 1:
+            return middle
+        return f"{middle} ({format(min(values), fmt)}-{format(max(values), fmt)})"
+
+    handoffs = spread([run.handoffs_per_s for run in runs], ".0f")
+    cpu = spread([run.cpu_ms_per_section for run in runs], ".2f")
+    longest = spread([run.longest_wait_ms for run in runs], ".0f")
     print(
-        f"  {name:<18} W={workers:<3} {total / seconds:8.0f} handoffs/s   "
-        f"starved {counts.count(0):>2}   per worker {min(counts)}-{max(counts)}   "
-        f"longest wait {max(result.longest_wait_s for result in results) * 1000:7.0f} ms   "
-        f"CPU {cpu_ms:6.2f} ms/section"
+        f"  {name:<18} W={workers:<3} {handoffs} handoffs/s   "
+        f"starved {max(run.starved for run in runs)}   "
+        f"per worker {min(run.fewest for run in runs)}-{max(run.most for run in runs)}   "
+        f"longest wait {longest} ms   CPU {cpu} ms/section"
     )
 
 
@@ -191,6 +231,7 @@ def main() -> None:
     parser.add_argument("--stores", default="redis,postgres,sqlite")
     parser.add_argument("--workers", default="8,64")
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each contender, in turns")
     parser.add_argument(
         "--in-process", action="store_true", help="W tasks (threads) in one process"
     )
@@ -199,43 +240,31 @@ def main() -> None:
     chosen = arguments.stores.split(",")
     seconds = arguments.seconds
     in_process = arguments.in_process
-    print(f"one key, W workers {'in one process' if in_process else 'in processes'}, {seconds:g} s")
+    repeat = arguments.repeat
+    print(
+        f"one key, W workers {'in one process' if in_process else 'in processes'}, {seconds:g} s; "
+        f"median of {repeat} runs (range), the contenders taking turns"
+    )
     for workers in (int(count) for count in arguments.workers.split(",")):
-        if "redis" in chosen:
-            url = arguments.redis_url
-            print("Redis")
-            peer = contend(
-                python_redis_lock_worker, "redis", url, workers, seconds, in_process=in_process
-            )
-            report("python-redis-lock", workers, seconds, peer)
-            report(
-                "leaselock",
-                workers,
-                seconds,
-                contend(leaselock_worker, "redis", url, workers, seconds, in_process=in_process),
-            )
-        if "postgres" in chosen:
-            url = arguments.postgres_url
-            print("PostgreSQL")
-            warn_if_too_few_connections(url, workers, in_process=in_process)
-            report(
-                "leaselock",
-                workers,
-                seconds,
-                contend(leaselock_worker, "postgres", url, workers, seconds, in_process=in_process),
-            )
-        if "sqlite" in chosen:
+        for kind in chosen:
+            where = {"redis": arguments.redis_url, "postgres": arguments.postgres_url}.get(kind)
+            print({"redis": "Redis", "postgres": "PostgreSQL", "sqlite": "SQLite"}[kind])
+            if kind == "postgres":
+                warn_if_too_few_connections(arguments.postgres_url, workers, in_process=in_process)
+            contenders = {"leaselock": leaselock_worker}
+            if kind == "redis":
+                contenders = {"python-redis-lock": python_redis_lock_worker, **contenders}
+            runs: dict[str, list[RunFigures]] = {name: [] for name in contenders}
             with tempfile.TemporaryDirectory() as directory:
-                print("SQLite")
-                path = f"{directory}/locks.db"
-                report(
-                    "leaselock",
-                    workers,
-                    seconds,
-                    contend(
-                        leaselock_worker, "sqlite", path, workers, seconds, in_process=in_process
-                    ),
-                )
+                for _ in range(repeat):
+                    for name, target in contenders.items():
+                        place = where or f"{directory}/locks-{len(runs[name])}.db"
+                        gathered = contend(
+                            target, kind, place, workers, seconds, in_process=in_process
+                        )
+                        runs[name].append(figures(seconds, gathered))
+            for name, done in runs.items():
+                report(name, workers, done)
 
 
 if __name__ == "__main__":
