@@ -61,6 +61,7 @@ class QueuedWait:
     """
 
     __slots__ = (
+        "_answered",
         "_bounds",
         "_clock",
         "_give_up_at_ms",
@@ -70,7 +71,6 @@ class QueuedWait:
         "_line",
         "_outcome",
         "_place_ms",
-        "_quiet",
         "_sent",
         "_spawn",
         "_tickets",
@@ -108,9 +108,8 @@ class QueuedWait:
         self._sent: dict[int, int] = {}
         self._tickets = 0
         self._in_flight = False
-        # set while no queue call is in flight: the leave waits for it
-        self._quiet = asyncio.Event()
-        self._quiet.set()
+        # made by a leave that finds a queue call in flight, done when that call is answered
+        self._answered: asyncio.Future[None] | None = None
         self._timer: TimerHandle | None = None
         self._last_error: LockStoreError | None = None
 
@@ -124,8 +123,13 @@ class QueuedWait:
         remove_callback = signal.add_callback(self._abort) if signal is not None else None
         # the wait ends on time, whatever call is in flight then
         ends = self._clock.call_at(self._give_up_at_ms, self._end_on_time)
-        self._spawn(self._ask())
         try:
+            if signal is None:
+                # the first call in the caller's own task: a task less for every wait
+                await self._ask()
+            else:
+                # a task of its own, so that the signal ends the wait while the call is out
+                self._spawn(self._ask())
             won = await self._outcome
         except BaseException:
             self._end_unclaimed()
@@ -195,12 +199,12 @@ class QueuedWait:
             del self._sent[next(iter(self._sent))]
         self._sent[ticket] = sent_at_ms
         self._in_flight = True
-        self._quiet.clear()
         try:
             answer = await self._queue(ticket, sent_at_ms)
         finally:
             self._in_flight = False
-            self._quiet.set()
+            if self._answered is not None and not self._answered.done():
+                self._answered.set_result(None)
         if isinstance(answer, Acquired) and not self._outcome.done():
             self._outcome.set_result(Won(answer.fencing_token, self.owner, sent_at_ms))
         if self._clock.now_ms() >= self._give_up_at_ms:
@@ -237,7 +241,9 @@ class QueuedWait:
 
     async def _leave(self) -> None:
         """Leave the line once the call in flight is answered; failures are only logged."""
-        await self._quiet.wait()
+        if self._in_flight:
+            self._answered = asyncio.get_running_loop().create_future()
+            await self._answered
         try:
             async with self._bounds.until(self._clock.now_ms() + _CALL_FLOOR_MS * 2):
                 await self._line.leave(self.key, self.owner)
