@@ -145,6 +145,25 @@ async def test_a_cancelled_waiter_leaves_the_line(faulty, clock):
         assert calls_of(faulty, "grant") == []
 
 
+async def test_a_waiter_cancelled_during_its_first_queue_call_leaves_the_line(faulty, clock):
+    await faulty.inner.acquire("k", "other-process", 60_000)
+    async with Locks(store=faulty, clock=clock) as locks:
+        stuck = faulty.hang("queue")
+        waiting = asyncio.create_task(locks.acquire("k", wait="1m"))
+        await wait_all_tasks_blocked()
+        assert stuck.hits == 1, "the first queue call is out"
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        faulty.heal()
+        await wait_all_tasks_blocked()
+        assert [call.outcome for call in calls_of(faulty, "queue")] == ["cancelled"]
+        assert len(calls_of(faulty, "leave")) == 1
+        await faulty.inner.release("k", "other-process")
+        assert isinstance(await faulty.inner.acquire("k", "probe", 1000), Acquired)
+        assert calls_of(faulty, "grant") == []
+
+
 async def test_a_grant_to_a_waiter_cancelled_meanwhile_goes_on_to_the_next(faulty, clock):
     async with Locks(store=faulty, clock=clock) as locks:
         held = await locks.acquire("k")
