@@ -49,8 +49,9 @@ def wakeup_directory(database: Path, table: str) -> Path:
     return Path(tempfile.gettempdir()) / f"leaselock-{store}"
 
 
-def _key_directory(base: Path, key: str) -> Path:
-    return base / hashlib.sha256(key.encode()).hexdigest()[:24]
+def _key_digest(key: str) -> str:
+    """Return the name of ``key``'s directory: the start of its SHA-256, in hex."""
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
 @final
@@ -61,21 +62,23 @@ class ReleaseAnnouncer:
 
     def __init__(self, base: Path) -> None:
         """Announce into ``base``; the sending socket is made at the first announcement."""
-        self._base = base
+        # a str, not a Path: every release looks here, mostly at a directory that is not there,
+        # and pathlib made that look cost 10 us instead of 4
+        self._base = str(base)
         self._sender: socket.socket | None = None
 
     def announce(self, key: str) -> None:
         """Tell the followers of ``key`` it was released; never blocks, never raises."""
         if not UNIX_SOCKETS:
             return
-        directory = _key_directory(self._base, key)
+        directory = f"{self._base}{os.sep}{_key_digest(key)}"
         try:
-            followers = list(directory.iterdir())
+            followers = os.listdir(directory)  # noqa: PTH208 -- pathlib costs this hot path 2.5x
         except OSError:
             return
         payload = key.encode()
-        for path in followers:
-            self.send(payload, path)
+        for name in followers:
+            self.send(payload, Path(directory, name))
 
     def send(self, payload: bytes, path: Path) -> None:
         """Send ``payload`` to the socket at ``path``; never blocks, never raises."""
@@ -125,7 +128,7 @@ class SQLiteReleaseFollower:
     async def _subscribe(self, key: str) -> None:
         if not UNIX_SOCKETS:
             return
-        directory = _key_directory(self._base, key)
+        directory = self._base / _key_digest(key)
         path = directory / f"{os.getpid()}-{secrets.token_hex(4)}"
         receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
