@@ -2,12 +2,18 @@
 
 (a) minimal: SET NX PX, then a compare-and-delete script, through the same redis.asyncio client
     (the least a lock with an expiry can do; no token, no wake-ups);
-(s) scripts: the store's own two scripts by EVALSHA (acquire with its token, release with its
-    handoff and announcement), nothing else;
+(m) the same minimal protocol on one pipelined connection of redis-py's, sent as the store sends
+    its own calls (RedisCommandPipe): the floor of the store's own transport;
+(s) scripts: the store's own two scripts by EVALSHA on a pipelined connection, as (m) (acquire
+    with its token, release with its handoff and announcement), nothing else;
 (p) redis-py's own asyncio Lock (SET NX PX, and its compare-and-delete script), the peer;
 (b) store: RedisLockStore.acquire + release;
 (c) Locks: Locks.acquire + Lock.release (owner ids, leases, renewal timer, lines and wake-ups);
 (d) as (c), over the store's three methods only: no line and no release subscription.
+
+It then prints the client CPU one command costs (a PING, 5,000 times): through the client's
+pool (a BlockingConnectionPool with socket timeouts, as RedisLockStore.from_url makes), and
+through the store's pipelined connection, one at a time and with 64 in flight.
 
 Usage::
 
@@ -36,6 +42,7 @@ import redis.asyncio
 from leaselock import Locks
 from leaselock.stores import AcquireResult
 from leaselock.stores._redis_line import RELEASE
+from leaselock.stores._redis_pipe import RedisCommandPipe
 from leaselock.stores.redis import ACQUIRE, RedisLockStore
 
 # KEYS[1] = the lock, ARGV[1] = owner -> 1 if owner held it (now deleted), else 0
@@ -50,6 +57,8 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 TTL_MS = 30_000
 SLICE_CYCLES = 100
 WARM_UP_SLICES = 5
+COMMANDS = 5_000
+IN_FLIGHT = 64
 
 Cycle = Callable[[], Awaitable[None]]
 
@@ -75,14 +84,70 @@ def minimal_cycle(client: redis.asyncio.Redis, prefix: str, compare_and_delete: 
     return cycle
 
 
-def scripts_cycle(client: redis.asyncio.Redis, store: RedisLockStore) -> Cycle:
+def pipelined_minimal_cycle(pipe: RedisCommandPipe, prefix: str, compare_and_delete: str) -> Cycle:
+    lock_key = prefix + "lock:bench:pipelined"
+    owner = secrets.token_hex(16)
+
+    async def cycle() -> None:
+        taken = await pipe.execute("SET", lock_key, owner, "PX", TTL_MS, "NX")
+        released = await pipe.execute("EVALSHA", compare_and_delete, 1, lock_key, owner)
+        if not taken or released != 1:
+            raise RuntimeError(f"pipelined cycle failed: set {taken!r}, released {released!r}")
+
+    return cycle
+
+
+def new_pipe(url: str) -> RedisCommandPipe:
+    """A command pipe as RedisLockStore.from_url makes one: the pool's settings, no timeout."""
+    pool = redis.asyncio.BlockingConnectionPool.from_url(url)
+    settings = {**pool.connection_kwargs, "socket_timeout": None}
+    return RedisCommandPipe(
+        lambda: pool.connection_class(**settings), stall_s=5.0, name="the bench's pipe"
+    )
+
+
+async def command_cpu(url: str) -> None:
+    """Print the client CPU of one PING: through a pool, and on a pipe, alone and 64 at once."""
+    pool = redis.asyncio.BlockingConnectionPool.from_url(
+        url, socket_timeout=5.0, socket_connect_timeout=5.0
+    )
+    client = redis.asyncio.Redis(connection_pool=pool)
+    pipe = new_pipe(url)
+    senders: dict[str, Callable[[], Awaitable[object]]] = {
+        "pool (from_url's settings)": client.ping,
+        "the store's pipe": lambda: pipe.execute("PING"),
+    }
+    print(f"client CPU per command, {COMMANDS:,} PINGs")
+    for name, send in senders.items():
+        await send()
+        started = time.process_time()
+        for _ in range(COMMANDS):
+            await send()
+        alone_us = (time.process_time() - started) / COMMANDS * 1e6
+
+        async def sender(send: Callable[[], Awaitable[object]] = send) -> None:
+            for _ in range(COMMANDS // IN_FLIGHT):
+                await send()
+
+        started = time.process_time()
+        await asyncio.gather(*(sender() for _ in range(IN_FLIGHT)))
+        together_us = (time.process_time() - started) / COMMANDS * 1e6
+        print(
+            f"  {name:<30} {alone_us:6.1f} us one at a time, "
+            f"{together_us:6.1f} us with {IN_FLIGHT} in flight"
+        )
+    await pipe.aclose()
+    await client.aclose()
+
+
+def scripts_cycle(pipe: RedisCommandPipe, store: RedisLockStore) -> Cycle:
     key = "bench:scripts"
     keys, args = store._release_args(key)  # noqa: SLF001 -- the store's own release, bare
     owner = secrets.token_hex(16)
 
     async def cycle() -> None:
-        token = await client.evalsha(ACQUIRE.sha, 2, keys[0], keys[4], owner, TTL_MS)
-        released = await client.evalsha(RELEASE.sha, len(keys), *keys, owner, *args)
+        token = await pipe.execute("EVALSHA", ACQUIRE.sha, 2, keys[0], keys[4], owner, TTL_MS)
+        released = await pipe.execute("EVALSHA", RELEASE.sha, len(keys), *keys, owner, *args)
         if not isinstance(token, int) or released != 1:
             raise RuntimeError(f"scripts cycle failed: token {token!r}, released {released!r}")
 
@@ -147,23 +212,27 @@ async def main(url: str, seconds: float) -> None:
             await client.script_load(script.source)
         compare_and_delete = await client.script_load(COMPARE_AND_DELETE)
         store = RedisLockStore(client, prefix=prefix)
+        pipe = new_pipe(url)
         async with (
             Locks(store=store, ttl=f"{TTL_MS}ms") as locks,
             Locks(store=WithoutNotifications(store), ttl=f"{TTL_MS}ms") as quiet_locks,
         ):
             variants = {
                 "(a) minimal: SET NX PX + CAD": minimal_cycle(client, prefix, compare_and_delete),
-                "(s) the store's scripts": scripts_cycle(client, store),
+                "(m) (a), pipelined": pipelined_minimal_cycle(pipe, prefix, compare_and_delete),
+                "(s) the store's scripts": scripts_cycle(pipe, store),
                 "(p) redis-py Lock": peer_cycle(client, prefix),
                 "(b) RedisLockStore": store_cycle(store),
                 "(c) Locks.acquire + release": locks_cycle(locks),
                 "(d) (c) without subscription": locks_cycle(quiet_locks),
             }
             rates = await measure(variants, seconds)
+        await pipe.aclose()
         keys = [key async for key in client.scan_iter(match=prefix + "*")]
         if keys:
             await client.delete(*keys)
     report(url, rates)
+    await command_cpu(url)
 
 
 async def measure(variants: dict[str, Cycle], seconds: float) -> dict[str, list[float]]:
@@ -187,10 +256,15 @@ def report(url: str, rates: dict[str, list[float]]) -> None:
     for name, rate in rates.items():
         median = statistics.median(rate)
         print(f"  {name:<30} {median:>8,.0f} cycles/s  {1e6 / median:7.1f} us/cycle")
+    pipelined = next(rate for name, rate in rates.items() if name.startswith("(m)"))
     for name in names[1:]:
         ratio = statistics.median(r / f for r, f in zip(rates[name], floor, strict=True))
         target = "   (target >= 0.90)" if name.startswith("(c)") else ""
-        print(f"  {name[:3]}/(a) = {ratio:.2f}{target}")
+        versus_pipe = ""
+        if not name.startswith("(m)"):
+            ratio_m = statistics.median(r / f for r, f in zip(rates[name], pipelined, strict=True))
+            versus_pipe = f"   {name[:3]}/(m) = {ratio_m:.2f}"
+        print(f"  {name[:3]}/(a) = {ratio:.2f}{target}{versus_pipe}")
 
 
 if __name__ == "__main__":
