@@ -8,7 +8,7 @@ import pytest
 from leaselock import LockLost, Locks
 from leaselock._engine import RenewalScheduler as Scheduler
 from leaselock.stores import AcquireResult, InMemoryLockStore, Renewal
-from leaselock.testing import FaultyStore, ManualClock
+from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
 
 
 def faulty(clock: ManualClock) -> FaultyStore:
@@ -72,12 +72,37 @@ async def test_one_timer_drives_the_renewals_of_every_held_lock(clock):
     async with Locks(store=store, ttl="30s", clock=clock) as locks:
         for n in range(100):
             assert await locks.acquire(f"k{n}") is not None
+        # a lease is filed for renewal on the loop's next turn, once its caller has it
+        await wait_all_tasks_blocked()
         assert renewal_timers(clock) == 1
         assert pending_timers(clock) <= 2, "and at most one watch on the store calls"
         await clock.advance("10s")
         assert len(renewals(store)) == 100
         assert renewal_timers(clock) == 1
         assert pending_timers(clock) <= 2
+
+
+async def test_a_lease_released_before_the_loops_next_turn_is_never_filed_for_renewal(clock):
+    store = faulty(clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        await lock.release()
+        await wait_all_tasks_blocked()
+        assert renewal_timers(clock) == 0
+        await clock.advance("1m")
+        assert renewals(store) == []
+
+
+async def test_a_lease_taken_as_its_locks_closes_is_never_filed_for_renewal(clock):
+    store = faulty(clock)
+    locks = Locks(store=store, ttl="30s", clock=clock)
+    await locks.start()
+    assert await locks.acquire("k") is not None
+    await locks.aclose()
+    assert renewal_timers(clock) == 0
+    await clock.advance("1m")
+    assert renewals(store) == []
 
 
 async def test_due_renewals_go_to_the_store_in_one_batch_where_it_can(clock):
