@@ -175,7 +175,7 @@ class CheckedStore:
                 f"{len(renewals)} renewals; return one bool per renewal, in order"
             )
             return [failure] * len(renewals)
-        if all(type(answer) is bool for answer in answers):
+        if set(map(type, answers)) == {bool}:
             return list(answers)
         return [self._bool_or_error("renew_many", answer) for answer in answers]
 

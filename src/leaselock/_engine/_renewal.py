@@ -163,12 +163,13 @@ class RenewalScheduler:
         self._armed_at_ms = None
         now_ms = self._clock.now_ms()
         due: list[Lease] = []
+        held = LeaseState.HELD  # a local: these loops run once per lease due
         while self._times and self._times[0] <= now_ms:
             _, bucket, watches = self._pop_time()
             for batch in watches:
                 self._look_at(batch, now_ms)
             for version, lease in bucket:
-                if version != lease.schedule_version or lease.state is not LeaseState.HELD:
+                if version != lease.schedule_version or lease.state is not held:
                     continue
                 if now_ms >= lease.deadline_ms:
                     self._on_lost(lease, "deadline")
@@ -254,23 +255,22 @@ class RenewalScheduler:
             self._telemetry.renewed(took_ms / 1000)
         self._warn_if_slow(leases, took_ms)
         # leases of one ttl renewed together share their next renewal time, so their bucket
-        ttl_ms = next_ms = -1
+        ttl_ms = next_ms = deadline_ms = -1
         bucket: list[tuple[int, Lease]] = []
+        held = LeaseState.HELD  # a local: this loop runs once per lease of the batch
         for lease, result in zip(leases, results, strict=True):
             lease.renewing = False
-            if (
-                result is True
-                and lease.state is LeaseState.HELD
-                and confirmed_at_ms < lease.deadline_ms
-            ):
+            if result is True and lease.state is held and confirmed_at_ms < lease.deadline_ms:
                 if lease.ttl_ms != ttl_ms:
                     ttl_ms = lease.ttl_ms
+                    deadline_ms = sent_at_ms + ttl_ms
                     next_ms = sent_at_ms + renew_interval_ms(ttl_ms)
                     bucket = self._bucket_at(next_ms)
-                lease.deadline_ms = sent_at_ms + ttl_ms
+                lease.deadline_ms = deadline_ms
                 lease.next_renew_ms = next_ms
-                lease.schedule_version += 1
-                bucket.append((lease.schedule_version, lease))
+                version = lease.schedule_version + 1
+                lease.schedule_version = version
+                bucket.append((version, lease))
             else:
                 self._settle(lease, result, confirmed_at_ms)
         self._arm()
