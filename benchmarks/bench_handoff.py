@@ -4,7 +4,7 @@ Each round, this process holds a fresh key, a waiter process starts waiting for 
 0.4 s later (the waiter is blocked by then) this process releases it; the waiter reports when it
 holds the key. Both read the same system-wide monotonic clock; an asynchronous holder reads it
 inside its running event loop, where an application's release() starts. It prints p50 and p95
-over the rounds for:
+over the rounds for (the variants of a store take turns, a batch of rounds each):
 
     Redis:       leaselock (RedisLockStore), python-redis-lock (SET NX + BLPOP on a signal
                  list), the best Python peer, redis-py's own Lock (it polls), and the floor
@@ -17,7 +17,8 @@ over the rounds for:
                  leaselock grant is that: it must survive a crash);
     SQLite:      leaselock (SQLiteLockStore) on a file in a temporary directory.
 
-Run: .venv/bin/python benchmarks/bench_handoff.py [--stores redis,postgres,sqlite] [--rounds 30]
+Run: .venv/bin/python benchmarks/bench_handoff.py [--stores redis,postgres,sqlite] [--rounds 100]
+     [--batches 5]
 python-redis-lock comes with the benchmark dependency group: make bench installs it. URLs default to
 LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL, else the machine's servers.
 """
@@ -372,33 +373,70 @@ def report(name: str, handoffs: list[float], best: float | None = None) -> float
     return p50
 
 
+def in_turns(
+    variants: dict[str, Callable[[int], list[float]]], rounds: int, batches: int
+) -> dict[str, list[float]]:
+    """Run every variant's rounds in ``batches`` batches, the variants taking turns.
+
+    On a shared machine the speed of the same code drifts by 10 % and more within minutes: in
+    turns, the drift falls on every variant alike.
+    """
+    handoffs: dict[str, list[float]] = {name: [] for name in variants}
+    for batch in range(batches):
+        size = rounds // batches + (1 if batch < rounds % batches else 0)
+        for name, variant in variants.items():
+            handoffs[name] += variant(size)
+    return handoffs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", default="redis,postgres,sqlite")
-    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=100, help="rounds of each variant")
+    parser.add_argument("--batches", type=int, default=5, help="turns the variants take")
     add_server_arguments(parser)
     arguments = parser.parse_args()
     logging.getLogger("leaselock").setLevel(logging.ERROR)
     chosen = arguments.stores.split(",")
-    rounds = arguments.rounds
-    print(f"handoff: release() to the waiter in another process holding; {rounds} rounds")
+    rounds, batches = arguments.rounds, arguments.batches
+    print(
+        f"handoff: release() to the waiter in another process holding; {rounds} rounds of "
+        f"each variant, in {batches} turns"
+    )
     if "redis" in chosen:
         url = arguments.redis_url
         print("Redis")
-        peer = report("python-redis-lock", python_redis_lock_rounds(url, rounds))
-        report("redis-py Lock (polls every 0.1 s)", redis_py_lock_rounds(url, rounds), peer)
-        report("leaselock", leaselock_rounds("redis", url, rounds), peer)
-        report("floor: bare PUBLISH, asyncio both ends", asyncio_floor_rounds(url, rounds), peer)
+        done = in_turns(
+            {
+                "python-redis-lock": lambda n: python_redis_lock_rounds(url, n),
+                "redis-py Lock (polls every 0.1 s)": lambda n: redis_py_lock_rounds(url, n),
+                "leaselock": lambda n: leaselock_rounds("redis", url, n),
+                "floor: bare PUBLISH, asyncio both ends": lambda n: asyncio_floor_rounds(url, n),
+            },
+            rounds,
+            batches,
+        )
+        peer = report("python-redis-lock", done.pop("python-redis-lock"))
+        for name, handoffs in done.items():
+            report(name, handoffs, peer)
     if "postgres" in chosen:
         url = arguments.postgres_url
         print("PostgreSQL")
-        floor = report("pg_advisory_lock blocked in a session", advisory_rounds(url, rounds))
-        report("leaselock", leaselock_rounds("postgres", url, rounds), floor)
-        report(
-            "floor: a durable write + NOTIFY heard",
-            durable_notify_rounds(url, rounds),
-            floor,
+        done = in_turns(
+            {
+                "pg_advisory_lock blocked in a session": lambda n: advisory_rounds(url, n),
+                "leaselock": lambda n: leaselock_rounds("postgres", url, n),
+                "floor: a durable write + NOTIFY heard": lambda n: durable_notify_rounds(url, n),
+            },
+            rounds,
+            batches,
         )
+        floor = report(
+            "pg_advisory_lock blocked in a session",
+            done.pop("pg_advisory_lock blocked in a session"),
+        )
+        for name, handoffs in done.items():
+            report(name, handoffs, floor)
     if "sqlite" in chosen:
         with tempfile.TemporaryDirectory() as directory:
             print("SQLite (one host; no peer: the figure to beat is 5 ms)")
