@@ -136,6 +136,36 @@ async def test_a_reply_awaited_past_the_stall_limit_replaces_the_connection(
             await until_real(lambda: connections_named(redis_url, name) == 1)
 
 
+async def test_an_opening_held_up_by_a_silent_server_fails_and_the_next_call_opens_again(
+    redis_url: str,
+):
+    target = urlsplit(redis_url)
+    async with Partition(target.hostname or "127.0.0.1", target.port or 0) as partition:
+        proxied = f"redis://127.0.0.1:{partition.port}/0"
+        async with pipe_to(proxied, stall_s=0.3) as (pipe, _):
+            # the proxy accepts the connection and then forwards nothing: the handshake hangs
+            partition.cut()
+            with pytest.raises(redis.exceptions.ConnectionError, match=r"within 0\.3 s"):
+                await pipe.execute("PING")
+            partition.heal()
+            assert await pipe.execute("PING") == b"PONG"
+
+
+async def test_closing_while_a_connection_opens_returns_at_once(redis_url: str):
+    target = urlsplit(redis_url)
+    async with Partition(target.hostname or "127.0.0.1", target.port or 0) as partition:
+        proxied = f"redis://127.0.0.1:{partition.port}/0"
+        pipe = RedisCommandPipe(connection_maker(proxied, "opening"), stall_s=30.0, name="pipe")
+        partition.cut()
+        waiting = asyncio.create_task(pipe.execute("PING"))
+        await wait_for_real(100)
+        async with asyncio.timeout(2):
+            await pipe.aclose()
+        with pytest.raises(redis.exceptions.ConnectionError, match="closed"):
+            await waiting
+        partition.heal()
+
+
 async def test_closing_fails_the_calls_awaited_and_refuses_later_ones(redis_url: str):
     target = urlsplit(redis_url)
     async with Partition(target.hostname or "127.0.0.1", target.port or 0) as partition:

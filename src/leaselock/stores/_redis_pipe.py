@@ -52,7 +52,8 @@ class RedisCommandPipe:
     Args:
         make_connection: builds an unconnected redis-py connection (the pool's class and
             settings, without a socket timeout); called again after a connection died.
-        stall_s: how long the oldest reply may be awaited before the connection is replaced.
+        stall_s: how long the oldest reply may be awaited before the connection is replaced,
+            and how long opening a connection (its handshake included) may take.
         name: how log lines name the store.
     """
 
@@ -127,8 +128,11 @@ class RedisCommandPipe:
         connecting, self._connecting = self._connecting, None
         if connecting is not None and not connecting.done():
             connecting.set_exception(error)
-        if self._opening is not None:
-            await asyncio.wait([self._opening])
+        opening = self._opening
+        if opening is not None:
+            # a handshake held up by a partition must not hold up the close
+            opening.cancel()
+            await asyncio.wait([opening])
         self._drop(error)
         if self._closing:
             await asyncio.wait(self._closing)
@@ -168,16 +172,16 @@ class RedisCommandPipe:
     async def _open(self, connecting: asyncio.Future[AbstractConnection]) -> None:
         connection = self._make_connection()
         try:
-            await delivered(connection.connect())  # type: ignore[no-untyped-call] # unannotated in redis-py
+            # the handshake's replies are read with no socket timeout: the stall limit bounds
+            # the opening as a whole, or a server that accepted and went silent would keep
+            # every later call waiting on this opening
+            async with asyncio.timeout(self._stall_s):
+                await delivered(connection.connect())  # type: ignore[no-untyped-call] # unannotated in redis-py
         except BaseException as error:
             if self._connecting is connecting:
                 self._connecting = None
             if not connecting.done():
-                connecting.set_exception(
-                    redis.exceptions.ConnectionError(f"{self._name} was closed")
-                    if isinstance(error, asyncio.CancelledError)
-                    else error
-                )
+                connecting.set_exception(self._opening_failed(error))
             await connection.disconnect(nowait=True)
             if isinstance(error, asyncio.CancelledError):
                 raise
@@ -192,6 +196,16 @@ class RedisCommandPipe:
             self._read(connection), name=f"leaselock replies {self._name}"
         )
         connecting.set_result(connection)
+
+    def _opening_failed(self, error: BaseException) -> BaseException:
+        """Return what the callers waiting for an opening that failed with ``error`` get."""
+        if isinstance(error, TimeoutError):
+            return redis.exceptions.ConnectionError(
+                f"{self._name} could not open its command connection within {self._stall_s} s"
+            )
+        if isinstance(error, asyncio.CancelledError):
+            return redis.exceptions.ConnectionError(f"{self._name} was closed")
+        return error
 
     async def _read(self, connection: AbstractConnection) -> None:
         """Hand out each reply to the oldest caller; on a broken connection, fail them all."""
