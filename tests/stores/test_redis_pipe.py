@@ -114,6 +114,46 @@ async def test_a_connection_the_server_closed_is_replaced_at_the_next_call(redis
         assert connections_named(redis_url, name) == 1
 
 
+async def test_calls_racing_a_connection_killed_again_and_again_never_get_anothers_reply(
+    redis_url: str,
+):
+    async with pipe_to(redis_url) as (pipe, name):
+        stop = asyncio.Event()
+        wrong: list[tuple[int, object]] = []
+        answered = failed = 0
+
+        async def caller(n: int) -> None:
+            nonlocal answered, failed
+            while not stop.is_set():
+                try:
+                    echoed = await pipe.execute("ECHO", str(n))
+                except redis.exceptions.ConnectionError:
+                    failed += 1
+                    continue
+                answered += 1
+                if echoed != str(n).encode():
+                    wrong.append((n, echoed))
+
+        async def killer() -> None:
+            admin = redis.asyncio.Redis.from_url(redis_url)
+            try:
+                for _ in range(30):
+                    for client in await admin.client_list():
+                        if client.get("name") == name:
+                            await admin.client_kill_filter(_id=client["id"])
+                    await wait_for_real(20)
+            finally:
+                stop.set()
+                await admin.aclose()
+
+        callers = [asyncio.create_task(caller(n)) for n in range(50)]
+        await killer()
+        await asyncio.gather(*callers)
+    assert wrong == [], wrong[:5]
+    assert answered > 100, "the callers got through between the kills"
+    assert failed > 0, "the kills reached the pipe's connection"
+
+
 async def test_a_reply_awaited_past_the_stall_limit_replaces_the_connection(
     redis_url: str, caplog: pytest.LogCaptureFixture
 ):

@@ -104,8 +104,14 @@ class RedisCommandPipe:
                 the next call opens another (unless the pipe was closed).
         """
         connection = self._connection
-        if connection is None or self._stalled():
-            connection = await self._connected()
+        while connection is None or not connection.is_connected or self._stalled():
+            if connection is not None and connection is self._connection:
+                # redis-py closed it on a failed write: the reader may not have seen it yet
+                self._drop(redis.exceptions.ConnectionError(f"{self._name}: connection closed"))
+            await self._connected()
+            # checked again: the connection opened may have been dropped before this resumed,
+            # and a command written on it would take the place of another's reply
+            connection = self._connection
         reply: asyncio.Future[Any] = self.loop.create_future()
         self._pending.append((reply, self.loop.time()))
         try:
