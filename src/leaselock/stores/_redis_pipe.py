@@ -2,10 +2,11 @@
 
 redis-py's pool spends more on a command than Redis does: a checkout (a lock, a condition, a
 liveness probe of the socket, metric hooks), a task per write under a socket timeout
-(``asyncio.wait_for``), and a release. Measured here, an ``EVALSHA`` through a pool took 120 us
-in a warm loop and 610 us after 0.3 s idle; written straight to a connection that stays open,
-with one reader handing out the replies, 38 us and 360 us. Locks live on those round trips (a
-handoff is one, an uncontended cycle two), so the store sends its scripts this way.
+(``asyncio.wait_for``), and a release. ``benchmarks/bench_redis.py`` measured 92-115 us of
+client CPU per command through the pool, and 48-53 us written straight to a connection that
+stays open with one reader handing out the replies (10-14 us against 56-60 us with 64 in
+flight). Locks live on those round trips (a handoff is one, an uncontended cycle two), so the
+store sends its scripts this way.
 
 Every call writes its command at once, in call order, and waits for its reply; one reader task
 reads replies in the same order and hands each to its caller. Calls in flight share the
@@ -23,7 +24,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, final
 
 from .._cancellation import delivered
 
@@ -36,13 +37,9 @@ if TYPE_CHECKING:
 with contextlib.suppress(ImportError):
     import redis.exceptions
 
-__all__ = ["DEFAULT_STALL_S", "RedisCommandPipe"]
+__all__ = ["RedisCommandPipe"]
 
 _log = logging.getLogger("leaselock.stores.redis")
-
-DEFAULT_STALL_S: Final = 5.0
-"""How long a reply may be awaited before its connection counts as dead, without a socket
-timeout in the client's settings (with one, that timeout)."""
 
 
 @final
@@ -107,7 +104,12 @@ class RedisCommandPipe:
         while connection is None or not connection.is_connected or self._stalled():
             if connection is not None and connection is self._connection:
                 # redis-py closed it on a failed write: the reader may not have seen it yet
-                self._drop(redis.exceptions.ConnectionError(f"{self._name}: connection closed"))
+                self._drop(
+                    redis.exceptions.ConnectionError(
+                        f"{self._name}: its command connection broke on a write; the next call "
+                        "opens another"
+                    )
+                )
             await self._connected()
             # checked again: the connection opened may have been dropped before this resumed,
             # and a command written on it would take the place of another's reply
@@ -147,7 +149,8 @@ class RedisCommandPipe:
         """Whether the oldest reply has been awaited past the stall limit (the socket is dead)."""
         if self._pending and self.loop.time() - self._pending[0][1] > self._stall_s:
             _log.warning(
-                "%s got no reply within %.1f s on its command connection: it opens another",
+                "%s got no reply within %.1f s on its command connection, and opens another: "
+                "check that the Redis server is reachable and not overloaded",
                 self._name,
                 self._stall_s,
             )
@@ -226,9 +229,9 @@ class RedisCommandPipe:
                 if connection is self._connection:
                     self._drop(broken)
                 return
-            pending = self._pending
             if connection is not self._connection:
                 return
+            pending = self._pending
             if not pending:
                 self._drop(
                     redis.exceptions.ConnectionError(
@@ -270,9 +273,9 @@ async def _close(connection: AbstractConnection, reader: asyncio.Task[None] | No
 def _packed(args: tuple[object, ...], encoding: str, errors: str) -> bytes:
     """Return ``args`` as one RESP command, text encoded as the client's settings say.
 
-    The same bytes as redis-py's ``pack_command`` for these argument types, in a fifth of the
-    time: a lock call's scripts take a dozen arguments, and packing them was a tenth of the
-    client's work for a handoff.
+    The same bytes as redis-py's ``pack_command`` for these argument types, in a third of the
+    time: a lock call's scripts take a dozen arguments, and packing them through redis-py was a
+    fifth of the client's work for a handoff.
     """
     parts = [b"*%d\r\n" % len(args)]
     for arg in args:

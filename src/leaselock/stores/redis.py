@@ -56,7 +56,7 @@ from ._redis_line import (
     grant_channel,
     line_keys,
 )
-from ._redis_pipe import DEFAULT_STALL_S, RedisCommandPipe
+from ._redis_pipe import RedisCommandPipe
 from ._redis_runs import RECORD_RUN, read_job_records, record_run_args
 from ._redis_scripts import Script, script
 from ._redis_settings import DEFAULT_PREFIX, DEFAULT_SOCKET_TIMEOUTS, check_options, check_prefix
@@ -498,7 +498,8 @@ class RedisLockStore:
         """
         pool = (self._client or self._connected()).connection_pool
         settings = dict(pool.connection_kwargs)
-        stall_s = settings.get("socket_timeout") or DEFAULT_STALL_S
+        # a client without a socket timeout still gets a stall limit: from_url's default
+        stall_s = settings.get("socket_timeout") or DEFAULT_SOCKET_TIMEOUTS["socket_timeout"]
         # the pipe bounds a stalled reply itself: under a socket timeout every write is a task
         settings["socket_timeout"] = None
         connection_class = pool.connection_class
