@@ -16,6 +16,13 @@ range: on a shared machine, runs a few seconds apart differ by 20 % and more.
 With --in-process, the W workers are tasks of one process sharing one Locks (python-redis-lock's
 are threads sharing one client), and CPU is that process's.
 
+Every process warms up before the start, each contender alike: it takes and releases a key of
+its own (opening its connections, loading its scripts, subscribing), then runs a full garbage
+collection. The figures are then those of processes that have run for a while. Without it,
+each of 64 freshly started interpreters opened its connections inside the measured seconds,
+which set the longest wait, and paid its first full collection (its imports' 50,000 objects,
+15-30 ms) there too, at random, within 10 % of the CPU per section.
+
 Run: .venv/bin/python benchmarks/bench_contention.py [--stores redis,postgres,sqlite]
      [--workers 8,64] [--seconds 5] [--repeat 3] [--in-process]
 python-redis-lock comes with the benchmark dependency group (make bench). URLs default to
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import multiprocessing
 import statistics
@@ -91,6 +99,10 @@ def leaselock_worker(job: Job) -> None:
 
     async def work() -> list[WorkerResult]:
         async with Locks(store=make_store(kind, where, run), ttl="30s") as locks:
+            warm_up = await locks.acquire(f"warm-up-{uuid.uuid4().hex}", wait="30s")
+            if warm_up is not None:
+                await warm_up.release()
+            gc.collect()
             start.wait(START_TIMEOUT_S)
             cpu = time.process_time()
             until = time.monotonic() + seconds
@@ -109,6 +121,10 @@ def python_redis_lock_worker(job: Job) -> None:
     _, where, run, seconds, start, results, threads = job
     client = redis.Redis.from_url(where, max_connections=threads + 4)
     done: list[tuple[int, float]] = []
+    warm_up = redis_lock.Lock(client, f"warm-up-{uuid.uuid4().hex}", expire=30)
+    if warm_up.acquire(blocking=True, timeout=30):
+        warm_up.release()
+    gc.collect()
 
     def loop(until: float) -> None:
         acquisitions, longest = 0, 0.0
@@ -186,8 +202,11 @@ def figures(seconds: float, results: list[WorkerResult]) -> RunFigures:
     )
 
 
-def report(name: str, workers: int, runs: list[RunFigures]) -> None:
-    """Print the median of the runs, with the range where there are several."""
+def report(
+    name: str, workers: int, runs: list[RunFigures], peer: list[RunFigures] | None = None
+) -> None:
+    """Print the median of the runs, with the range where there are several, and the ratio
+    of the medians of handoffs/s to ``peer``'s where given."""
 
     def spread(values: list[float], fmt: str) -> str:
         middle = format(statistics.median(values), fmt)
@@ -204,6 +223,11 @@ def report(name: str, workers: int, runs: list[RunFigures]) -> None:
         f"per worker {min(run.fewest for run in runs)}-{max(run.most for run in runs)}   "
         f"longest wait {longest} ms   CPU {cpu} ms/section"
     )
+    if peer:
+        ratio = statistics.median(run.handoffs_per_s for run in runs) / statistics.median(
+            run.handoffs_per_s for run in peer
+        )
+        print(f"  {'':<18} x{ratio:.2f} the peer's handoffs/s")
 
 
 def warn_if_too_few_connections(url: str, workers: int, *, in_process: bool) -> None:
@@ -263,8 +287,9 @@ def main() -> None:
                             target, kind, place, workers, seconds, in_process=in_process
                         )
                         runs[name].append(figures(seconds, gathered))
+            peer = runs.get("python-redis-lock")
             for name, done in runs.items():
-                report(name, workers, done)
+                report(name, workers, done, None if name != "leaselock" else peer)
 
 
 if __name__ == "__main__":
