@@ -115,13 +115,27 @@ def tokens_go_back(url: str) -> TokensGoBack:
     return TokensGoBack(str(Path(url.removeprefix("sqlite:///"))))
 
 
-# an application keeps its client for its whole life: one dropped unclosed would be collected
-# mid-test, and its socket's ResourceWarning blamed on whichever test runs then
-_APPLICATION_CLIENTS: list[redis.asyncio.Redis] = []
+# an application keeps its client for its whole life, and closes it as its loop ends (a
+# client dropped unclosed warns of its socket at whatever moment it is collected)
+_APPLICATION_LIFESPANS: set[asyncio.Task[None]] = set()
+
+
+async def _close_at_shutdown(client: redis.asyncio.Redis) -> None:
+    try:
+        await asyncio.Event().wait()
+    finally:
+        # asyncio.run cancels this task as it ends, after the Locks on the client closed
+        await client.aclose()
 
 
 def redis_on_an_application_client(url: str) -> RedisLockStore:
-    """The documented way to share the application's client, with redis-py's own retries."""
+    """The documented way to share the application's client, with redis-py's own retries.
+
+    Call it on a running loop (the store is made for it): the client lives until that loop's
+    ``asyncio.run`` ends, then closes.
+    """
     client = redis.asyncio.Redis.from_url(url)
-    _APPLICATION_CLIENTS.append(client)
+    lifespan = asyncio.get_running_loop().create_task(_close_at_shutdown(client))
+    _APPLICATION_LIFESPANS.add(lifespan)
+    lifespan.add_done_callback(_APPLICATION_LIFESPANS.discard)
     return RedisLockStore(client, prefix="leaselock-check:")
