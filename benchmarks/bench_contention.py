@@ -20,8 +20,8 @@ Every process warms up before the start, each contender alike: it takes and rele
 its own (opening its connections, loading its scripts, subscribing), then runs a full garbage
 collection. The figures are then those of processes that have run for a while. Without it,
 each of 64 freshly started interpreters opened its connections inside the measured seconds,
-which set the longest wait, and paid its first full collection (its imports' 50,000 objects,
-15-30 ms) there too, at random, within 10 % of the CPU per section.
+which set the longest wait, and paid its first full collection there too (its imports' 50,000
+objects, 15-30 ms), which moved the CPU per section by up to 10 % at random.
 
 Run: .venv/bin/python benchmarks/bench_contention.py [--stores redis,postgres,sqlite]
      [--workers 8,64] [--seconds 5] [--repeat 3] [--in-process]
@@ -205,8 +205,11 @@ def figures(seconds: float, results: list[WorkerResult]) -> RunFigures:
 def report(
     name: str, workers: int, runs: list[RunFigures], peer: list[RunFigures] | None = None
 ) -> None:
-    """Print the median of the runs, with the range where there are several, and the ratio
-    of the medians of handoffs/s to ``peer``'s where given."""
+    """Print the median of the runs, with the range where there are several.
+
+    Args:
+        peer: the peer's runs beside these; their medians of handoffs/s are printed as a ratio.
+    """
 
     def spread(values: list[float], fmt: str) -> str:
         middle = format(statistics.median(values), fmt)
@@ -289,7 +292,7 @@ def main() -> None:
                         runs[name].append(figures(seconds, gathered))
             peer = runs.get("python-redis-lock")
             for name, done in runs.items():
-                report(name, workers, done, None if name != "leaselock" else peer)
+                report(name, workers, done, peer if name == "leaselock" else None)
 
 
 if __name__ == "__main__":
