@@ -9,7 +9,15 @@ release it. All start together. It prints, per store and W:
     CPU per critical section: the workers' CPU time together, over the acquisitions.
 
 A fair lock serves every worker and bounds the longest wait; an unfair one lets the worker
-that just released take the key again while the others sleep. Each contender runs --repeat
+that just released take the key again while the others sleep.
+
+Beside them runs the floor: the least a handoff between waiting workers costs on the store.
+On Redis, one token passed through a list: each worker waits in BLPOP on a connection of its
+own and pushes the token back (Redis serves BLPOP waiters first come, first served). On
+PostgreSQL, a blocked ``pg_advisory_lock``, released by ``pg_advisory_unlock``. Neither has a
+lease or a fencing token. leaselock's CPU per section is printed as a multiple of the floor's
+at each W: where that multiple stays flat as W grows, what grows is the machine's cost of
+waking another process, not extra wake-ups of leaselock's. Each contender runs --repeat
 times, taking turns with the others, and each figure is the median of its runs with their
 range: on a shared machine, runs a few seconds apart differ by 20 % and more.
 
@@ -41,6 +49,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 
@@ -55,6 +64,7 @@ from leaselock.stores.redis import RedisLockStore
 from leaselock.stores.sqlite import SQLiteLockStore
 
 START_TIMEOUT_S = 60.0
+FLOOR = "floor"
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,85 @@ def leaselock_worker(job: Job) -> None:
         results.put(result)
 
 
+def redis_token_worker(job: Job) -> None:
+    """The Redis floor: a token passed through one list, each worker on a connection of its own."""
+    _, where, run, seconds, start, results, threads = job
+    client = redis.Redis.from_url(where)
+    token_list = f"leaselock-contention-{run}:token"
+    done: list[tuple[int, float]] = []
+    connections = [client.connection_pool.get_connection() for _ in range(threads)]
+    warm_up = f"leaselock-contention-{run}:warm-up-{uuid.uuid4().hex}"
+    for connection in connections:
+        connection.send_command("RPUSH", warm_up, "token")
+        connection.read_response()
+        connection.send_command("BLPOP", warm_up, 30)
+        connection.read_response()
+    gc.collect()
+
+    def loop(connection: redis.connection.AbstractConnection, until: float) -> None:
+        acquisitions, longest = 0, 0.0
+        while time.monotonic() < until:
+            asked = time.monotonic()
+            connection.send_command("BLPOP", token_list, 30)
+            taken = connection.read_response() is not None
+            longest = max(longest, time.monotonic() - asked)
+            if taken:
+                acquisitions += 1
+                connection.send_command("RPUSH", token_list, "token")
+                connection.read_response()
+        done.append((acquisitions, longest))
+
+    start.wait(START_TIMEOUT_S)
+    cpu = time.process_time()
+    until = time.monotonic() + seconds
+    workers = [threading.Thread(target=loop, args=(each, until)) for each in connections]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    cpu_s = (time.process_time() - cpu) / threads
+    start.wait(START_TIMEOUT_S)
+    for count, longest in done:
+        results.put(WorkerResult(count, longest, cpu_s))
+
+
+def postgres_advisory_worker(job: Job) -> None:
+    """The PostgreSQL floor: a blocked pg_advisory_lock, each worker on a session of its own."""
+    _, where, run, seconds, start, results, tasks = job
+    key = int(run, 16)
+
+    async def loop(connection: asyncpg.Connection, until: float) -> tuple[int, float]:
+        acquisitions, longest = 0, 0.0
+        while time.monotonic() < until:
+            asked = time.monotonic()
+            await connection.execute("SELECT pg_advisory_lock($1)", key)
+            longest = max(longest, time.monotonic() - asked)
+            acquisitions += 1
+            await connection.execute("SELECT pg_advisory_unlock($1)", key)
+        return acquisitions, longest
+
+    async def work() -> list[WorkerResult]:
+        connections = [await asyncpg.connect(where) for _ in range(tasks)]
+        try:
+            for connection in connections:
+                await connection.execute("SELECT pg_advisory_lock($1)", key + 1)
+                await connection.execute("SELECT pg_advisory_unlock($1)", key + 1)
+            gc.collect()
+            start.wait(START_TIMEOUT_S)
+            cpu = time.process_time()
+            until = time.monotonic() + seconds
+            done = await asyncio.gather(*(loop(each, until) for each in connections))
+            cpu_s = (time.process_time() - cpu) / tasks
+            start.wait(START_TIMEOUT_S)
+        finally:
+            for connection in connections:
+                await connection.close()
+        return [WorkerResult(count, longest, cpu_s) for count, longest in done]
+
+    for result in asyncio.run(work()):
+        results.put(result)
+
+
 def python_redis_lock_worker(job: Job) -> None:
     _, where, run, seconds, start, results, threads = job
     client = redis.Redis.from_url(where, max_connections=threads + 4)
@@ -151,6 +240,12 @@ def python_redis_lock_worker(job: Job) -> None:
         results.put(WorkerResult(count, longest, cpu_s))
 
 
+def put_token(where: str, run: str) -> None:
+    """Put the one token of ``redis_token_worker``'s run in its list."""
+    with redis.Redis.from_url(where) as client:
+        client.rpush(f"leaselock-contention-{run}:token", "token")
+
+
 def contend(
     target: object, kind: str, where: str, workers: int, seconds: float, *, in_process: bool
 ) -> list[WorkerResult]:
@@ -159,6 +254,8 @@ def contend(
     start = context.Barrier(processes_needed)
     results: multiprocessing.Queue[WorkerResult] = context.Queue()
     run = uuid.uuid4().hex[:8]
+    if target is redis_token_worker:
+        put_token(where, run)
     processes = [
         context.Process(
             target=target, args=((kind, where, run, seconds, start, results, per_process),)
@@ -203,12 +300,19 @@ def figures(seconds: float, results: list[WorkerResult]) -> RunFigures:
 
 
 def report(
-    name: str, workers: int, runs: list[RunFigures], peer: list[RunFigures] | None = None
+    name: str,
+    workers: int,
+    runs: list[RunFigures],
+    *,
+    peer: list[RunFigures] | None = None,
+    floor: list[RunFigures] | None = None,
 ) -> None:
     """Print the median of the runs, with the range where there are several.
 
     Args:
-        peer: the peer's runs beside these; their medians of handoffs/s are printed as a ratio.
+        peer: the peer's runs beside these; the medians of handoffs/s are printed as a ratio.
+        floor: the floor's runs beside these; the medians of CPU per section are printed as a
+            ratio.
     """
 
     def spread(values: list[float], fmt: str) -> str:
@@ -226,11 +330,19 @@ def report(
         f"per worker {min(run.fewest for run in runs)}-{max(run.most for run in runs)}   "
         f"longest wait {longest} ms   CPU {cpu} ms/section"
     )
+    ratios = []
     if peer:
         ratio = statistics.median(run.handoffs_per_s for run in runs) / statistics.median(
             run.handoffs_per_s for run in peer
         )
-        print(f"  {'':<18} x{ratio:.2f} the peer's handoffs/s")
+        ratios.append(f"x{ratio:.2f} the peer's handoffs/s")
+    if floor:
+        ratio = statistics.median(run.cpu_ms_per_section for run in runs) / statistics.median(
+            run.cpu_ms_per_section for run in floor
+        )
+        ratios.append(f"x{ratio:.2f} the floor's CPU per section")
+    if ratios:
+        print(f"  {'':<18} {', '.join(ratios)}")
 
 
 def warn_if_too_few_connections(url: str, workers: int, *, in_process: bool) -> None:
@@ -278,9 +390,15 @@ def main() -> None:
             print({"redis": "Redis", "postgres": "PostgreSQL", "sqlite": "SQLite"}[kind])
             if kind == "postgres":
                 warn_if_too_few_connections(arguments.postgres_url, workers, in_process=in_process)
-            contenders = {"leaselock": leaselock_worker}
+            contenders: dict[str, Callable[[Job], None]] = {"leaselock": leaselock_worker}
             if kind == "redis":
-                contenders = {"python-redis-lock": python_redis_lock_worker, **contenders}
+                contenders = {
+                    FLOOR: redis_token_worker,
+                    "python-redis-lock": python_redis_lock_worker,
+                    **contenders,
+                }
+            elif kind == "postgres":
+                contenders = {FLOOR: postgres_advisory_worker, **contenders}
             runs: dict[str, list[RunFigures]] = {name: [] for name in contenders}
             with tempfile.TemporaryDirectory() as directory:
                 for _ in range(repeat):
@@ -290,9 +408,15 @@ def main() -> None:
                             target, kind, place, workers, seconds, in_process=in_process
                         )
                         runs[name].append(figures(seconds, gathered))
-            peer = runs.get("python-redis-lock")
+            peer, floor = runs.get("python-redis-lock"), runs.get(FLOOR)
             for name, done in runs.items():
-                report(name, workers, done, peer if name == "leaselock" else None)
+                report(
+                    name,
+                    workers,
+                    done,
+                    peer=peer if name == "leaselock" else None,
+                    floor=floor if name != FLOOR else None,
+                )
 
 
 if __name__ == "__main__":
