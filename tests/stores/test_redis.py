@@ -201,9 +201,22 @@ def test_from_url_bounds_socket_waits_unless_told_otherwise() -> None:
     assert patient._options["socket_timeout"] == 30
 
 
-def test_a_missing_driver_names_the_extra_to_install() -> None:
+@pytest.mark.parametrize(
+    "hide",
+    [
+        "sys.modules['redis'] = None",
+        "sys.modules['hiredis'] = None",
+        # a hiredis before 3.2, which cannot tell a server's push from a reply
+        (
+            "import types; sys.modules['hiredis'] = old = types.ModuleType('hiredis'); "
+            "old.__version__ = '3.1.1'"
+        ),
+    ],
+    ids=["no redis-py", "no hiredis", "hiredis too old"],
+)
+def test_a_missing_driver_names_the_extra_to_install(hide: str) -> None:
     program = (
-        "import sys; sys.modules['redis'] = None\n"
+        f"import sys; {hide}\n"
         "from leaselock.stores.redis import RedisLockStore\n"
         "try:\n"
         "    RedisLockStore.from_url('redis://localhost')\n"
@@ -214,6 +227,7 @@ def test_a_missing_driver_names_the_extra_to_install() -> None:
         [sys.executable, "-c", program], capture_output=True, text=True, check=True
     )
     assert result.stdout.startswith("LocksConfigurationError")
+    assert "hiredis 3.2 or later" in result.stdout
     assert "pip install 'leaselock[redis]'" in result.stdout
 
 

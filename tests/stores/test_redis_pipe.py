@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
+import hiredis
 import pytest
 import redis
 import redis.asyncio
@@ -35,17 +36,21 @@ def connections_named(url: str, name: str) -> int:
         return sum(1 for entry in client.client_list() if entry.get("name") == name)
 
 
-def connection_maker(url: str, name: str) -> Callable[[], AbstractConnection]:
+def connection_maker(url: str, name: str, **options: object) -> Callable[[], AbstractConnection]:
     """Build connections to ``url`` named ``name``, as the store builds them: no socket timeout."""
-    pool = redis.asyncio.ConnectionPool.from_url(url, client_name=name)
+    pool = redis.asyncio.ConnectionPool.from_url(url, client_name=name, **options)
     settings = {**pool.connection_kwargs, "socket_timeout": None}
     return lambda: pool.connection_class(**settings)
 
 
 @asynccontextmanager
-async def pipe_to(url: str, *, stall_s: float = 5.0) -> AsyncIterator[tuple[RedisCommandPipe, str]]:
+async def pipe_to(
+    url: str, *, stall_s: float = 5.0, **options: object
+) -> AsyncIterator[tuple[RedisCommandPipe, str]]:
     name = f"leaselock-pipe-{uuid.uuid4().hex[:8]}"
-    pipe = RedisCommandPipe(connection_maker(url, name), stall_s=stall_s, name="the test pipe")
+    pipe = RedisCommandPipe(
+        connection_maker(url, name, **options), stall_s=stall_s, name="the test pipe"
+    )
     try:
         yield pipe, name
     finally:
@@ -92,6 +97,67 @@ async def test_an_error_reply_goes_to_its_caller_and_the_connection_stays(redis_
         assert isinstance(refused, redis.exceptions.ResponseError)
         assert echoed == b"in step"
         assert await pipe.execute("CLIENT", "ID") == before
+
+
+async def test_a_push_the_server_sends_on_its_own_is_not_taken_for_a_reply(redis_url: str):
+    prefix = f"leaselock-test-{uuid.uuid4().hex[:12]}:"
+    # RESP3: a connection tracking a prefix hears its keys' invalidations between its replies
+    async with pipe_to(redis_url, protocol=3) as (pipe, _):
+        tracking = await pipe.execute("CLIENT", "ID")
+        await pipe.execute("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", prefix)
+        assert b"bcast" in (await pipe.execute("CLIENT", "TRACKINGINFO"))[b"flags"]
+        async with redis.asyncio.Redis.from_url(redis_url) as writer:
+            for n in range(20):
+                # the invalidation reaches the pipe's connection before the echo's reply
+                await writer.set(f"{prefix}{n}", n)
+                assert await pipe.execute("ECHO", str(n)) == str(n).encode()
+            await writer.delete(*(f"{prefix}{n}" for n in range(20)))
+            assert await pipe.execute("ECHO", "after") == b"after"
+        # still the connection that heard the pushes: none of them broke it
+        assert await pipe.execute("CLIENT", "ID") == tracking
+
+
+async def test_replies_split_across_many_reads_reach_their_callers_whole(redis_url: str):
+    large = "x" * 3_000_000
+    async with pipe_to(redis_url) as (pipe, _):
+        before, echoed, after = await asyncio.gather(
+            pipe.execute("ECHO", "before"),
+            pipe.execute("ECHO", large),
+            pipe.execute("ECHO", "after"),
+        )
+    assert (before, after) == (b"before", b"after")
+    assert echoed == large.encode()
+
+
+async def test_replies_come_decoded_when_the_client_decodes_them(redis_url: str):
+    async with pipe_to(redis_url, decode_responses=True) as (pipe, _):
+        assert await pipe.execute("ECHO", "κλειδί") == "κλειδί"
+        with pytest.raises(redis.exceptions.NoScriptError):
+            await pipe.execute("EVALSHA", "0" * 40, 0)
+        assert await pipe.execute("ECHO", "in step") == "in step"
+
+
+async def test_a_reply_that_is_not_redis_fails_its_caller_and_the_next_call_opens_again():
+    opened = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer every command OK, and ECHO with what no Redis reply starts with."""
+        nonlocal opened
+        opened += 1
+        commands = hiredis.Reader()
+        while data := await reader.read(65536):
+            commands.feed(data)
+            while (command := commands.gets()) is not False:
+                writer.write(b"@not a reply\r\n" if command[0] == b"ECHO" else b"+OK\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, pipe_to(f"redis://127.0.0.1:{port}/0", protocol=2) as (pipe, _):
+        with pytest.raises(redis.exceptions.ConnectionError, match="not a Redis reply"):
+            await pipe.execute("ECHO", "garbled")
+        assert await pipe.execute("PING") == b"OK"
+    assert opened == 2
 
 
 async def test_a_connection_the_server_closed_is_replaced_at_the_next_call(redis_url: str):

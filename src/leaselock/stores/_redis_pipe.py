@@ -8,14 +8,19 @@ stays open with one reader handing out the replies (10-14 us against 56-60 us wi
 flight). Locks live on those round trips (a handoff is one, an uncontended cycle two), so the
 store sends its scripts this way.
 
-Every call writes its command at once, in call order, and waits for its reply; one reader task
-reads replies in the same order and hands each to its caller. Calls in flight share the
-connection (they are pipelined), so concurrency costs no further connections. A caller that
-stops waiting (cancelled, or its bound passed) leaves its reply to be read and dropped, which
-keeps the order. The connection is redis-py's own, made from the client's pool settings, so the
-URL, TLS, authentication, database and protocol options all apply; only its socket timeout is
-left out (a write under one costs a task), and replaced by a stall limit: a reply awaited longer
-than that means the connection is dead, and the next call replaces it.
+Every call writes its command at once, in call order, and waits for its reply. Replies are read
+where the bytes arrive: the connection's protocol parses them with hiredis and hands each to
+the oldest caller in the same turn of the loop, with no reader task between the socket and the
+caller. A reader task cost every reply a turn of the loop more and redis-py's stream layers:
+with 8 processes taking one key in turn, a tenth of leaselock's CPU per critical section
+(``benchmarks/bench_contention.py``). Calls in flight share the connection (they are
+pipelined), so concurrency costs no further connections. A caller that stops waiting
+(cancelled, or its bound passed) leaves its reply to be read and dropped, which keeps the order.
+
+The connection is opened by redis-py, from the client's pool settings, so the URL, TLS,
+authentication, database and protocol options all apply; once its handshake is answered, the
+pipe takes its transport over. Its socket timeout is left out, and replaced by a stall limit: a
+reply awaited longer than that means the connection is dead, and the next call replaces it.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from .._cancellation import delivered
 
@@ -33,13 +38,17 @@ if TYPE_CHECKING:
 
     from redis.asyncio.connection import AbstractConnection
 
-# only RedisLockStore builds a pipe, and it refuses to be made without the driver
+# only RedisLockStore builds a pipe, and it refuses to be made without redis-py and hiredis
 with contextlib.suppress(ImportError):
+    import hiredis
     import redis.exceptions
 
 __all__ = ["RedisCommandPipe"]
 
 _log = logging.getLogger("leaselock.stores.redis")
+
+# what the parser returns while a reply is incomplete: not False, which a RESP3 reply can be
+_INCOMPLETE: Final = object()
 
 
 @final
@@ -62,8 +71,6 @@ class RedisCommandPipe:
         "_make_connection",
         "_name",
         "_opening",
-        "_pending",
-        "_reader",
         "_stall_s",
         "loop",
     )
@@ -80,13 +87,10 @@ class RedisCommandPipe:
         self._make_connection = make_connection
         self._stall_s = stall_s
         self._name = name
-        self._connection: AbstractConnection | None = None
+        self._connection: _CommandConnection | None = None
         # while a connection opens: the future its callers wait on, and the task opening it
-        self._connecting: asyncio.Future[AbstractConnection] | None = None
+        self._connecting: asyncio.Future[_CommandConnection] | None = None
         self._opening: asyncio.Task[None] | None = None
-        self._reader: asyncio.Task[None] | None = None
-        # (the caller's reply, when its command was written), in the order written
-        self._pending: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
         # connections dropped and being closed: aclose waits for them
         self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -101,33 +105,15 @@ class RedisCommandPipe:
                 the next call opens another (unless the pipe was closed).
         """
         connection = self._connection
-        while connection is None or not connection.is_connected or self._stalled():
-            if connection is not None and connection is self._connection:
-                # redis-py closed it on a failed write: the reader may not have seen it yet
-                self._drop(
-                    redis.exceptions.ConnectionError(
-                        f"{self._name}: its command connection broke on a write; the next call "
-                        "opens another"
-                    )
-                )
+        while connection is None or not connection.open or self._stalled():
             await self._connected()
             # checked again: the connection opened may have been dropped before this resumed,
             # and a command written on it would take the place of another's reply
             connection = self._connection
-        reply: asyncio.Future[Any] = self.loop.create_future()
-        self._pending.append((reply, self.loop.time()))
-        try:
-            # the command is in the transport's buffer before any await: a cancellation can only
-            # land while the buffer is over its high-water mark, and then redis-py closes the
-            # connection, which fails every reply awaited on it
-            await connection.send_packed_command(
-                _packed(args, connection.encoder.encoding, connection.encoder.encoding_errors),
-                False,  # noqa: FBT003 -- check_health, positional in every redis-py version
-            )
-        except BaseException:
-            reply.cancel()
-            raise
-        return await reply
+        # written before any await: a cancellation lands only while the reply is awaited
+        return await connection.send(
+            _packed(args, connection.encoding, connection.encoding_errors), self.loop.time()
+        )
 
     async def aclose(self) -> None:
         """Close the connection; replies still awaited fail, and later calls are refused."""
@@ -147,7 +133,9 @@ class RedisCommandPipe:
 
     def _stalled(self) -> bool:
         """Whether the oldest reply has been awaited past the stall limit (the socket is dead)."""
-        if self._pending and self.loop.time() - self._pending[0][1] > self._stall_s:
+        connection = self._connection
+        sent_at = None if connection is None else connection.oldest_sent_at()
+        if sent_at is not None and self.loop.time() - sent_at > self._stall_s:
             _log.warning(
                 "%s got no reply within %.1f s on its command connection, and opens another: "
                 "check that the Redis server is reachable and not overloaded",
@@ -162,12 +150,12 @@ class RedisCommandPipe:
             return True
         return False
 
-    async def _connected(self) -> AbstractConnection:
+    async def _connected(self) -> _CommandConnection:
         """Return the connection, opening one (once, for every caller waiting) if there is none."""
         if self._closed:
             msg = f"{self._name} is closed; open the store again"
             raise redis.exceptions.ConnectionError(msg)
-        if self._connection is not None:
+        if self._connection is not None and self._connection.open:
             return self._connection
         connecting = self._connecting
         if connecting is None:
@@ -178,32 +166,30 @@ class RedisCommandPipe:
         # shielded: a caller that gives up does not stop the opening the others wait for
         return await asyncio.shield(connecting)
 
-    async def _open(self, connecting: asyncio.Future[AbstractConnection]) -> None:
-        connection = self._make_connection()
+    async def _open(self, connecting: asyncio.Future[_CommandConnection]) -> None:
+        opened = self._make_connection()
         try:
             # the handshake's replies are read with no socket timeout: the stall limit bounds
             # the opening as a whole, or a server that accepted and went silent would keep
             # every later call waiting on this opening
             async with asyncio.timeout(self._stall_s):
-                await delivered(connection.connect())  # type: ignore[no-untyped-call] # unannotated in redis-py
+                await delivered(opened.connect())  # type: ignore[no-untyped-call] # unannotated in redis-py
+            connection = _CommandConnection(opened, self._lost, self._name)
         except BaseException as error:
             if self._connecting is connecting:
                 self._connecting = None
             if not connecting.done():
                 connecting.set_exception(self._opening_failed(error))
-            await connection.disconnect(nowait=True)
+            await opened.disconnect(nowait=True)
             if isinstance(error, asyncio.CancelledError):
                 raise
             return
         if self._connecting is connecting:
             self._connecting = None
         if self._closed or connecting.done():
-            await connection.disconnect(nowait=True)
+            await opened.disconnect(nowait=True)
             return
         self._connection = connection
-        self._reader = self.loop.create_task(
-            self._read(connection), name=f"leaselock replies {self._name}"
-        )
         connecting.set_result(connection)
 
     def _opening_failed(self, error: BaseException) -> BaseException:
@@ -216,58 +202,153 @@ class RedisCommandPipe:
             return redis.exceptions.ConnectionError(f"{self._name} was closed")
         return error
 
-    async def _read(self, connection: AbstractConnection) -> None:
-        """Hand out each reply to the oldest caller; on a broken connection, fail them all."""
-        while True:
-            error: BaseException | None = None
-            try:
-                answer = await connection.read_response()
-            except redis.exceptions.ResponseError as refused:
-                # an error reply: the command's own, the stream is intact
-                error = refused
-            except Exception as broken:  # noqa: BLE001 -- any other failure ends the connection
-                if connection is self._connection:
-                    self._drop(broken)
-                return
-            if connection is not self._connection:
-                return
-            pending = self._pending
-            if not pending:
-                self._drop(
-                    redis.exceptions.ConnectionError(
-                        f"{self._name} read a reply no command was waiting for"
-                    )
-                )
-                return
-            reply, _ = pending.popleft()
-            if reply.done():
-                continue
-            if error is None:
-                reply.set_result(answer)
-            else:
-                reply.set_exception(error)
+    def _lost(self, connection: _CommandConnection, error: BaseException) -> None:
+        """Drop ``connection`` if it is still the pipe's: it broke with ``error``."""
+        if connection is self._connection:
+            self._drop(error)
 
     def _drop(self, error: BaseException) -> None:
         """Forget the connection, fail every reply still awaited on it, and close it."""
         connection, self._connection = self._connection, None
-        reader, self._reader = self._reader, None
-        pending, self._pending = self._pending, collections.deque()
-        for reply, _ in pending:
-            if not reply.done():
-                reply.set_exception(error)
-        if reader is not None and reader is not asyncio.current_task():
-            reader.cancel()
         if connection is not None:
-            closing = self.loop.create_task(_close(connection, reader))
+            connection.fail(error)
+            closing = self.loop.create_task(connection.redis.disconnect(nowait=True))
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
 
 
-async def _close(connection: AbstractConnection, reader: asyncio.Task[None] | None) -> None:
-    """Close ``connection`` once its reader stopped reading it."""
-    if reader is not None and reader is not asyncio.current_task():
-        await asyncio.wait([reader])
-    await connection.disconnect(nowait=True)
+@final
+class _CommandConnection(asyncio.Protocol):
+    """One connection's transport, taken over from redis-py once its handshake is answered.
+
+    It writes commands and hands each reply, parsed as it arrives, to the oldest caller still
+    owed one. A connection that breaks (closed by the server, reset, or a reply it cannot parse)
+    fails every caller still owed a reply, and tells its pipe once.
+
+    Raises:
+        redis.exceptions.ConnectionError: at construction, when redis-py's connection holds no
+            open transport to take over.
+    """
+
+    __slots__ = (
+        "_lost",
+        "_name",
+        "_parser",
+        "_pending",
+        "_transport",
+        "encoding",
+        "encoding_errors",
+        "open",
+        "redis",
+    )
+
+    def __init__(
+        self,
+        connection: AbstractConnection,
+        lost: Callable[[_CommandConnection, BaseException], None],
+        name: str,
+    ) -> None:
+        """Take ``connection``'s transport over; ``lost`` hears when it breaks."""
+        self.redis = connection
+        self._lost = lost
+        self._name = name
+        encoder = connection.encoder
+        self.encoding: str = encoder.encoding
+        self.encoding_errors: str = encoder.encoding_errors
+        self._parser = (
+            hiredis.Reader(
+                protocolError=redis.exceptions.InvalidResponse,
+                replyError=_error_reply,
+                notEnoughData=_INCOMPLETE,
+                encoding=self.encoding,
+                errors=self.encoding_errors,
+            )
+            if encoder.decode_responses
+            else hiredis.Reader(
+                protocolError=redis.exceptions.InvalidResponse,
+                replyError=_error_reply,
+                notEnoughData=_INCOMPLETE,
+            )
+        )
+        # (the caller's reply, when its command was written), in the order written
+        self._pending: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
+        writer = connection._writer  # noqa: SLF001 -- redis-py 5.0 to 8.x keeps its stream there
+        if writer is None or writer.transport.is_closing():
+            msg = f"{name}: its command connection closed during the handshake"
+            raise redis.exceptions.ConnectionError(msg)
+        self._transport = writer.transport
+        self.open = True
+        self._transport.set_protocol(self)
+
+    def send(self, command: bytes, now: float) -> asyncio.Future[Any]:
+        """Write ``command`` (the caller checked :attr:`open`); return its reply to await."""
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((reply, now))
+        self._transport.write(command)
+        return reply
+
+    def oldest_sent_at(self) -> float | None:
+        """When the oldest command still owed a reply was written, on the loop's clock."""
+        return self._pending[0][1] if self._pending else None
+
+    def fail(self, error: BaseException) -> None:
+        """Fail every caller still owed a reply with ``error``; write nothing more."""
+        self.open = False
+        pending, self._pending = self._pending, collections.deque()
+        for reply, _ in pending:
+            if not reply.done():
+                reply.set_exception(error)
+
+    def data_received(self, data: bytes) -> None:
+        """Hand each complete reply in ``data`` to its caller, oldest first."""
+        parser = self._parser
+        parser.feed(data)
+        while self.open:
+            try:
+                answer = parser.gets()
+            except redis.exceptions.InvalidResponse as unreadable:
+                self._broke(f"read what is not a Redis reply ({unreadable})")
+                return
+            if answer is _INCOMPLETE:
+                return
+            if isinstance(answer, hiredis.PushNotification):
+                # a message the server pushes on its own (RESP3), not a command's reply
+                continue
+            if not self._pending:
+                self._broke("read a reply no command was waiting for")
+                return
+            reply, _ = self._pending.popleft()
+            if reply.done():
+                continue
+            if isinstance(answer, redis.exceptions.ResponseError):
+                reply.set_exception(answer)
+            else:
+                reply.set_result(answer)
+
+    def eof_received(self) -> bool:
+        """Let the transport close: the server will send no more replies."""
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Fail the callers still owed a reply, and tell the pipe."""
+        self._broke(f"lost its command connection ({exc or 'closed by the server'})")
+
+    def _broke(self, what: str) -> None:
+        if not self.open:
+            return
+        error = redis.exceptions.ConnectionError(
+            f"{self._name} {what}; the next call opens another connection"
+        )
+        self.fail(error)
+        self._lost(self, error)
+
+
+def _error_reply(message: str) -> redis.exceptions.ResponseError:
+    """Return the error reply ``message`` as redis-py raises it (``NOSCRIPT`` its own class)."""
+    code, _, rest = message.partition(" ")
+    if code == "NOSCRIPT":
+        return redis.exceptions.NoScriptError(rest)
+    return redis.exceptions.ResponseError(message)
 
 
 def _packed(args: tuple[object, ...], encoding: str, errors: str) -> bytes:

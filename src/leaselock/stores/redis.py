@@ -63,12 +63,15 @@ from ._redis_settings import DEFAULT_PREFIX, DEFAULT_SOCKET_TIMEOUTS, check_opti
 from ._redis_turns import QUEUE_SCRIPTS, ReleaseQueue, queue_name
 
 try:
+    import hiredis
     import redis.asyncio
     import redis.exceptions
 except ImportError:  # the extra is not installed: constructing the store says which to install
     _HAVE_DRIVER = False
 else:
-    _HAVE_DRIVER = True
+    # the command connection reads replies with hiredis; 3.2 is the first that tells a push
+    # the server sends on its own from a reply
+    _HAVE_DRIVER = hasattr(hiredis, "PushNotification")
 
 __all__ = ["RedisLockStore"]
 
@@ -722,8 +725,8 @@ class RedisLockStore:
 def _require_driver() -> None:
     if not _HAVE_DRIVER:
         raise LocksConfigurationError(
-            "RedisLockStore needs the redis package (redis-py 5 or later); "
-            "install it with: pip install 'leaselock[redis]'"
+            "RedisLockStore needs redis-py 5 or later and hiredis 3.2 or later; "
+            "install them with: pip install 'leaselock[redis]'"
         )
 
 
