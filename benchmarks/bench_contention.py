@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import logging
 import multiprocessing
@@ -129,10 +130,9 @@ def leaselock_worker(job: Job) -> None:
 
 def redis_token_worker(job: Job) -> None:
     """The Redis floor: a token passed through one list, each worker on a connection of its own."""
-    _, where, run, seconds, start, results, threads = job
+    _, where, run, *_, threads = job
     client = redis.Redis.from_url(where)
     token_list = f"leaselock-contention-{run}:token"
-    done: list[tuple[int, float]] = []
     connections = [client.connection_pool.get_connection() for _ in range(threads)]
     warm_up = f"leaselock-contention-{run}:warm-up-{uuid.uuid4().hex}"
     for connection in connections:
@@ -142,7 +142,7 @@ def redis_token_worker(job: Job) -> None:
         connection.read_response()
     gc.collect()
 
-    def loop(connection: redis.connection.AbstractConnection, until: float) -> None:
+    def loop(connection: redis.connection.AbstractConnection, until: float) -> tuple[int, float]:
         acquisitions, longest = 0, 0.0
         while time.monotonic() < until:
             asked = time.monotonic()
@@ -153,20 +153,9 @@ def redis_token_worker(job: Job) -> None:
                 acquisitions += 1
                 connection.send_command("RPUSH", token_list, "token")
                 connection.read_response()
-        done.append((acquisitions, longest))
+        return acquisitions, longest
 
-    start.wait(START_TIMEOUT_S)
-    cpu = time.process_time()
-    until = time.monotonic() + seconds
-    workers = [threading.Thread(target=loop, args=(each, until)) for each in connections]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    cpu_s = (time.process_time() - cpu) / threads
-    start.wait(START_TIMEOUT_S)
-    for count, longest in done:
-        results.put(WorkerResult(count, longest, cpu_s))
+    contend_in_threads([functools.partial(loop, each) for each in connections], job)
 
 
 def postgres_advisory_worker(job: Job) -> None:
@@ -207,15 +196,14 @@ def postgres_advisory_worker(job: Job) -> None:
 
 
 def python_redis_lock_worker(job: Job) -> None:
-    _, where, run, seconds, start, results, threads = job
+    _, where, run, *_, threads = job
     client = redis.Redis.from_url(where, max_connections=threads + 4)
-    done: list[tuple[int, float]] = []
     warm_up = redis_lock.Lock(client, f"warm-up-{uuid.uuid4().hex}", expire=30)
     if warm_up.acquire(blocking=True, timeout=30):
         warm_up.release()
     gc.collect()
 
-    def loop(until: float) -> None:
+    def loop(until: float) -> tuple[int, float]:
         acquisitions, longest = 0, 0.0
         while time.monotonic() < until:
             asked = time.monotonic()
@@ -224,17 +212,30 @@ def python_redis_lock_worker(job: Job) -> None:
                 acquisitions += 1
                 lock.release()
             longest = max(longest, time.monotonic() - asked)
-        done.append((acquisitions, longest))
+        return acquisitions, longest
 
+    contend_in_threads([loop] * threads, job)
+
+
+def contend_in_threads(loops: list[Callable[[float], tuple[int, float]]], job: Job) -> None:
+    """Run each loop, given when to stop, in a thread of its own from the common start.
+
+    Each loop returns its acquisitions and its longest wait; the process's CPU is shared out
+    among them.
+    """
+    _, _, _, seconds, start, results, _ = job
+    done: list[tuple[int, float]] = []
     start.wait(START_TIMEOUT_S)
     cpu = time.process_time()
     until = time.monotonic() + seconds
-    workers = [threading.Thread(target=loop, args=(until,)) for _ in range(threads)]
+    workers = [
+        threading.Thread(target=lambda loop=loop: done.append(loop(until))) for loop in loops
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
-    cpu_s = (time.process_time() - cpu) / threads
+    cpu_s = (time.process_time() - cpu) / len(loops)
     start.wait(START_TIMEOUT_S)
     for count, longest in done:
         results.put(WorkerResult(count, longest, cpu_s))
