@@ -20,6 +20,7 @@ import redis
 import redis.asyncio
 import redis.exceptions
 from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import BusyLoadingError, ReadOnlyError
 
 from helpers import Partition, unique_key, until_real, wait_for_real, yield_once
 from leaselock.stores._redis_pipe import RedisCommandPipe, _packed
@@ -59,6 +60,8 @@ async def pipe_to(
 
 async def test_each_reply_reaches_its_own_caller_while_others_give_up(redis_url: str):
     async with pipe_to(redis_url) as (pipe, _):
+        # open first: the calls are written at once, so those given up have replies to drop
+        await pipe.execute("PING")
         calls = [asyncio.create_task(pipe.execute("ECHO", str(n))) for n in range(300)]
         given_up = set(random.Random(7).sample(calls, 100))  # noqa: S311 -- a fixed, not a secret, choice
         await yield_once()
@@ -137,25 +140,44 @@ async def test_replies_come_decoded_when_the_client_decodes_them(redis_url: str)
         assert await pipe.execute("ECHO", "in step") == "in step"
 
 
-async def test_a_reply_that_is_not_redis_fails_its_caller_and_the_next_call_opens_again():
+@pytest.mark.parametrize(
+    ("answer", "raised", "message"),
+    [
+        (b"@not a reply\r\n", redis.exceptions.ConnectionError, "not a Redis reply"),
+        # a server still loading its data after a restart: redis-py's ConnectionError
+        (b"-LOADING Redis is loading the dataset in memory\r\n", BusyLoadingError, "loading"),
+        # a primary demoted by a failover: the next connection must look for the new one
+        (b"-READONLY You can't write against a read only replica.\r\n", ReadOnlyError, "read"),
+    ],
+    ids=["not a reply", "loading", "read-only replica"],
+)
+async def test_a_server_that_cannot_serve_the_connection_fails_the_call_and_the_next_opens_again(
+    answer: bytes, raised: type[Exception], message: str
+):
     opened = 0
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Answer every command OK, and ECHO with what no Redis reply starts with."""
+        """Answer every command OK, and ECHO with ``answer``."""
         nonlocal opened
         opened += 1
         commands = hiredis.Reader()
         while data := await reader.read(65536):
             commands.feed(data)
             while (command := commands.gets()) is not False:
-                writer.write(b"@not a reply\r\n" if command[0] == b"ECHO" else b"+OK\r\n")
+                writer.write(answer if command[0] == b"ECHO" else b"+OK\r\n")
         writer.close()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     async with server, pipe_to(f"redis://127.0.0.1:{port}/0", protocol=2) as (pipe, _):
-        with pytest.raises(redis.exceptions.ConnectionError, match="not a Redis reply"):
-            await pipe.execute("ECHO", "garbled")
+        assert await pipe.execute("PING") == b"OK"
+        echoed, behind = await asyncio.gather(
+            pipe.execute("ECHO", "refused"), pipe.execute("PING"), return_exceptions=True
+        )
+        assert isinstance(echoed, raised)
+        assert message in str(echoed)
+        # the call behind it on the same connection is not handed a reply of another's
+        assert isinstance(behind, redis.exceptions.ConnectionError)
         assert await pipe.execute("PING") == b"OK"
     assert opened == 2
 

@@ -212,6 +212,8 @@ class RedisCommandPipe:
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.fail(error)
+            # at once: a close would first wait to send what a stalled server does not read
+            connection.abort()
             closing = self.loop.create_task(connection.redis.disconnect(nowait=True))
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
@@ -222,8 +224,11 @@ class _CommandConnection(asyncio.Protocol):
     """One connection's transport, taken over from redis-py once its handshake is answered.
 
     It writes commands and hands each reply, parsed as it arrives, to the oldest caller still
-    owed one. A connection that breaks (closed by the server, reset, or a reply it cannot parse)
-    fails every caller still owed a reply, and tells its pipe once.
+    owed one. Error replies are redis-py's own exception classes. A connection that breaks
+    (closed by the server, reset, a reply it cannot parse, or a server that cannot serve it:
+    ``LOADING`` after a restart, ``READONLY`` from a primary demoted in a failover) fails every
+    caller still owed a reply, and tells its pipe once. Pushes the server sends on its own
+    (RESP3) are read and dropped: the pipe acts on none of them.
 
     Raises:
         redis.exceptions.ConnectionError: at construction, when redis-py's connection holds no
@@ -255,10 +260,12 @@ class _CommandConnection(asyncio.Protocol):
         encoder = connection.encoder
         self.encoding: str = encoder.encoding
         self.encoding_errors: str = encoder.encoding_errors
+        # error replies become the classes redis-py's parser makes of them (NOSCRIPT, LOADING...)
+        reply_error = connection._parser.parse_error  # noqa: SLF001 -- redis-py 5.0 to 8.x
         self._parser = (
             hiredis.Reader(
                 protocolError=redis.exceptions.InvalidResponse,
-                replyError=_error_reply,
+                replyError=reply_error,
                 notEnoughData=_INCOMPLETE,
                 encoding=self.encoding,
                 errors=self.encoding_errors,
@@ -266,14 +273,22 @@ class _CommandConnection(asyncio.Protocol):
             if encoder.decode_responses
             else hiredis.Reader(
                 protocolError=redis.exceptions.InvalidResponse,
-                replyError=_error_reply,
+                replyError=reply_error,
                 notEnoughData=_INCOMPLETE,
             )
         )
         # (the caller's reply, when its command was written), in the order written
         self._pending: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
-        writer = connection._writer  # noqa: SLF001 -- redis-py 5.0 to 8.x keeps its stream there
-        if writer is None or writer.transport.is_closing():
+        # redis-py 5.0 to 8.x keep the connection's streams there
+        reader, writer = connection._reader, connection._writer  # noqa: SLF001
+        if (
+            reader is None
+            or writer is None
+            or reader.at_eof()
+            or reader.exception() is not None
+            or writer.transport.is_closing()
+        ):
+            # an end of stream read by redis-py would never reach this protocol
             msg = f"{name}: its command connection closed during the handshake"
             raise redis.exceptions.ConnectionError(msg)
         self._transport = writer.transport
@@ -290,6 +305,10 @@ class _CommandConnection(asyncio.Protocol):
     def oldest_sent_at(self) -> float | None:
         """When the oldest command still owed a reply was written, on the loop's clock."""
         return self._pending[0][1] if self._pending else None
+
+    def abort(self) -> None:
+        """Close the socket now, dropping what is not sent yet."""
+        self._transport.abort()
 
     def fail(self, error: BaseException) -> None:
         """Fail every caller still owed a reply with ``error``; write nothing more."""
@@ -317,16 +336,25 @@ class _CommandConnection(asyncio.Protocol):
             if not self._pending:
                 self._broke("read a reply no command was waiting for")
                 return
+            if isinstance(answer, redis.exceptions.ConnectionError):
+                # as redis-py raises it (LOADING): this server cannot serve the connection now
+                self._break(answer)
+                return
             reply, _ = self._pending.popleft()
-            if reply.done():
-                continue
-            if isinstance(answer, redis.exceptions.ResponseError):
-                reply.set_exception(answer)
-            else:
-                reply.set_result(answer)
+            if not reply.done():
+                if isinstance(answer, redis.exceptions.ResponseError):
+                    reply.set_exception(answer)
+                else:
+                    reply.set_result(answer)
+            if isinstance(answer, redis.exceptions.ReadOnlyError):
+                # a replica answered: the next connection goes where the client's settings
+                # name the primary now (Sentinel's pool asks again)
+                self._broke("was answered by a replica (READONLY)")
+                return
 
     def eof_received(self) -> bool:
-        """Let the transport close: the server will send no more replies."""
+        """Fail the callers owed a reply now, and let the transport close."""
+        self._broke("lost its command connection (closed by the server)")
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -334,21 +362,16 @@ class _CommandConnection(asyncio.Protocol):
         self._broke(f"lost its command connection ({exc or 'closed by the server'})")
 
     def _broke(self, what: str) -> None:
-        if not self.open:
-            return
-        error = redis.exceptions.ConnectionError(
-            f"{self._name} {what}; the next call opens another connection"
+        self._break(
+            redis.exceptions.ConnectionError(
+                f"{self._name} {what}; the next call opens another connection"
+            )
         )
-        self.fail(error)
-        self._lost(self, error)
 
-
-def _error_reply(message: str) -> redis.exceptions.ResponseError:
-    """Return the error reply ``message`` as redis-py raises it (``NOSCRIPT`` its own class)."""
-    code, _, rest = message.partition(" ")
-    if code == "NOSCRIPT":
-        return redis.exceptions.NoScriptError(rest)
-    return redis.exceptions.ResponseError(message)
+    def _break(self, error: redis.exceptions.ConnectionError) -> None:
+        if self.open:
+            self.fail(error)
+            self._lost(self, error)
 
 
 def _packed(args: tuple[object, ...], encoding: str, errors: str) -> bytes:
