@@ -3,10 +3,9 @@
 redis-py's pool spends more on a command than Redis does: a checkout (a lock, a condition, a
 liveness probe of the socket, metric hooks), a task per write under a socket timeout
 (``asyncio.wait_for``), and a release. ``benchmarks/bench_redis.py`` measured 92-115 us of
-client CPU per command through the pool, and 48-53 us written straight to a connection that
-stays open with one reader handing out the replies (10-14 us against 56-60 us with 64 in
-flight). Locks live on those round trips (a handoff is one, an uncontended cycle two), so the
-store sends its scripts this way.
+client CPU per command through the pool, and 48-56 us written straight to a connection that
+stays open (10-14 us against 55-67 us with 64 in flight). Locks live on those round trips (a
+handoff is one, an uncontended cycle two), so the store sends its scripts this way.
 
 Every call writes its command at once, in call order, and waits for its reply. Replies are read
 where the bytes arrive: the connection's protocol parses them with hiredis and hands each to
