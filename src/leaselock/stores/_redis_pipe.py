@@ -260,21 +260,13 @@ class _CommandConnection(asyncio.Protocol):
         self.encoding: str = encoder.encoding
         self.encoding_errors: str = encoder.encoding_errors
         # error replies become the classes redis-py's parser makes of them (NOSCRIPT, LOADING...)
-        reply_error = connection._parser.parse_error  # noqa: SLF001 -- redis-py 5.0 to 8.x
-        self._parser = (
-            hiredis.Reader(
-                protocolError=redis.exceptions.InvalidResponse,
-                replyError=reply_error,
-                notEnoughData=_INCOMPLETE,
-                encoding=self.encoding,
-                errors=self.encoding_errors,
-            )
-            if encoder.decode_responses
-            else hiredis.Reader(
-                protocolError=redis.exceptions.InvalidResponse,
-                replyError=reply_error,
-                notEnoughData=_INCOMPLETE,
-            )
+        self._parser = hiredis.Reader(
+            protocolError=redis.exceptions.InvalidResponse,
+            replyError=connection._parser.parse_error,  # noqa: SLF001 -- redis-py 5.0 to 8.x
+            notEnoughData=_INCOMPLETE,
+            # text replies come back as str only where the client decodes them
+            encoding=self.encoding if encoder.decode_responses else None,
+            errors=self.encoding_errors,
         )
         # (the caller's reply, when its command was written), in the order written
         self._pending: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
