@@ -10,7 +10,7 @@ import asyncio
 import logging
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
@@ -19,29 +19,17 @@ import pytest
 import redis
 import redis.asyncio
 import redis.exceptions
-from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import BusyLoadingError, ReadOnlyError
 
 from helpers import Partition, unique_key, until_real, wait_for_real, yield_once
-from leaselock.stores._redis_pipe import RedisCommandPipe, _packed
+from leaselock.stores._redis_pipe import RedisCommandPipe
+from leaselock.stores._redis_transport import packed
 from leaselock.stores.redis import RedisLockStore
+from redis_connections import connection_maker, connections_named
 
 pytestmark = pytest.mark.redis
 
 LOGGER = "leaselock.stores.redis"
-
-
-def connections_named(url: str, name: str) -> int:
-    """How many connections the server has open under the client name ``name``."""
-    with redis.Redis.from_url(url) as client:
-        return sum(1 for entry in client.client_list() if entry.get("name") == name)
-
-
-def connection_maker(url: str, name: str, **options: object) -> Callable[[], AbstractConnection]:
-    """Build connections to ``url`` named ``name``, as the store builds them: no socket timeout."""
-    pool = redis.asyncio.ConnectionPool.from_url(url, client_name=name, **options)
-    settings = {**pool.connection_kwargs, "socket_timeout": None}
-    return lambda: pool.connection_class(**settings)
 
 
 @asynccontextmanager
@@ -373,9 +361,9 @@ def test_commands_are_packed_as_redis_py_packs_them(
     args: tuple[str | int | bytes, ...], encoding: str, errors: str
 ):
     connection = redis.asyncio.Connection(encoding=encoding, encoding_errors=errors)
-    assert _packed(args, encoding, errors) == b"".join(connection.pack_command(*args))
+    assert packed(args, encoding, errors) == b"".join(connection.pack_command(*args))
 
 
 def test_an_argument_of_another_type_is_refused_not_truncated():
     with pytest.raises(TypeError, match="not float"):
-        _packed(("PEXPIRE", "key", 1.5), "utf-8", "strict")
+        packed(("PEXPIRE", "key", 1.5), "utf-8", "strict")

@@ -28,9 +28,10 @@ import asyncio
 import collections
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, final
 
 from .._cancellation import delivered
+from ._redis_transport import INCOMPLETE, packed, reply_parser, retrieved, take_transport
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -45,9 +46,6 @@ with contextlib.suppress(ImportError):
 __all__ = ["RedisCommandPipe"]
 
 _log = logging.getLogger("leaselock.stores.redis")
-
-# what the parser returns while a reply is incomplete: not False, which a RESP3 reply can be
-_INCOMPLETE: Final = object()
 
 
 @final
@@ -111,7 +109,7 @@ class RedisCommandPipe:
             connection = self._connection
         # written before any await: a cancellation lands only while the reply is awaited
         return await connection.send(
-            _packed(args, connection.encoding, connection.encoding_errors), self.loop.time()
+            packed(args, connection.encoding, connection.encoding_errors), self.loop.time()
         )
 
     async def aclose(self) -> None:
@@ -160,7 +158,7 @@ class RedisCommandPipe:
         if connecting is None:
             connecting = self._connecting = self.loop.create_future()
             # the failure is handed to every caller waiting; with none left, nobody must read it
-            connecting.add_done_callback(_retrieved)
+            connecting.add_done_callback(retrieved)
             self._opening = self.loop.create_task(self._open(connecting))
         # shielded: a caller that gives up does not stop the opening the others wait for
         return await asyncio.shield(connecting)
@@ -259,32 +257,11 @@ class _CommandConnection(asyncio.Protocol):
         encoder = connection.encoder
         self.encoding: str = encoder.encoding
         self.encoding_errors: str = encoder.encoding_errors
-        # error replies become the classes redis-py's parser makes of them (NOSCRIPT, LOADING...)
-        self._parser = hiredis.Reader(
-            protocolError=redis.exceptions.InvalidResponse,
-            replyError=connection._parser.parse_error,  # noqa: SLF001 -- redis-py 5.0 to 8.x
-            notEnoughData=_INCOMPLETE,
-            # text replies come back as str only where the client decodes them
-            encoding=self.encoding if encoder.decode_responses else None,
-            errors=self.encoding_errors,
-        )
+        self._parser = reply_parser(connection, decoded=encoder.decode_responses)
         # (the caller's reply, when its command was written), in the order written
         self._pending: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
-        # redis-py 5.0 to 8.x keep the connection's streams there
-        reader, writer = connection._reader, connection._writer  # noqa: SLF001
-        if (
-            reader is None
-            or writer is None
-            or reader.at_eof()
-            or reader.exception() is not None
-            or writer.transport.is_closing()
-        ):
-            # an end of stream read by redis-py would never reach this protocol
-            msg = f"{name}: its command connection closed during the handshake"
-            raise redis.exceptions.ConnectionError(msg)
-        self._transport = writer.transport
         self.open = True
-        self._transport.set_protocol(self)
+        self._transport = take_transport(connection, self, name)
 
     def send(self, command: bytes, now: float) -> asyncio.Future[Any]:
         """Write ``command`` (the caller checked :attr:`open`); return its reply to await."""
@@ -319,7 +296,7 @@ class _CommandConnection(asyncio.Protocol):
             except redis.exceptions.InvalidResponse as unreadable:
                 self._broke(f"read what is not a Redis reply ({unreadable})")
                 return
-            if answer is _INCOMPLETE:
+            if answer is INCOMPLETE:
                 return
             if isinstance(answer, hiredis.PushNotification):
                 # a message the server pushes on its own (RESP3), not a command's reply
@@ -363,31 +340,3 @@ class _CommandConnection(asyncio.Protocol):
         if self.open:
             self.fail(error)
             self._lost(self, error)
-
-
-def _packed(args: tuple[object, ...], encoding: str, errors: str) -> bytes:
-    """Return ``args`` as one RESP command, text encoded as the client's settings say.
-
-    The same bytes as redis-py's ``pack_command`` for these argument types, in a third of the
-    time: a lock call's scripts take a dozen arguments, and packing them through redis-py was a
-    fifth of the client's work for a handoff.
-    """
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        if isinstance(arg, str):
-            data = arg.encode(encoding, errors)
-        elif isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, int):
-            data = b"%d" % arg
-        else:
-            msg = f"a Redis command argument must be str, bytes or int, not {type(arg).__name__}"
-            raise TypeError(msg)
-        parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
-    return b"".join(parts)
-
-
-def _retrieved(future: asyncio.Future[Any]) -> None:
-    """Read a future's failure, so one its callers already got is not logged again."""
-    if not future.cancelled():
-        future.exception()
