@@ -195,6 +195,11 @@ class Partition:
     def heal(self) -> None:
         self._open.set()
 
+    def reset(self) -> None:
+        """Close every connection through the proxy, both ways, as a server restart does."""
+        for pipe in list(self._pipes):
+            pipe.cancel()
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         handler = asyncio.current_task()
         assert handler is not None

@@ -18,9 +18,10 @@ import redis.asyncio
 
 from helpers import TokensAsText, unique_key, until_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
-from leaselock.stores import Acquired, Grant, Queued, Renewal
+from leaselock.stores import Acquired, Grant, Queued, Renewal, _redis_subscription
 from leaselock.stores.redis import RedisLockStore
 from leaselock.testing import ManualClock
+from redis_connections import user_without
 from servers import REDIS_URL_ENV, ServerUnavailable, redis_server
 
 LOGGER = "leaselock.stores.redis"
@@ -364,25 +365,6 @@ async def test_open_does_not_warn_with_appendonly_and_noeviction(
     ):
         pass
     assert warnings_of(caplog) == []
-
-
-@contextlib.asynccontextmanager
-async def user_without(url: str, command: str) -> AsyncIterator[str]:
-    """Yield the URL of a user that may run every command but ``command``; delete it after."""
-    user, password = f"without-{command}-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    async with redis.asyncio.Redis.from_url(url) as admin:
-        await admin.acl_setuser(
-            user,
-            enabled=True,
-            passwords=[f"+{password}"],
-            keys=["*"],
-            channels=["*"],
-            commands=["+@all", f"-{command}"],
-        )
-        try:
-            yield url.replace("redis://", f"redis://{user}:{password}@")
-        finally:
-            await admin.acl_deluser(user)
 
 
 @pytest.mark.redis
@@ -883,30 +865,55 @@ async def test_a_grant_names_awkward_keys_and_owners_exactly(redis_url: str, pre
 
 
 @pytest.mark.redis
-async def test_leaving_wait_in_line_stops_its_reader_and_frees_its_connection(
+async def test_leaving_wait_in_line_unsubscribes_and_stops_its_subscription(
     redis_url: str, prefix: str
 ) -> None:
-    # two connections: the line's subscription and its commands; a pool that is full fails
-    store = RedisLockStore.from_url(redis_url, prefix=prefix, max_connections=2, timeout=0.5)
-    async with opened(store):
-        key = unique_key("lined")
+    store = RedisLockStore.from_url(redis_url, prefix=prefix)
+    async with opened(store), redis.asyncio.Redis.from_url(redis_url) as observer:
         async with store.wait_in_line(lambda _key: None) as line:
-            await line.queue(key, "waiter", ONE_MINUTE_MS, 3000, 1)
-        assert [t for t in asyncio.all_tasks() if "grants" in t.get_name()] == []
-        # both are free again: one blocked in BLPOP for a second, one for an acquire
-        client = store._connected()
-        blocked = asyncio.create_task(client.blpop([unique_key("nothing")], timeout=1))
-        async with redis.asyncio.Redis.from_url(redis_url) as observer:
-            await until_real(lambda: _blocked_clients(observer))
-        assert isinstance(
-            await store.acquire(unique_key("after"), "owner", ONE_MINUTE_MS), Acquired
-        )
-        await blocked
+            await line.queue(unique_key("lined"), "waiter", ONE_MINUTE_MS, 3000, 1)
+            channel = f"{prefix}granted@db0\x00{line.id}"
+            assert await observer.pubsub_numsub(channel) == [(channel.encode(), 1)]
+        assert [t for t in asyncio.all_tasks() if "grant subscription" in t.get_name()] == []
+        await until_real(lambda: _subscribed(observer, channel, 0))
 
 
-async def _blocked_clients(observer: redis.asyncio.Redis) -> bool:
-    clients = await observer.info("clients")
-    return int(clients["blocked_clients"]) >= 1
+async def _subscribed(observer: redis.asyncio.Redis, channel: str, count: int) -> bool:
+    return bool(await observer.pubsub_numsub(channel) == [(channel.encode(), count)])
+
+
+@pytest.mark.redis
+async def test_a_line_refused_its_subscription_warns_once_takes_grants_by_asking_then_hears_them(
+    throwaway_redis_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_redis_subscription, "RESUBSCRIBE_PAUSE_S", 0.1)
+    caplog.set_level(logging.DEBUG, LOGGER)
+    key = unique_key("refused")
+    heard: asyncio.Queue[Grant] = asyncio.Queue()
+    async with (
+        user_without(throwaway_redis_url, "subscribe") as url,
+        opened(RedisLockStore.from_url(url, prefix=unique_prefix())) as store,
+        store.wait_in_line(heard.put_nowait) as line,
+        redis.asyncio.Redis.from_url(throwaway_redis_url) as admin,
+    ):
+        await store.acquire(key, "holder", ONE_MINUTE_MS)
+        assert isinstance(await line.queue(key, "waiter", ONE_MINUTE_MS, 3000, 1), Queued)
+        assert await store.release(key, "holder")
+        # unheard, the grant is the waiter's all the same: its next queue call takes it
+        assert isinstance(await line.queue(key, "waiter", ONE_MINUTE_MS, 3000, 1), Acquired)
+        assert heard.empty()
+        [warning] = [w for w in warnings_of(caplog) if "grant subscription" in w]
+        assert "could not subscribe" in warning
+        assert "ACL: +subscribe &" in warning
+        # allowed again: the subscription comes back on its own, and grants are heard
+        user = urlsplit(url).username
+        await admin.execute_command("ACL", "SETUSER", user, "+subscribe")
+        await until_real(lambda: any("is back" in r.getMessage() for r in caplog.records))
+        assert isinstance(await line.queue(key, "second", ONE_MINUTE_MS, 3000, 2), Queued)
+        assert await store.release(key, "waiter")
+        grant = await asyncio.wait_for(heard.get(), 5)
+        assert (grant.key, grant.owner, grant.ticket) == (key, "second", 2)
+    assert len([w for w in warnings_of(caplog) if "grant subscription" in w]) == 1
 
 
 async def _queued(client: redis.asyncio.Redis, queue: str, count: int) -> bool:

@@ -18,22 +18,19 @@ place, so a line whose waiters all died goes away on its own.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
-from .._cancellation import delivered
 from ._protocol import Acquired, Grant, Queued
-from ._redis_follower import SUBSCRIBE_TIMEOUT_S, close_pubsub, pubsub_messages
 from ._redis_keyspace import text
 from ._redis_scripts import script
+from ._redis_subscription import RedisSubscription
 from ._redis_turns import ANNOUNCE
 
 if TYPE_CHECKING:
-    import redis.asyncio
-    from redis.asyncio.client import PubSub
+    from redis.asyncio.connection import AbstractConnection
 
 __all__ = [
     "BREAK_LOCK",
@@ -248,33 +245,29 @@ class RedisWaitingLine:
     """One process's places in keys' lines, and the one subscription its grants arrive on.
 
     Args:
-        client: the store's client; the subscription gets a connection of its own, opened at
-            the first queue call.
+        make_connection: builds an unconnected connection from the client's pool settings;
+            the subscription opens one at the first queue call, and keeps it.
         grant_prefix: :func:`grant_channel` of the store; this line hears ``<it> NUL <id>``.
         run: runs a store script (the store's ``_run``: EVALSHA, loading it if needed).
         release_args: for a key, the keys and the arguments after the owner of its release
             (``LEAVE`` takes the same; ``QUEUE`` the first five keys).
-        on_grant: called on this loop for each grant heard.
+        on_grant: called on this loop for each grant heard, in the turn of the loop it arrives.
         store: how to name the store in log lines.
     """
 
     __slots__ = (
-        "_channel",
-        "_client",
         "_grant_prefix",
         "_on_grant",
-        "_pubsub",
-        "_reader",
         "_release_args",
         "_run",
         "_store",
-        "_subscribing",
+        "_subscription",
         "id",
     )
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        make_connection: Callable[[], AbstractConnection],
         *,
         grant_prefix: str,
         run: Callable[..., Awaitable[Any]],
@@ -284,22 +277,31 @@ class RedisWaitingLine:
     ) -> None:
         """Hear nothing, and open nothing, until the first queue call."""
         self.id = secrets.token_hex(8)
-        self._client = client
         self._grant_prefix = grant_prefix
-        self._channel = f"{grant_prefix}\x00{self.id}"
         self._run = run
         self._release_args = release_args
         self._on_grant = on_grant
         self._store = store
-        self._pubsub: PubSub | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._subscribing: asyncio.Task[None] | None = None
+        self._subscription = RedisSubscription(
+            make_connection,
+            f"{grant_prefix}\x00{self.id}",
+            self._heard,
+            heard_as=f"{store}'s grant subscription",
+            unheard=(
+                "waiters in this process take a key handed to them up to 1 s late. Fix: allow "
+                f"SUBSCRIBE on these channels for this user (ACL: +subscribe &{grant_prefix}*)"
+            ),
+        )
 
     async def queue(
         self, key: str, owner: str, ttl_ms: int, queue_ms: int, ticket: int
     ) -> Acquired | Queued:
-        """Take ``key``, or keep ``owner``'s place in its line (see ``WaitingLine.queue``)."""
-        await self._subscribed()
+        """Take ``key``, or keep ``owner``'s place in its line (see ``WaitingLine.queue``).
+
+        The first call subscribes to this line's grants first, so none published after it
+        goes unheard; a failure to subscribe is logged, and grants then come by asking.
+        """
+        await self._subscription.subscribed()
         keys, _ = self._release_args(key)
         reply = await self._run(
             QUEUE,
@@ -326,59 +328,14 @@ class RedisWaitingLine:
 
     async def aclose(self) -> None:
         """Stop hearing grants and close the subscription's connection."""
-        for task in (self._subscribing, self._reader):
-            if task is not None:
-                task.cancel()
-                await asyncio.wait([task])
-        if self._pubsub is not None:
-            await close_pubsub(self._pubsub)
+        await self._subscription.aclose()
 
-    async def _subscribed(self) -> None:
-        """Subscribe once, at the first queue call; a failure only makes grants come by asking."""
-        subscribing = self._subscribing
-        if subscribing is None:
-            subscribing = self._subscribing = asyncio.get_running_loop().create_task(
-                self._subscribe()
-            )
-        if not subscribing.done():
-            await asyncio.shield(subscribing)
-
-    async def _subscribe(self) -> None:
-        confirmed = asyncio.get_running_loop().create_future()
-        try:
-            async with asyncio.timeout(SUBSCRIBE_TIMEOUT_S):
-                self._pubsub = pubsub = self._client.pubsub()
-                await delivered(pubsub.subscribe(self._channel))
-                self._reader = asyncio.get_running_loop().create_task(
-                    self._read(pubsub, confirmed), name=f"leaselock grants {self._store}"
-                )
-                await confirmed
-        except Exception as error:  # noqa: BLE001 -- waiters then find their grants by asking
-            _log.warning(
-                "%s could not subscribe to its grants (%s): waiters in this process take a key "
-                "handed to them up to 1 s late. Fix: allow SUBSCRIBE on %s* for this user",
-                self._store,
-                str(error) or f"no confirmation within {SUBSCRIBE_TIMEOUT_S:.0f} s",
-                self._grant_prefix,
-            )
-
-    async def _read(self, pubsub: PubSub, confirmed: asyncio.Future[None]) -> None:
-        encoding = str(self._client.get_encoder().encoding)  # type: ignore[no-untyped-call] # unannotated in redis-py
-        async for message in pubsub_messages(pubsub, self._store):
-            if message["type"] == "subscribe" and not confirmed.done():
-                confirmed.set_result(None)
-            elif message["type"] == "message":
-                grant = _parse_grant(text(message["data"], encoding))
-                if grant is None:
-                    _log.warning("%s heard a grant it cannot read: %r", self._store, message)
-                    continue
-                try:
-                    self._on_grant(grant)
-                except Exception:  # noqa: BLE001 -- one bad callback must not stop the reader
-                    _log.exception("A grant callback of %s failed", self._store)
-                # the granted waiter holds the key from now: let it run before this reader
-                # reads on (re-arming a read cost a cold handoff ~50 us ahead of the waiter)
-                await asyncio.sleep(0)  # noqa: TID251 -- a turn of the loop, not a wait
+    def _heard(self, message: str) -> None:
+        grant = _parse_grant(message)
+        if grant is None:
+            _log.warning("%s heard a grant it cannot read: %r", self._store, message)
+            return
+        self._on_grant(grant)
 
 
 def _parse_grant(data: str) -> Grant | None:

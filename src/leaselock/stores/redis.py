@@ -23,7 +23,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from .._errors import LocksConfigurationError, LockStoreError
 from ._capabilities import (
@@ -61,6 +61,9 @@ from ._redis_runs import RECORD_RUN, read_job_records, record_run_args
 from ._redis_scripts import Script, script
 from ._redis_settings import DEFAULT_PREFIX, DEFAULT_SOCKET_TIMEOUTS, check_options, check_prefix
 from ._redis_turns import QUEUE_SCRIPTS, ReleaseQueue, queue_name
+
+if TYPE_CHECKING:
+    from redis.asyncio.connection import AbstractConnection
 
 try:
     import hiredis
@@ -499,17 +502,24 @@ class RedisLockStore:
         A store bound to a loop before (opened, closed, then used in another ``asyncio.run``)
         leaves that loop's connection behind: redis.asyncio connections cannot move loops.
         """
-        pool = (self._client or self._connected()).connection_pool
-        settings = dict(pool.connection_kwargs)
+        settings = self._connection_settings()
         # a client without a socket timeout still gets a stall limit: from_url's default
         stall_s = settings.get("socket_timeout") or DEFAULT_SOCKET_TIMEOUTS["socket_timeout"]
         # the pipe bounds a stalled reply itself: under a socket timeout every write is a task
         settings["socket_timeout"] = None
-        connection_class = pool.connection_class
         self._pipe = RedisCommandPipe(
-            lambda: connection_class(**settings), stall_s=float(stall_s), name=repr(self)
+            self._connection_maker(settings), stall_s=float(stall_s), name=repr(self)
         )
         return self._pipe
+
+    def _connection_settings(self) -> dict[str, Any]:
+        """The settings of the client's pool, for a connection the store keeps to itself."""
+        return dict((self._client or self._connected()).connection_pool.connection_kwargs)
+
+    def _connection_maker(self, settings: Mapping[str, Any]) -> Callable[[], AbstractConnection]:
+        """Build unconnected connections of the client's pool class, with ``settings``."""
+        connection_class = (self._client or self._connected()).connection_pool.connection_class
+        return lambda: connection_class(**settings)
 
     # --- run records and inspection ------------------------------------------------------------
 
@@ -699,13 +709,14 @@ class RedisLockStore:
 
         A release hands the key to the first live place of its line in the same script, and
         publishes the grant on this line's own channel, so only the process that waits hears
-        it. One pub/sub connection per entered context, opened at the first queue call; where
-        the server refuses it, a warning is logged and a waiter learns of its grant from its
-        next queue call (every second).
+        it. One pub/sub connection per entered context, opened at the first queue call and
+        kept; where the server refuses it or is away, a warning is logged and a waiter learns
+        of its grant from its next queue call (every second).
         """
-        client = self._client or self._connected()
+        # the subscription reads its messages itself: a socket timeout would only slow writes
+        settings = {**self._connection_settings(), "socket_timeout": None}
         line = RedisWaitingLine(
-            client,
+            self._connection_maker(settings),
             grant_prefix=self._grant_prefix,
             run=self._run,
             release_args=self._release_args,
