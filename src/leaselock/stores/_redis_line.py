@@ -247,6 +247,8 @@ class RedisWaitingLine:
     Args:
         make_connection: builds an unconnected connection from the client's pool settings;
             the subscription opens one at the first queue call, and keeps it.
+        alive_s: how long the subscription's connection may be quiet before it is sent a
+            PING (see :class:`RedisSubscription`).
         grant_prefix: :func:`grant_channel` of the store; this line hears ``<it> NUL <id>``.
         run: runs a store script (the store's ``_run``: EVALSHA, loading it if needed).
         release_args: for a key, the keys and the arguments after the owner of its release
@@ -269,6 +271,7 @@ class RedisWaitingLine:
         self,
         make_connection: Callable[[], AbstractConnection],
         *,
+        alive_s: float,
         grant_prefix: str,
         run: Callable[..., Awaitable[Any]],
         release_args: Callable[[str], tuple[Sequence[str], Sequence[str | int]]],
@@ -286,6 +289,7 @@ class RedisWaitingLine:
             make_connection,
             f"{grant_prefix}\x00{self.id}",
             self._heard,
+            alive_s=alive_s,
             heard_as=f"{store}'s grant subscription",
             unheard=(
                 "waiters in this process take a key handed to them up to 1 s late. Fix: allow "

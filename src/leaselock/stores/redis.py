@@ -502,24 +502,24 @@ class RedisLockStore:
         A store bound to a loop before (opened, closed, then used in another ``asyncio.run``)
         leaves that loop's connection behind: redis.asyncio connections cannot move loops.
         """
-        settings = self._connection_settings()
-        # a client without a socket timeout still gets a stall limit: from_url's default
-        stall_s = settings.get("socket_timeout") or DEFAULT_SOCKET_TIMEOUTS["socket_timeout"]
-        # the pipe bounds a stalled reply itself: under a socket timeout every write is a task
-        settings["socket_timeout"] = None
-        self._pipe = RedisCommandPipe(
-            self._connection_maker(settings), stall_s=float(stall_s), name=repr(self)
-        )
+        make_connection, stall_s = self._own_connections()
+        self._pipe = RedisCommandPipe(make_connection, stall_s=stall_s, name=repr(self))
         return self._pipe
 
-    def _connection_settings(self) -> dict[str, Any]:
-        """The settings of the client's pool, for a connection the store keeps to itself."""
-        return dict((self._client or self._connected()).connection_pool.connection_kwargs)
+    def _own_connections(self) -> tuple[Callable[[], AbstractConnection], float]:
+        """Build unconnected connections from the client's pool settings, outside its pool.
 
-    def _connection_maker(self, settings: Mapping[str, Any]) -> Callable[[], AbstractConnection]:
-        """Build unconnected connections of the client's pool class, with ``settings``."""
-        connection_class = (self._client or self._connected()).connection_pool.connection_class
-        return lambda: connection_class(**settings)
+        Returns the builder and the stall limit, the client's socket timeout (from_url's
+        default if it has none). The connections get no socket timeout: their protocols read
+        the socket themselves and bound a stall with that limit, and under a socket timeout
+        redis-py would make every write a task.
+        """
+        pool = (self._client or self._connected()).connection_pool
+        settings = dict(pool.connection_kwargs)
+        stall_s = settings.get("socket_timeout") or DEFAULT_SOCKET_TIMEOUTS["socket_timeout"]
+        settings["socket_timeout"] = None
+        connection_class = pool.connection_class
+        return (lambda: connection_class(**settings)), float(stall_s)
 
     # --- run records and inspection ------------------------------------------------------------
 
@@ -710,13 +710,14 @@ class RedisLockStore:
         A release hands the key to the first live place of its line in the same script, and
         publishes the grant on this line's own channel, so only the process that waits hears
         it. One pub/sub connection per entered context, opened at the first queue call and
-        kept; where the server refuses it or is away, a warning is logged and a waiter learns
-        of its grant from its next queue call (every second).
+        kept, outside the client's pool (it does not count against ``max_connections``);
+        while the server refuses it or is away, a warning is logged and a waiter learns of its
+        grant from its next queue call (every second).
         """
-        # the subscription reads its messages itself: a socket timeout would only slow writes
-        settings = {**self._connection_settings(), "socket_timeout": None}
+        make_connection, stall_s = self._own_connections()
         line = RedisWaitingLine(
-            self._connection_maker(settings),
+            make_connection,
+            alive_s=stall_s,
             grant_prefix=self._grant_prefix,
             run=self._run,
             release_args=self._release_args,
