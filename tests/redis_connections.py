@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
+import hiredis
 import redis
 import redis.asyncio
 from redis.asyncio.connection import AbstractConnection
@@ -41,3 +44,66 @@ async def user_without(url: str, command: str) -> AsyncIterator[str]:
             yield url.replace("redis://", f"redis://{user}:{password}@")
         finally:
             await admin.acl_deluser(user)
+
+
+@dataclass(frozen=True)
+class ThenClose:
+    """A fake server's answer after which it closes the connection."""
+
+    data: bytes
+
+
+@dataclass
+class FakeRedis:
+    """A server that speaks RESP and answers as a test says; ``opened`` counts connections."""
+
+    url: str = ""
+    opened: int = 0
+
+
+@contextlib.asynccontextmanager
+async def fake_redis(
+    answer: Callable[[list[bytes], int], bytes | ThenClose],
+) -> AsyncIterator[FakeRedis]:
+    """Serve each command with ``answer(command, n)``, n counting connections from 1.
+
+    For what Redis itself cannot be made to answer: bytes that are not RESP, ``LOADING``,
+    ``READONLY``, a connection closed right after an answer.
+    """
+    fake = FakeRedis()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        fake.opened += 1
+        connection = fake.opened
+        commands = hiredis.Reader()
+        while data := await reader.read(65536):
+            commands.feed(data)
+            while (command := commands.gets()) is not False:
+                answered = answer(command, connection)
+                if isinstance(answered, ThenClose):
+                    writer.write(answered.data)
+                    await writer.drain()
+                    writer.close()
+                    return
+                writer.write(answered)
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    fake.url = f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/0"
+    async with server:
+        yield fake
+
+
+def subscribe_confirmed(channel: bytes) -> bytes:
+    """What Redis answers a SUBSCRIBE of ``channel`` with (RESP2)."""
+    return b"*3\r\n$9\r\nsubscribe\r\n$%d\r\n%b\r\n:1\r\n" % (len(channel), channel)
+
+
+def message_on(channel: bytes, data: bytes) -> bytes:
+    """What Redis sends a subscriber of ``channel`` for a PUBLISH of ``data`` (RESP2)."""
+    return b"*3\r\n$7\r\nmessage\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (
+        len(channel),
+        channel,
+        len(data),
+        data,
+    )

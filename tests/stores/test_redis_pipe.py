@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
-import hiredis
 import pytest
 import redis
 import redis.asyncio
@@ -25,7 +24,7 @@ from helpers import Partition, unique_key, until_real, wait_for_real, yield_once
 from leaselock.stores._redis_pipe import RedisCommandPipe
 from leaselock.stores._redis_transport import packed
 from leaselock.stores.redis import RedisLockStore
-from redis_connections import connection_maker, connections_named
+from redis_connections import connection_maker, connections_named, fake_redis
 
 pytestmark = pytest.mark.redis
 
@@ -142,22 +141,11 @@ async def test_replies_come_decoded_when_the_client_decodes_them(redis_url: str)
 async def test_a_server_that_cannot_serve_the_connection_fails_the_call_and_the_next_opens_again(
     answer: bytes, raised: type[Exception], message: str
 ):
-    opened = 0
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def serve(command: list[bytes], _: int) -> bytes:
         """Answer every command OK, and ECHO with ``answer``."""
-        nonlocal opened
-        opened += 1
-        commands = hiredis.Reader()
-        while data := await reader.read(65536):
-            commands.feed(data)
-            while (command := commands.gets()) is not False:
-                writer.write(answer if command[0] == b"ECHO" else b"+OK\r\n")
-        writer.close()
+        return answer if command[0] == b"ECHO" else b"+OK\r\n"
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    async with server, pipe_to(f"redis://127.0.0.1:{port}/0", protocol=2) as (pipe, _):
+    async with fake_redis(serve) as server, pipe_to(server.url, protocol=2) as (pipe, _):
         assert await pipe.execute("PING") == b"OK"
         echoed, behind = await asyncio.gather(
             pipe.execute("ECHO", "refused"), pipe.execute("PING"), return_exceptions=True
@@ -167,7 +155,7 @@ async def test_a_server_that_cannot_serve_the_connection_fails_the_call_and_the_
         # the call behind it on the same connection is not handed a reply of another's
         assert isinstance(behind, redis.exceptions.ConnectionError)
         assert await pipe.execute("PING") == b"OK"
-    assert opened == 2
+    assert server.opened == 2
 
 
 async def test_a_connection_the_server_closed_is_replaced_at_the_next_call(redis_url: str):

@@ -13,14 +13,20 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
-import hiredis
 import pytest
 import redis.asyncio
 
 from helpers import Partition, unique_key, until_real, wait_for_real, yield_once
 from leaselock.stores import _redis_subscription
 from leaselock.stores._redis_subscription import RedisSubscription
-from redis_connections import connection_maker, connections_named
+from redis_connections import (
+    ThenClose,
+    connection_maker,
+    connections_named,
+    fake_redis,
+    message_on,
+    subscribe_confirmed,
+)
 
 pytestmark = pytest.mark.redis
 
@@ -286,44 +292,23 @@ async def test_closing_unsubscribes_and_closes_the_connection(redis_url: str):
 async def test_a_subscribe_answered_wrongly_is_tried_again_on_a_new_connection(
     answer: bytes, said: str, caplog: pytest.LogCaptureFixture, quick_retries: None
 ):
-    opened = 0
     heard: list[str] = []
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def serve(command: list[bytes], connection: int) -> bytes:
         """Answer every command OK; SUBSCRIBE with ``answer`` at first, then confirm and send."""
-        nonlocal opened
-        opened += 1
-        commands = hiredis.Reader()
-        while data := await reader.read(65536):
-            commands.feed(data)
-            while (command := commands.gets()) is not False:
-                if command[0] != b"SUBSCRIBE":
-                    writer.write(b"+OK\r\n")
-                elif opened == 1:
-                    writer.write(answer)
-                else:
-                    channel = command[1]
-                    writer.write(
-                        b"*3\r\n$9\r\nsubscribe\r\n$%d\r\n%b\r\n:1\r\n" % (len(channel), channel)
-                    )
-                    writer.write(
-                        b"*3\r\n$7\r\nmessage\r\n$%d\r\n%b\r\n$5\r\nheard\r\n"
-                        % (len(channel), channel)
-                    )
-        writer.close()
+        if command[0] != b"SUBSCRIBE":
+            return b"+OK\r\n"
+        if connection == 1:
+            return answer
+        return subscribe_confirmed(command[1]) + message_on(command[1], b"heard")
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
     async with (
-        server,
-        subscription_to(f"redis://127.0.0.1:{port}/0", "c", heard.append, protocol=2) as (
-            subscription,
-            _,
-        ),
+        fake_redis(serve) as server,
+        subscription_to(server.url, "c", heard.append, protocol=2) as (subscription, _),
     ):
         await subscription.subscribed()
         await until_real(lambda: heard == ["heard"], within_s=5)
-    assert opened == 2
+    assert server.opened == 2
     [warning] = messages(caplog, "WARNING")
     assert "could not subscribe" in warning
     assert said in warning
@@ -332,40 +317,21 @@ async def test_a_subscribe_answered_wrongly_is_tried_again_on_a_new_connection(
 async def test_a_server_that_drops_each_connection_at_once_is_not_asked_again_at_once(
     caplog: pytest.LogCaptureFixture, quick_retries: None
 ):
-    opened = 0
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def serve(command: list[bytes], _: int) -> bytes | ThenClose:
         """Confirm the SUBSCRIBE, then close the connection."""
-        nonlocal opened
-        opened += 1
-        commands = hiredis.Reader()
-        while data := await reader.read(65536):
-            commands.feed(data)
-            while (command := commands.gets()) is not False:
-                if command[0] != b"SUBSCRIBE":
-                    writer.write(b"+OK\r\n")
-                    continue
-                channel = command[1]
-                writer.write(
-                    b"*3\r\n$9\r\nsubscribe\r\n$%d\r\n%b\r\n:1\r\n" % (len(channel), channel)
-                )
-                await writer.drain()
-                writer.close()
-                return
+        if command[0] != b"SUBSCRIBE":
+            return b"+OK\r\n"
+        return ThenClose(subscribe_confirmed(command[1]))
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
     async with (
-        server,
-        subscription_to(f"redis://127.0.0.1:{port}/0", "c", print, protocol=2) as (
-            subscription,
-            _,
-        ),
+        fake_redis(serve) as server,
+        subscription_to(server.url, "c", print, protocol=2) as (subscription, _),
     ):
         await subscription.subscribed()
         await wait_for_real(1000)
     # a pause of 0.1 s after each: at most about ten in a second, not hundreds
-    assert 2 <= opened <= 12
+    assert 2 <= server.opened <= 12
     # and it is an outage, said once
     [warning] = messages(caplog, "WARNING")
     assert "could not subscribe (the test subscription: closed by the server)" in warning
