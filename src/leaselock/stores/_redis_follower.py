@@ -28,13 +28,7 @@ if TYPE_CHECKING:
     from redis.asyncio.client import PubSub
     from redis.asyncio.cluster import RedisCluster
 
-__all__ = [
-    "RESUBSCRIBE_PAUSE_S",
-    "SUBSCRIBE_TIMEOUT_S",
-    "RedisReleaseFollower",
-    "close_pubsub",
-    "pubsub_messages",
-]
+__all__ = ["RESUBSCRIBE_PAUSE_S", "SUBSCRIBE_TIMEOUT_S", "RedisReleaseFollower"]
 
 _log = logging.getLogger("leaselock.stores.redis")
 
