@@ -302,8 +302,8 @@ class RedisWaitingLine:
     ) -> Acquired | Queued:
         """Take ``key``, or keep ``owner``'s place in its line (see ``WaitingLine.queue``).
 
-        The first call subscribes to this line's grants first, so none published after it
-        goes unheard; a failure to subscribe is logged, and grants then come by asking.
+        The first call subscribes to this line's grants before it queues, so no grant of its
+        place goes unheard; a failure to subscribe is logged, and grants then come by asking.
         """
         await self._subscription.subscribed()
         keys, _ = self._release_args(key)
