@@ -137,30 +137,39 @@ class RedisSubscription:
             try:
                 connection = await self._subscribe()
             except Exception as error:  # noqa: BLE001 -- any failure: say so, try again
-                failures += 1
-                self._failed(error, failures)
+                failure: Exception = error
             else:
                 if not first.done():
                     first.set_result(None)
-                try:
-                    # a server that drops each connection at once is as good as away
-                    await asyncio.wait([connection.lost], timeout=RESUBSCRIBE_PAUSE_S)
-                    lasted = not connection.lost.done()
-                    if lasted and failures:
-                        _log.info("%s is back", self._heard_as)
-                        failures = 0
-                    broken_by = await self._watch(connection)
-                finally:
-                    await connection.close()
+                lasted, failure = await self._held(connection, back=failures > 0)
                 if lasted:
-                    _log.info("%s was lost (%s); subscribing again", self._heard_as, broken_by)
+                    failures = 0
+                    _log.info("%s was lost (%s); subscribing again", self._heard_as, failure)
                     continue
-                failures += 1
-                self._failed(broken_by, failures)
             if not first.done():
                 first.set_result(None)
+            failures += 1
+            self._failed(failure, failures)
             # the server is away or refuses, or drops each connection at once: do not spin
             await asyncio.sleep(RESUBSCRIBE_PAUSE_S)  # noqa: TID251 -- resubscribe pacing
+
+    async def _held(
+        self, connection: _SubscribedConnection, *, back: bool
+    ) -> tuple[bool, redis.exceptions.RedisError]:
+        """Keep ``connection`` until it breaks, then close it.
+
+        Returns whether it had lasted :data:`RESUBSCRIBE_PAUSE_S` (a server that drops each
+        connection at once is as good as away), and what broke it. ``back``: the subscription
+        was away before, and is said to be back once the connection has lasted.
+        """
+        try:
+            await asyncio.wait([connection.lost], timeout=RESUBSCRIBE_PAUSE_S)
+            lasted = not connection.lost.done()
+            if lasted and back:
+                _log.info("%s is back", self._heard_as)
+            return lasted, await self._watch(connection)
+        finally:
+            await connection.close()
 
     async def _subscribe(self) -> _SubscribedConnection:
         """Open a connection, subscribe on it, and return it once the server confirmed.
@@ -279,7 +288,7 @@ class _SubscribedConnection(asyncio.Protocol):
 
     async def close(self) -> None:
         """Close the socket now, and redis-py's side of the connection."""
-        self._break(redis.exceptions.ConnectionError(f"{self._heard_as} was closed"))
+        self._break(redis.exceptions.ConnectionError("closed by this process"))
         await _disconnected(self._opened)
 
     def data_received(self, data: bytes) -> None:
@@ -331,7 +340,8 @@ class _SubscribedConnection(asyncio.Protocol):
         self._transport.write(packed(args, self._encoder.encoding, self._encoder.encoding_errors))
 
     def _broke(self, what: str) -> None:
-        self._break(redis.exceptions.ConnectionError(f"{self._heard_as}: {what}"))
+        # the log lines that report it name the subscription already
+        self._break(redis.exceptions.ConnectionError(what))
 
     def _break(self, error: redis.exceptions.RedisError) -> None:
         if not self.lost.done():
