@@ -4,7 +4,8 @@ Each round, this process holds a fresh key, a waiter process starts waiting for 
 0.4 s later (the waiter is blocked by then) this process releases it; the waiter reports when it
 holds the key. Both read the same system-wide monotonic clock; an asynchronous holder reads it
 inside its running event loop, where an application's release() starts. It prints p50 and p95
-over the rounds for (the variants of a store take turns, a batch of rounds each):
+over the rounds, and the p50 of when the holder's release call returned and of how long after
+that the waiter held the key, for (the variants of a store take turns, a batch of rounds each):
 
     Redis:       leaselock (RedisLockStore), python-redis-lock (SET NX + BLPOP on a signal
                  list), the best Python peer, redis-py's own Lock (it polls), and the floor
@@ -14,7 +15,9 @@ over the rounds for (the variants of a store take turns, a batch of rounds each)
                  in pg_advisory_lock that the holder's pg_advisory_unlock lets through (it
                  writes nothing), and the floor of a durable handoff: one write and its NOTIFY
                  in one synchronously committed statement, heard by a LISTEN elsewhere (a
-                 leaselock grant is that: it must survive a crash);
+                 leaselock grant is that: it must survive a crash); and, as a turn of its own,
+                 the server alone after the same pause: the round trip of a durable INSERT
+                 and of a SELECT 1 (no durable handoff can beat the first);
     SQLite:      leaselock (SQLiteLockStore) on a file in a temporary directory.
 
 Run: .venv/bin/python benchmarks/bench_handoff.py [--stores redis,postgres,sqlite] [--rounds 100]
@@ -36,6 +39,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
+from typing import NamedTuple
 
 import asyncpg
 import redis
@@ -50,6 +54,18 @@ from leaselock.stores.sqlite import SQLiteLockStore
 
 BLOCKED_S = 0.3
 ADVISORY_CLASS = 4242
+
+
+IDLE_SERVER = "the server alone, after a round's pause"
+
+
+class Round(NamedTuple):
+    """One handoff, in ms from the holder's release call: the waiter holding; the call returning.
+
+    In the idle server's rounds: a durable write's round trip, and a ``SELECT 1``'s."""
+
+    held_ms: float
+    returned_ms: float
 
 
 def leaselock_store(
@@ -159,12 +175,13 @@ def rounds_of(
     keys: list[object],
     *,
     pipe: tuple[Connection, Connection] | None = None,
-) -> list[float]:
-    """Handoffs in ms: per key, hold it, let the waiter block on it, release, read its time.
+) -> list[Round]:
+    """Rounds, per key: hold it, let the waiter block on it, release, read the waiter's time.
 
     ``hold_and_release(key, let_the_waiter_in, mark)`` calls ``mark()`` right before its
-    release call: an asynchronous holder calls it inside its running event loop, as an
-    application's release() starts, not before the loop is started for the call.
+    release call and again when the call returns: an asynchronous holder calls it inside its
+    running event loop, as an application's release() starts, not before the loop is started
+    for the call.
     """
     ours, theirs = multiprocessing.Pipe() if pipe is None else pipe
     process = multiprocessing.get_context("spawn").Process(
@@ -174,7 +191,7 @@ def rounds_of(
     try:
         if ours.recv() != "ready":
             raise SystemExit("the waiter did not start")
-        handoffs: list[float] = []
+        rounds: list[Round] = []
         for key in keys:
             released_ns: list[int] = []
 
@@ -187,20 +204,23 @@ def rounds_of(
                 released_ns.append(time.monotonic_ns())
 
             hold_and_release(key, let_the_waiter_in, mark)
-            handoffs.append((ours.recv() - released_ns[0]) / 1e6)
+            held_ns = ours.recv()
+            released, returned = released_ns
+            rounds.append(Round((held_ns - released) / 1e6, (returned - released) / 1e6))
         ours.send(None)
     finally:
         process.join(10)
-    return handoffs
+    return rounds
 
 
 async def marked(mark: Callable[[], None], release: Awaitable[object]) -> None:
-    """Mark the release's start from inside the running loop, then await it."""
+    """Mark the release's start from inside the running loop, await it, mark its return."""
     mark()
     await release
+    mark()
 
 
-def leaselock_rounds(kind: str, url: str, rounds: int) -> list[float]:
+def leaselock_rounds(kind: str, url: str, rounds: int) -> list[Round]:
     run = uuid.uuid4().hex[:8]
     loop = asyncio.new_event_loop()
     locks = Locks(store=leaselock_store(kind, url, run))
@@ -224,7 +244,7 @@ def leaselock_rounds(kind: str, url: str, rounds: int) -> list[float]:
         loop.close()
 
 
-def python_redis_lock_rounds(url: str, rounds: int) -> list[float]:
+def python_redis_lock_rounds(url: str, rounds: int) -> list[Round]:
     client = redis.Redis.from_url(url)
     run = uuid.uuid4().hex[:8]
 
@@ -236,12 +256,13 @@ def python_redis_lock_rounds(url: str, rounds: int) -> list[float]:
         let_the_waiter_in()
         mark()
         lock.release()
+        mark()
 
     keys: list[object] = [f"handoff-{run}:{n}" for n in range(rounds)]
     return rounds_of(python_redis_lock_waiter, (url,), hold_and_release, keys)
 
 
-def redis_py_lock_rounds(url: str, rounds: int) -> list[float]:
+def redis_py_lock_rounds(url: str, rounds: int) -> list[Round]:
     client = redis.Redis.from_url(url)
     run = uuid.uuid4().hex[:8]
 
@@ -253,12 +274,13 @@ def redis_py_lock_rounds(url: str, rounds: int) -> list[float]:
         let_the_waiter_in()
         mark()
         lock.release()
+        mark()
 
     keys: list[object] = [f"handoff-py-{run}:{n}" for n in range(rounds)]
     return rounds_of(redis_py_lock_waiter, (url,), hold_and_release, keys)
 
 
-def asyncio_floor_rounds(url: str, rounds: int) -> list[float]:
+def asyncio_floor_rounds(url: str, rounds: int) -> list[Round]:
     """The least an asyncio waiter of another process can hold the key after: a bare PUBLISH
     from an asyncio client, heard by an asyncio subscriber (leaselock's handoff is one such
     message, sent by its release script)."""
@@ -285,7 +307,7 @@ def asyncio_floor_rounds(url: str, rounds: int) -> list[float]:
         loop.close()
 
 
-def advisory_rounds(url: str, rounds: int) -> list[float]:
+def advisory_rounds(url: str, rounds: int) -> list[Round]:
     loop = asyncio.new_event_loop()
     connection = loop.run_until_complete(asyncpg.connect(url))
 
@@ -334,7 +356,7 @@ def notify_waiter(url: str, pipe: Connection) -> None:
     asyncio.run(serve())
 
 
-def durable_notify_rounds(url: str, rounds: int) -> list[float]:
+def durable_notify_rounds(url: str, rounds: int) -> list[Round]:
     """The least a durable handoff costs: one write and its NOTIFY in one statement, committed
     synchronously (a grant must survive a crash), heard by a LISTEN in the other process."""
     loop = asyncio.new_event_loop()
@@ -365,28 +387,59 @@ def durable_notify_rounds(url: str, rounds: int) -> list[float]:
         loop.close()
 
 
-def report(name: str, handoffs: list[float], best: float | None = None) -> float:
+def idle_server_rounds(url: str, rounds: int) -> list[Round]:
+    """What the server alone costs after the pause a handoff round has: a durable write (an
+    INSERT committed synchronously, as a grant is) and a ``SELECT 1``, each after its pause.
+
+    Every handoff's statement meets a server (and a machine) that idled that long, so these
+    are the floors of its parts: no handoff that writes durably can beat the first."""
+    loop = asyncio.new_event_loop()
+    connection = loop.run_until_complete(asyncpg.connect(url))
+    table = f"leaselock_handoff_idle_{uuid.uuid4().hex[:8]}"
+    loop.run_until_complete(connection.execute(f'CREATE TABLE "{table}" (n bigint)'))
+    written = f'INSERT INTO "{table}" VALUES (1)'  # noqa: S608 -- our own table
+
+    def round_trip(sql: str) -> float:
+        time.sleep(BLOCKED_S + random.uniform(0, 0.1))
+        started_ns = time.monotonic_ns()
+        loop.run_until_complete(connection.execute(sql))
+        return (time.monotonic_ns() - started_ns) / 1e6
+
+    try:
+        return [Round(round_trip(written), round_trip("SELECT 1")) for _ in range(rounds)]
+    finally:
+        loop.run_until_complete(connection.execute(f'DROP TABLE "{table}"'))
+        loop.run_until_complete(connection.close())
+        loop.close()
+
+
+def report(name: str, rounds: list[Round], best: float | None = None) -> float:
+    """Print a variant's handoff p50 and p95, and where its release call returned; its p50."""
+    handoffs = [each.held_ms for each in rounds]
     p50 = statistics.median(handoffs)
     p95 = statistics.quantiles(handoffs, n=20)[-1]
     versus = "" if best is None else f"   x{p50 / best:.2f} of the peer's p50"
     print(f"  {name:<40} p50 {p50:6.2f} ms   p95 {p95:6.2f} ms{versus}")
+    returned = statistics.median(each.returned_ms for each in rounds)
+    after = statistics.median(each.held_ms - each.returned_ms for each in rounds)
+    print(f"  {'':<40} its release call returns at {returned:.2f} ms; held {after:+.2f} ms after")
     return p50
 
 
 def in_turns(
-    variants: dict[str, Callable[[int], list[float]]], rounds: int, batches: int
-) -> dict[str, list[float]]:
+    variants: dict[str, Callable[[int], list[Round]]], rounds: int, batches: int
+) -> dict[str, list[Round]]:
     """Run every variant's rounds in ``batches`` batches, the variants taking turns.
 
     On a shared machine the speed of the same code drifts by 10 % and more within minutes: in
     turns, the drift falls on every variant alike.
     """
-    handoffs: dict[str, list[float]] = {name: [] for name in variants}
+    done: dict[str, list[Round]] = {name: [] for name in variants}
     for batch in range(batches):
         size = rounds // batches + (1 if batch < rounds % batches else 0)
         for name, variant in variants.items():
-            handoffs[name] += variant(size)
-    return handoffs
+            done[name] += variant(size)
+    return done
 
 
 def main() -> None:
@@ -427,16 +480,24 @@ def main() -> None:
                 "pg_advisory_lock blocked in a session": lambda n: advisory_rounds(url, n),
                 "leaselock": lambda n: leaselock_rounds("postgres", url, n),
                 "floor: a durable write + NOTIFY heard": lambda n: durable_notify_rounds(url, n),
+                IDLE_SERVER: lambda n: idle_server_rounds(url, n),
             },
             rounds,
             batches,
         )
+        idle = done.pop(IDLE_SERVER)
         floor = report(
             "pg_advisory_lock blocked in a session",
             done.pop("pg_advisory_lock blocked in a session"),
         )
         for name, handoffs in done.items():
             report(name, handoffs, floor)
+        durable = statistics.median(each.held_ms for each in idle)
+        select_1 = statistics.median(each.returned_ms for each in idle)
+        print(
+            f"  {IDLE_SERVER}: a durable INSERT's round trip p50 {durable:.2f} ms "
+            f"(x{durable / floor:.2f} of the peer's handoff), SELECT 1's {select_1:.2f} ms"
+        )
     if "sqlite" in chosen:
         with tempfile.TemporaryDirectory() as directory:
             print("SQLite (one host; no peer: the figure to beat is 5 ms)")
