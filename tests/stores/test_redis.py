@@ -16,9 +16,16 @@ import pytest
 import redis
 import redis.asyncio
 
-from helpers import TokensAsText, unique_key, until_real, wait_for_real
+from helpers import Partition, TokensAsText, unique_key, until_real, wait_for_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
-from leaselock.stores import Acquired, Grant, Queued, Renewal, _redis_subscription
+from leaselock.stores import (
+    Acquired,
+    Grant,
+    Queued,
+    Renewal,
+    _redis_follower,
+    _redis_subscription,
+)
 from leaselock.stores.redis import RedisLockStore
 from leaselock.testing import ManualClock
 from redis_connections import user_without
@@ -482,6 +489,71 @@ async def test_a_client_that_decodes_responses_gets_int_tokens_and_key_names(
             assert await store.renew_many([]) == []
             assert await store.release(key, owner) is True
             assert await asyncio.wait_for(heard.get(), 5) == key
+
+
+def _release_subscriber(clients: list[dict[str, str]]) -> dict[str, str]:
+    [subscriber] = [c for c in clients if c["sub"] != "0"]
+    return subscriber
+
+
+@pytest.mark.redis
+async def test_a_quiet_release_subscription_answers_its_pings_and_is_kept(
+    redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, LOGGER)
+    key = unique_key("quiet")
+    async with (
+        # a client whose connections are quiet after 0.1 s is pinged after 0.1 s
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix, socket_timeout=0.1)) as store,
+        store.follow_releases(lambda _key: None) as follower,
+        follower.following(key),
+        redis.asyncio.Redis.from_url(redis_url) as admin,
+    ):
+        channel = f"{prefix}released@db0:{key}"
+        before = _release_subscriber(await admin.client_list(_type="pubsub"))
+        await wait_for_real(1000)
+        after = _release_subscriber(await admin.client_list(_type="pubsub"))
+        assert await _subscribed(admin, channel, 1)
+    assert before["cmd"] == "subscribe"
+    # the same connection, and the last thing it asked the server was a PING
+    assert (after["id"], after["cmd"]) == (before["id"], "ping")
+    assert [
+        r.getMessage() for r in caplog.records if "release subscriptions" in r.getMessage()
+    ] == []
+
+
+@pytest.mark.redis
+async def test_a_release_subscription_silenced_by_a_partition_is_replaced_once_it_heals(
+    redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_redis_follower, "RESUBSCRIBE_PAUSE_S", 0.1)
+    caplog.set_level(logging.INFO, LOGGER)
+    key = unique_key("partitioned")
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    target = urlsplit(redis_url)
+    timeouts = {"socket_timeout": 0.2, "socket_connect_timeout": 0.5}
+    async with (
+        Partition(target.hostname or "127.0.0.1", target.port or 0) as partition,
+        opened(
+            RedisLockStore.from_url(
+                f"redis://127.0.0.1:{partition.port}{target.path}", prefix=prefix, **timeouts
+            )
+        ) as listener,
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as releaser,
+        listener.follow_releases(heard.put_nowait) as follower,
+        follower.following(key),
+    ):
+        # no reset, no close: the bytes stop, both ways, and only silence tells
+        partition.cut()
+        await until_real(lambda: _logged(caplog, "no answer to a PING within 0.2 s"), within_s=5)
+        partition.heal()
+        await until_real(lambda: _logged(caplog, "has its release subscriptions back"), within_s=5)
+        await released(releaser, key)
+        assert await asyncio.wait_for(heard.get(), 5) == key
+
+
+def _logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    return any(text in record.getMessage() for record in caplog.records)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, cast, final
 
 from .._cancellation import delivered
 from ._followed_keys import FollowedKeys
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import redis.asyncio
     from redis.asyncio.client import PubSub
     from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.connection import AbstractConnection
 
 __all__ = ["RESUBSCRIBE_PAUSE_S", "SUBSCRIBE_TIMEOUT_S", "RedisReleaseFollower"]
 
@@ -34,6 +35,9 @@ _log = logging.getLogger("leaselock.stores.redis")
 
 # pause between attempts to get the subscription back; waiters poll meanwhile
 RESUBSCRIBE_PAUSE_S: Final = 1.0
+# how long a subscription's connection may be quiet before it is sent a PING, where its client
+# sets no socket_timeout (the store's default)
+QUIET_S: Final = 5.0
 SUBSCRIBE_TIMEOUT_S: Final = 10.0
 # an unsubscribe only saves the server a few messages: it is not worth a long wait
 UNSUBSCRIBE_TIMEOUT_S: Final = 2.0
@@ -163,7 +167,8 @@ class RedisReleaseFollower:
 
     async def _read(self, pubsub: PubSub) -> None:
         encoding = str(self._client.get_encoder().encoding)
-        async for message in pubsub_messages(pubsub, self._store):
+        quiet_s = getattr(pubsub.connection, "socket_timeout", None) or QUIET_S
+        async for message in pubsub_messages(pubsub, self._store, quiet_s, self._ping):
             kind = message["type"]
             if kind == "subscribe":
                 self._confirm(text(message["channel"], encoding))
@@ -172,6 +177,10 @@ class RedisReleaseFollower:
                     self._on_release(text(message["data"], encoding))
                 except Exception:  # noqa: BLE001 -- one bad callback must not stop the others
                     _log.exception("A release callback of %r failed", self._store)
+
+    async def _ping(self, pubsub: PubSub) -> None:
+        async with self._sending:
+            await delivered(pubsub.ping())
 
     def _confirm(self, channel: str) -> None:
         pending = self._confirmations.get(channel)
@@ -182,33 +191,62 @@ class RedisReleaseFollower:
                 return
 
 
-async def pubsub_messages(pubsub: PubSub, store: str) -> AsyncIterator[dict[str, object]]:
-    """Yield each message; after a failed read, read again (redis-py reconnects, resubscribes)."""
+async def pubsub_messages(
+    pubsub: PubSub, store: str, quiet_s: float, ping: Callable[[PubSub], Awaitable[None]]
+) -> AsyncIterator[dict[str, object]]:
+    """Yield each message; after a failed read, read again (redis-py reconnects, resubscribes).
+
+    A connection quiet for ``quiet_s`` is sent a PING (by ``ping``); one still silent
+    ``quiet_s`` later is dropped, and read again as a failed one is. Without it, a half-open
+    connection (a partition, a load balancer that forgot an idle flow) would hear no release
+    again, and never fail.
+    """
     failures = 0
+    pinged = False
     while True:
+        failure: object = None
         try:
-            message = await delivered(pubsub.get_message(timeout=None))
+            message = await delivered(pubsub.get_message(timeout=quiet_s))
+            if message is None and not pinged:
+                pinged = True
+                async with asyncio.timeout(quiet_s):
+                    await ping(pubsub)
+                continue
+            if message is None:
+                failure = f"no answer to a PING within {quiet_s:g} s"
         except Exception as error:  # noqa: BLE001 -- any failure: report, read again
-            failures += 1
-            if failures == 1:
-                _log.info("%r lost its release subscriptions (%s); reconnecting", store, error)
-            elif failures == 2:  # noqa: PLR2004 -- the first failed reconnection
-                _log.warning(
-                    "%r cannot get its release subscriptions back (%s); retrying every %.0f s. "
-                    "Waiters in this process poll meanwhile, so they wake up to 1 s late",
-                    store,
-                    error,
-                    RESUBSCRIBE_PAUSE_S,
-                )
-            if failures > 1:
-                # the server is away: do not spin; waiters poll meanwhile
-                await asyncio.sleep(RESUBSCRIBE_PAUSE_S)  # noqa: TID251 -- reconnect pacing
-            continue
-        if failures:
-            _log.info("%r has its release subscriptions back", store)
-            failures = 0
-        if message is not None:
+            failure = error
+        pinged = False
+        if failure is None:
+            if failures:
+                _log.info("%r has its release subscriptions back", store)
+                failures = 0
             yield message
+            continue
+        failures += 1
+        await _dropped(pubsub, store, failure, failures)
+
+
+async def _dropped(pubsub: PubSub, store: str, failure: object, failures: int) -> None:
+    """Drop ``pubsub``'s connection after its ``failures``-th failure in a row; say so once."""
+    # redis-py types it as always None
+    connection = cast("AbstractConnection | None", pubsub.connection)
+    if connection is not None:
+        # the next read opens a new connection and subscribes again
+        await connection.disconnect(nowait=True)
+    if failures == 1:
+        _log.info("%r lost its release subscriptions (%s); reconnecting", store, failure)
+        return
+    if failures == 2:  # noqa: PLR2004 -- the first failed reconnection
+        _log.warning(
+            "%r cannot get its release subscriptions back (%s); retrying every %.0f s. "
+            "Waiters in this process poll meanwhile, so they wake up to 1 s late",
+            store,
+            failure,
+            RESUBSCRIBE_PAUSE_S,
+        )
+    # the server is away: do not spin; waiters poll meanwhile
+    await asyncio.sleep(RESUBSCRIBE_PAUSE_S)  # noqa: TID251 -- reconnect pacing
 
 
 async def close_pubsub(pubsub: PubSub) -> None:
