@@ -15,12 +15,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from helpers import TokensAsText, unique_key, until_real, wait_for_real, yield_once
+from helpers import Partition, TokensAsText, unique_key, until_real, wait_for_real, yield_once
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
-from leaselock.stores import Acquired, Grant, NotAcquired, Queued
+from leaselock.stores import (
+    Acquired,
+    Grant,
+    NotAcquired,
+    Queued,
+    _postgres_follower,
+    _postgres_listening,
+)
 from leaselock.stores._postgres_executors import ConnectionsExecutor, refused_statement
 from leaselock.stores._postgres_line import PostgresWaitingLine, parse_grant
 from leaselock.stores._postgres_sql import FOLLOW_SQL, key_channel
@@ -648,6 +656,88 @@ async def test_a_follower_listens_again_after_its_connection_was_killed(scratch:
     finally:
         await admin.close()
         await store.aclose()
+
+
+async def _listening_backends(admin: Any, table: str) -> list[Any]:
+    """The sessions that LISTEN on ``table``'s release channels (their last statement)."""
+    return list(
+        await admin.fetch(
+            "SELECT pid, query FROM pg_stat_activity WHERE pid IN "
+            "(SELECT pid FROM pg_locks WHERE locktype = 'advisory') AND application_name = $1",
+            table,
+        )
+    )
+
+
+async def test_a_quiet_listening_connection_is_asked_and_kept(
+    scratch: Scratch, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_postgres_listening, "QUIET_S", 0.1)
+    caplog.set_level(logging.INFO, "leaselock")
+    table, sequence = scratch.names("quiet")
+    named = _with_query(scratch.url, f"application_name={table}")
+    store = PostgresLockStore.from_url(named, table=table, sequence=sequence)
+    admin = await asyncpg.connect(scratch.url)
+    try:
+        async with store.follow_releases(print) as follower, follower.following(unique_key("q")):
+            [before] = await _listening_backends(admin, table)
+            await wait_for_real(1000)
+            [after] = await _listening_backends(admin, table)
+    finally:
+        await admin.close()
+        await store.aclose()
+    assert before["query"] == FOLLOW_SQL
+    # the same session, and the last thing it asked the server was the liveness question
+    assert (after["pid"], after["query"]) == (before["pid"], "SELECT 1")
+    assert [r for r in caplog.records if r.levelno >= logging.INFO] == []
+
+
+async def test_a_listening_connection_silenced_by_a_partition_is_replaced_once_it_heals(
+    scratch: Scratch, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_postgres_listening, "QUIET_S", 0.2)
+    monkeypatch.setattr(_postgres_follower, "RELISTEN_PAUSE_S", 0.1)
+    caplog.set_level(logging.INFO, "leaselock")
+    table, sequence = scratch.names("partitioned")
+    target = urlsplit(scratch.url)
+    key = unique_key("partitioned")
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    releaser = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    async with Partition(target.hostname or "127.0.0.1", target.port or 5432) as partition:
+        user = target.netloc.rpartition("@")[0]
+        proxied = target._replace(
+            netloc=f"{user}@127.0.0.1:{partition.port}" if user else f"127.0.0.1:{partition.port}"
+        )
+        listener = PostgresLockStore.from_url(
+            urlunsplit(proxied), table=table, sequence=sequence, command_timeout="1s"
+        )
+        try:
+            async with (
+                listener.follow_releases(heard.put_nowait) as follower,
+                follower.following(key),
+            ):
+                # no reset, no close: the bytes stop, both ways, and only silence tells
+                partition.cut()
+                await until_real(
+                    lambda: _logged(caplog, "Lost the release notifications"), within_s=5
+                )
+                partition.heal()
+                await until_real(lambda: _logged(caplog, "Listening for releases on"), within_s=10)
+                await releaser.acquire(key, "owner", 60_000)
+                assert await releaser.release(key, "owner")
+                assert await asyncio.wait_for(heard.get(), 5) == key
+        finally:
+            await listener.aclose()
+            await releaser.aclose()
+
+
+def _logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    return any(text in record.getMessage() for record in caplog.records)
+
+
+def _with_query(url: str, option: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(query=f"{parts.query}&{option}" if parts.query else option))
 
 
 def test_sync_locks_from_several_threads_never_overlap(scratch: Scratch) -> None:

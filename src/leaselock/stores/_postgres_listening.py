@@ -1,9 +1,11 @@
 """Listening sessions: one connection that LISTENs and runs the follower's own statements.
 
-A session belongs to one :class:`~._postgres_follower.PostgresReleaseFollower`, which sends it
-one command at a time. asyncpg delivers notifications between commands by itself; psycopg
-hands them out only from ``notifies()``, which holds the connection, so its session stops
-reading around each command (notifications that arrive meanwhile wait in psycopg's backlog).
+A session belongs to one :class:`~._postgres_follower.PostgresReleaseFollower` (or one waiting
+line), which sends it one command at a time. asyncpg delivers notifications between commands
+by itself, and an asyncpg session asks the server ``SELECT 1`` when it has heard nothing for a
+while, to notice a connection that went silent; psycopg hands notifications out only from
+``notifies()``, which holds the connection, so its session stops reading around each command
+(notifications that arrive meanwhile wait in psycopg's backlog).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ __all__ = ["ListeningSession", "asyncpg_session", "psycopg_session"]
 
 # how long the teardown of a session may take before its connection is cut instead
 TEARDOWN_TIMEOUT_S: Final = 5.0
+# how long an asyncpg session may hear nothing before it asks SELECT 1, and how long it waits
+# for the answer before it cuts the connection as lost
+QUIET_S: Final = 5.0
 _NUMBERED_PARAMETER: Final = re.compile(r"\$\d+")
 
 
@@ -39,7 +44,7 @@ class ListeningSession(Protocol):
 
 @final
 class _AsyncpgSession:
-    __slots__ = ("_connection", "_on_notify", "channels")
+    __slots__ = ("_commands", "_connection", "_heard_at", "_on_notify", "channels")
 
     def __init__(
         self,
@@ -49,17 +54,45 @@ class _AsyncpgSession:
         self._connection = connection
         self._on_notify = on_notify
         self.channels: set[str] = set()
+        # the follower's commands and the liveness probe: asyncpg runs one at a time
+        self._commands = asyncio.Lock()
+        self._heard_at = asyncio.get_running_loop().time()
 
     def _deliver(self, _connection: object, _pid: int, _channel: str, payload: object) -> None:
+        self._heard_at = asyncio.get_running_loop().time()
         self._on_notify(str(payload))
 
     async def listen(self, channel: str) -> None:
         self.channels.add(channel)
-        await self._connection.add_listener(channel, self._deliver)
+        async with self._commands:
+            await self._connection.add_listener(channel, self._deliver)
 
     async def unlisten(self, channel: str) -> None:
         self.channels.discard(channel)
-        await self._connection.remove_listener(channel, self._deliver)
+        async with self._commands:
+            await self._connection.remove_listener(channel, self._deliver)
+
+    async def keep_alive(self, quiet_s: float) -> None:
+        """Ask ``SELECT 1`` after ``quiet_s`` with nothing heard; cut a connection that is silent.
+
+        A half-open connection (a partition, a load balancer or NAT that forgot an idle flow)
+        shows no other sign: without the question, its notifications would stop for good.
+        The cut ends it as the server's end does, through the termination listener.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            # the pace of a liveness check, not lock timing: no lease depends on it
+            await asyncio.sleep(self._heard_at + quiet_s - loop.time())  # noqa: TID251
+            async with self._commands:
+                if loop.time() < self._heard_at + quiet_s:
+                    continue
+                try:
+                    async with asyncio.timeout(quiet_s):
+                        await self._connection.execute("SELECT 1")
+                except Exception:  # noqa: BLE001 -- no answer, or a broken connection: lost
+                    self._connection.terminate()
+                    return
+                self._heard_at = loop.time()
 
     async def forget_all(self) -> None:
         """Stop every LISTEN and drop every advisory lock: the connection may be reused."""
@@ -68,7 +101,9 @@ class _AsyncpgSession:
         await self._connection.execute("SELECT pg_advisory_unlock_all()")
 
     async def execute(self, sql: str, args: tuple[object, ...]) -> None:
-        await self._connection.execute(sql, *args)
+        async with self._commands:
+            await self._connection.execute(sql, *args)
+            self._heard_at = asyncio.get_running_loop().time()
 
 
 @asynccontextmanager
@@ -77,10 +112,12 @@ async def asyncpg_session(
     on_notify: Callable[[str], None],
     on_lost: Callable[[], None],
 ) -> AsyncIterator[ListeningSession]:
-    """Listen on an asyncpg connection; ``on_lost()`` when the server ends it.
+    """Listen on an asyncpg connection; ``on_lost()`` when it ends, or stops answering.
 
-    At the end the connection forgets its LISTENs and advisory locks, or is cut if it cannot:
-    it may go back to an application's pool.
+    A connection that hears nothing for :data:`QUIET_S` is asked ``SELECT 1``; one that does
+    not answer within as long again is cut, and ``on_lost()`` follows. At the end the
+    connection forgets its LISTENs and advisory locks, or is cut if it cannot: it may go back
+    to an application's pool.
     """
 
     def terminated(_connection: object) -> None:
@@ -88,9 +125,14 @@ async def asyncpg_session(
 
     connection.add_termination_listener(terminated)
     session = _AsyncpgSession(connection, on_notify)
+    watch = asyncio.get_running_loop().create_task(
+        session.keep_alive(QUIET_S), name="leaselock listening connection's liveness"
+    )
     try:
         yield session
     finally:
+        watch.cancel()
+        await asyncio.wait([watch])
         connection.remove_termination_listener(terminated)
         if not connection.is_closed():
             try:
