@@ -154,8 +154,12 @@ class PostgresReleaseFollower:
         """Listen again on a new connection and follow again every key followed now."""
         async with self._commands:
             await self._end_session()
+        attempts = 0
         while not self._closed and self._keys.keys:
-            _log.warning(
+            attempts += 1
+            # once per outage: a server away for a minute is one warning, not sixty
+            _log.log(
+                logging.WARNING if attempts == 1 else logging.DEBUG,
                 "Lost the release notifications of %s; waiters poll until they are back. "
                 "Listening again in %.0f s",
                 self._store,

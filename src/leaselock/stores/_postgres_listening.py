@@ -2,10 +2,10 @@
 
 A session belongs to one :class:`~._postgres_follower.PostgresReleaseFollower` (or one waiting
 line), which sends it one command at a time. asyncpg delivers notifications between commands
-by itself, and an asyncpg session asks the server ``SELECT 1`` when it has heard nothing for a
-while, to notice a connection that went silent; psycopg hands notifications out only from
-``notifies()``, which holds the connection, so its session stops reading around each command
-(notifications that arrive meanwhile wait in psycopg's backlog).
+by itself; psycopg hands them out only from ``notifies()``, which holds the connection, so its
+session stops reading around each command (notifications that arrive meanwhile wait in
+psycopg's backlog). Either session asks the server ``SELECT 1`` when it has heard nothing for a
+while, to notice a connection that went silent.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ __all__ = ["ListeningSession", "asyncpg_session", "psycopg_session"]
 
 # how long the teardown of a session may take before its connection is cut instead
 TEARDOWN_TIMEOUT_S: Final = 5.0
-# how long an asyncpg session may hear nothing before it asks SELECT 1, and how long it waits
-# for the answer before it cuts the connection as lost
+# how long a session may hear nothing before it asks SELECT 1, and how long it waits for the
+# answer before it gives the connection up as lost
 QUIET_S: Final = 5.0
 _NUMBERED_PARAMETER: Final = re.compile(r"\$\d+")
 
@@ -72,27 +72,21 @@ class _AsyncpgSession:
         async with self._commands:
             await self._connection.remove_listener(channel, self._deliver)
 
-    async def keep_alive(self, quiet_s: float) -> None:
-        """Ask ``SELECT 1`` after ``quiet_s`` with nothing heard; cut a connection that is silent.
+    @property
+    def heard_at(self) -> float:
+        return self._heard_at
 
-        A half-open connection (a partition, a load balancer or NAT that forgot an idle flow)
-        shows no other sign: without the question, its notifications would stop for good.
-        The cut ends it as the server's end does, through the termination listener.
-        """
-        loop = asyncio.get_running_loop()
-        while True:
-            # the pace of a liveness check, not lock timing: no lease depends on it
-            await asyncio.sleep(self._heard_at + quiet_s - loop.time())  # noqa: TID251
-            async with self._commands:
-                if loop.time() < self._heard_at + quiet_s:
-                    continue
-                try:
-                    async with asyncio.timeout(quiet_s):
-                        await self._connection.execute("SELECT 1")
-                except Exception:  # noqa: BLE001 -- no answer, or a broken connection: lost
-                    self._connection.terminate()
-                    return
-                self._heard_at = loop.time()
+    @property
+    def commands(self) -> asyncio.Lock:
+        return self._commands
+
+    async def probe(self) -> None:
+        await self._connection.execute("SELECT 1")
+        self._heard_at = asyncio.get_running_loop().time()
+
+    def cut(self) -> None:
+        # the termination listener then reports the loss, as for a connection the server ended
+        self._connection.terminate()
 
     async def forget_all(self) -> None:
         """Stop every LISTEN and drop every advisory lock: the connection may be reused."""
@@ -104,6 +98,58 @@ class _AsyncpgSession:
         async with self._commands:
             await self._connection.execute(sql, *args)
             self._heard_at = asyncio.get_running_loop().time()
+
+
+class _Probed(Protocol):
+    """A session whose connection can be asked whether it still answers."""
+
+    @property
+    def heard_at(self) -> float:
+        """When (loop time) the connection last delivered or answered anything."""
+
+    @property
+    def commands(self) -> asyncio.Lock:
+        """Held while a command runs: one at a time on the connection."""
+
+    async def probe(self) -> None:
+        """Ask ``SELECT 1``; return once it is answered."""
+
+    def cut(self) -> None:
+        """Give the connection up as lost: the session's ``on_lost()`` follows."""
+
+
+async def _keep_alive(session: _Probed, quiet_s: float) -> None:
+    """Ask ``SELECT 1`` after ``quiet_s`` with nothing heard; cut a connection that is silent.
+
+    A half-open connection (a partition, a load balancer or NAT that forgot an idle flow)
+    shows no other sign: without the question, its notifications would stop for good.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        # the pace of a liveness check, not lock timing: no lease depends on it
+        await asyncio.sleep(session.heard_at + quiet_s - loop.time())  # noqa: TID251
+        async with session.commands:
+            if loop.time() < session.heard_at + quiet_s:
+                continue
+            try:
+                async with asyncio.timeout(quiet_s):
+                    await session.probe()
+            except Exception:  # noqa: BLE001 -- no answer, or a broken connection: lost
+                session.cut()
+                return
+
+
+@asynccontextmanager
+async def _kept_alive(session: _Probed) -> AsyncIterator[None]:
+    """Keep ``session``'s connection asked (:func:`_keep_alive`) while entered."""
+    watch = asyncio.get_running_loop().create_task(
+        _keep_alive(session, QUIET_S), name="leaselock listening connection's liveness"
+    )
+    try:
+        yield
+    finally:
+        watch.cancel()
+        await asyncio.wait([watch])
 
 
 @asynccontextmanager
@@ -125,14 +171,10 @@ async def asyncpg_session(
 
     connection.add_termination_listener(terminated)
     session = _AsyncpgSession(connection, on_notify)
-    watch = asyncio.get_running_loop().create_task(
-        session.keep_alive(QUIET_S), name="leaselock listening connection's liveness"
-    )
     try:
-        yield session
+        async with _kept_alive(session):
+            yield session
     finally:
-        watch.cancel()
-        await asyncio.wait([watch])
         connection.remove_termination_listener(terminated)
         if not connection.is_closed():
             try:
@@ -145,7 +187,7 @@ async def asyncpg_session(
 
 @final
 class _PsycopgSession:
-    __slots__ = ("_connection", "_on_lost", "_on_notify", "_reader")
+    __slots__ = ("_commands", "_connection", "_heard_at", "_on_lost", "_on_notify", "_reader")
 
     def __init__(
         self,
@@ -157,6 +199,24 @@ class _PsycopgSession:
         self._on_notify = on_notify
         self._on_lost = on_lost
         self._reader: asyncio.Task[None] | None = None
+        # the follower's commands and the liveness probe: each stops the reader around it
+        self._commands = asyncio.Lock()
+        self._heard_at = asyncio.get_running_loop().time()
+
+    @property
+    def heard_at(self) -> float:
+        return self._heard_at
+
+    @property
+    def commands(self) -> asyncio.Lock:
+        return self._commands
+
+    async def probe(self) -> None:
+        await self._run("SELECT 1")
+
+    def cut(self) -> None:
+        # the follower ends the session, and the executor invalidates the connection
+        self._on_lost()
 
     def read(self) -> None:
         self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -171,17 +231,23 @@ class _PsycopgSession:
         loop = asyncio.get_running_loop()
         try:
             async for notification in self._connection.notifies():
+                self._heard_at = loop.time()
                 # on the loop, apart: a failing callback must not stop the reading
                 loop.call_soon(self._on_notify, notification.payload)
         except Exception:  # noqa: BLE001 -- the connection is gone; the follower reconnects
             self._on_lost()
 
     async def _command(self, sql: str, args: tuple[object, ...] = ()) -> None:
+        async with self._commands:
+            await self._run(sql, args)
+
+    async def _run(self, sql: str, args: tuple[object, ...] = ()) -> None:
         await self.stop_reading()
         try:
             await self._connection.execute(sql, args or None)
         finally:
             self.read()
+        self._heard_at = asyncio.get_running_loop().time()
 
     async def listen(self, channel: str) -> None:
         await self._command(f'LISTEN "{channel}"')
@@ -199,10 +265,15 @@ async def psycopg_session(
     on_notify: Callable[[str], None],
     on_lost: Callable[[], None],
 ) -> AsyncIterator[ListeningSession]:
-    """Listen on a psycopg connection in autocommit mode; ``on_lost()`` when it fails."""
+    """Listen on a psycopg connection in autocommit mode; ``on_lost()`` when it fails.
+
+    As on asyncpg, a connection that hears nothing for :data:`QUIET_S` is asked ``SELECT 1``,
+    and one that does not answer within as long again is reported lost.
+    """
     session = _PsycopgSession(connection, on_notify, on_lost)
     session.read()
     try:
-        yield session
+        async with _kept_alive(session):
+            yield session
     finally:
         await session.stop_reading()
