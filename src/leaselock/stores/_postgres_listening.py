@@ -44,7 +44,7 @@ class ListeningSession(Protocol):
 
 @final
 class _AsyncpgSession:
-    __slots__ = ("_commands", "_connection", "_heard_at", "_on_notify", "channels")
+    __slots__ = ("_connection", "_on_notify", "channels", "commands", "heard_at")
 
     def __init__(
         self,
@@ -55,34 +55,26 @@ class _AsyncpgSession:
         self._on_notify = on_notify
         self.channels: set[str] = set()
         # the follower's commands and the liveness probe: asyncpg runs one at a time
-        self._commands = asyncio.Lock()
-        self._heard_at = asyncio.get_running_loop().time()
+        self.commands = asyncio.Lock()
+        self.heard_at = asyncio.get_running_loop().time()
 
     def _deliver(self, _connection: object, _pid: int, _channel: str, payload: object) -> None:
-        self._heard_at = asyncio.get_running_loop().time()
+        self.heard_at = asyncio.get_running_loop().time()
         self._on_notify(str(payload))
 
     async def listen(self, channel: str) -> None:
         self.channels.add(channel)
-        async with self._commands:
+        async with self.commands:
             await self._connection.add_listener(channel, self._deliver)
 
     async def unlisten(self, channel: str) -> None:
         self.channels.discard(channel)
-        async with self._commands:
+        async with self.commands:
             await self._connection.remove_listener(channel, self._deliver)
-
-    @property
-    def heard_at(self) -> float:
-        return self._heard_at
-
-    @property
-    def commands(self) -> asyncio.Lock:
-        return self._commands
 
     async def probe(self) -> None:
         await self._connection.execute("SELECT 1")
-        self._heard_at = asyncio.get_running_loop().time()
+        self.heard_at = asyncio.get_running_loop().time()
 
     def cut(self) -> None:
         # the termination listener then reports the loss, as for a connection the server ended
@@ -95,21 +87,20 @@ class _AsyncpgSession:
         await self._connection.execute("SELECT pg_advisory_unlock_all()")
 
     async def execute(self, sql: str, args: tuple[object, ...]) -> None:
-        async with self._commands:
+        async with self.commands:
             await self._connection.execute(sql, *args)
-            self._heard_at = asyncio.get_running_loop().time()
+            self.heard_at = asyncio.get_running_loop().time()
 
 
 class _Probed(Protocol):
-    """A session whose connection can be asked whether it still answers."""
+    """A session whose connection can be asked whether it still answers.
 
-    @property
-    def heard_at(self) -> float:
-        """When (loop time) the connection last delivered or answered anything."""
+    ``heard_at`` is when (loop time) the connection last delivered or answered anything;
+    ``commands`` is held while a command runs, one at a time on the connection.
+    """
 
-    @property
-    def commands(self) -> asyncio.Lock:
-        """Held while a command runs: one at a time on the connection."""
+    heard_at: float
+    commands: asyncio.Lock
 
     async def probe(self) -> None:
         """Ask ``SELECT 1``; return once it is answered."""
@@ -187,7 +178,7 @@ async def asyncpg_session(
 
 @final
 class _PsycopgSession:
-    __slots__ = ("_commands", "_connection", "_heard_at", "_on_lost", "_on_notify", "_reader")
+    __slots__ = ("_connection", "_on_lost", "_on_notify", "_reader", "commands", "heard_at")
 
     def __init__(
         self,
@@ -200,16 +191,8 @@ class _PsycopgSession:
         self._on_lost = on_lost
         self._reader: asyncio.Task[None] | None = None
         # the follower's commands and the liveness probe: each stops the reader around it
-        self._commands = asyncio.Lock()
-        self._heard_at = asyncio.get_running_loop().time()
-
-    @property
-    def heard_at(self) -> float:
-        return self._heard_at
-
-    @property
-    def commands(self) -> asyncio.Lock:
-        return self._commands
+        self.commands = asyncio.Lock()
+        self.heard_at = asyncio.get_running_loop().time()
 
     async def probe(self) -> None:
         await self._run("SELECT 1")
@@ -231,14 +214,14 @@ class _PsycopgSession:
         loop = asyncio.get_running_loop()
         try:
             async for notification in self._connection.notifies():
-                self._heard_at = loop.time()
+                self.heard_at = loop.time()
                 # on the loop, apart: a failing callback must not stop the reading
                 loop.call_soon(self._on_notify, notification.payload)
         except Exception:  # noqa: BLE001 -- the connection is gone; the follower reconnects
             self._on_lost()
 
     async def _command(self, sql: str, args: tuple[object, ...] = ()) -> None:
-        async with self._commands:
+        async with self.commands:
             await self._run(sql, args)
 
     async def _run(self, sql: str, args: tuple[object, ...] = ()) -> None:
@@ -247,7 +230,7 @@ class _PsycopgSession:
             await self._connection.execute(sql, args or None)
         finally:
             self.read()
-        self._heard_at = asyncio.get_running_loop().time()
+        self.heard_at = asyncio.get_running_loop().time()
 
     async def listen(self, channel: str) -> None:
         await self._command(f'LISTEN "{channel}"')
