@@ -48,6 +48,16 @@ ALEMBIC_MIGRATIONS = (
 )
 HAS_PSYCOPG = importlib.util.find_spec("psycopg") is not None
 HAS_ALEMBIC = importlib.util.find_spec("alembic") is not None
+# once on each driver a store can listen through: asyncpg, and psycopg (a SQLAlchemy engine)
+BY_EACH_DRIVER = pytest.mark.parametrize(
+    "driver",
+    [
+        "asyncpg",
+        pytest.param(
+            "psycopg", marks=pytest.mark.skipif(not HAS_PSYCOPG, reason="psycopg is not installed")
+        ),
+    ],
+)
 BODY_QUOTE = "$leaselock$"
 LINE_SIGNATURE = "(text, text, text, bigint, bigint, bigint, text)"
 
@@ -682,15 +692,7 @@ async def _listening_backends(admin: Any, table: str) -> list[Any]:
     )
 
 
-@pytest.mark.parametrize(
-    "driver",
-    [
-        "asyncpg",
-        pytest.param(
-            "psycopg", marks=pytest.mark.skipif(not HAS_PSYCOPG, reason="psycopg is not installed")
-        ),
-    ],
-)
+@BY_EACH_DRIVER
 async def test_a_quiet_listening_connection_is_asked_and_kept(
     scratch: Scratch,
     caplog: pytest.LogCaptureFixture,
@@ -723,15 +725,7 @@ async def test_a_quiet_listening_connection_is_asked_and_kept(
     assert [r for r in caplog.records if r.levelno >= logging.INFO] == []
 
 
-@pytest.mark.parametrize(
-    "driver",
-    [
-        "asyncpg",
-        pytest.param(
-            "psycopg", marks=pytest.mark.skipif(not HAS_PSYCOPG, reason="psycopg is not installed")
-        ),
-    ],
-)
+@BY_EACH_DRIVER
 async def test_a_listening_connection_silenced_by_a_partition_is_replaced_once_it_heals(
     scratch: Scratch,
     caplog: pytest.LogCaptureFixture,
@@ -1299,15 +1293,7 @@ async def test_a_schema_without_lines_offers_none_and_works_as_before(
         await old.aclose()
 
 
-@pytest.mark.parametrize(
-    "driver",
-    [
-        "asyncpg",
-        pytest.param(
-            "psycopg", marks=pytest.mark.skipif(not HAS_PSYCOPG, reason="psycopg is not installed")
-        ),
-    ],
-)
+@BY_EACH_DRIVER
 async def test_create_schema_makes_the_lines_through_a_sqlalchemy_engine(
     scratch: Scratch, driver: str
 ) -> None:
