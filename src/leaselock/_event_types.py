@@ -80,7 +80,12 @@ class _EventFields:
 
     @property
     def instance(self) -> str | None:
-        """The label of the instance that held the lock (from its owner id), or ``None``."""
+        """The label of the instance the event is about (from its owner id), or ``None``.
+
+        The holder's, for an event about a lock; for a job's alerts (``job-overdue``,
+        ``job-recovered``, ``job-missed``) the instance that reported it; ``job-failing``
+        names where the failed run ran.
+        """
         return instance_label(self.owner)
 
     def log_fields(self) -> dict[str, object]:
@@ -394,7 +399,8 @@ class JobMissed(_EventFields):
     """A tick of ``job`` skipped here because another instance owned it was never run there.
 
     ``missed_at`` is that tick; ``holder`` the instance that owned the job then (dead or
-    stalled). Found by the next instance to run the job, which records it.
+    stalled). Found by the next instance to run the job, which records it: ``instance`` is
+    that reporting instance.
     """
 
     type: Literal["job-missed"] = "job-missed"

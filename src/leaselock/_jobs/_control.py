@@ -136,7 +136,9 @@ class JobControl:
                     JobMissed(
                         key=spec.key,
                         fencing_token=None,
-                        owner=skipped.holder,
+                        # the event is this instance's report; the instance that missed the
+                        # tick is its holder (naming that one here drew it alive in timelines)
+                        owner=f"@{self._instance}",
                         job=spec.key,
                         missed_at=skipped.at,
                         holder=holder_name(skipped.holder),
@@ -149,8 +151,18 @@ class JobControl:
         """Remember a run that ended here but whose end the store missed: not abandoned."""
         self._ended_here[spec.key] = token
 
-    async def failed(self, spec: JobSpec, failures_before: int, error: str | None) -> None:
+    async def failed(
+        self,
+        spec: JobSpec,
+        failures_before: int,
+        error: str | None,
+        *,
+        fencing_token: int,
+        owner: str | None,
+    ) -> None:
         """Count a run of ``spec`` that raised ``error``: alert, and pause, once a streak.
+
+        ``fencing_token`` and ``owner`` are the failed run's, so the alert names where it ran.
 
         The pause is written before the run's caller hears of the failure (one more round trip,
         once a streak), so the next tick anywhere finds it.
@@ -163,8 +175,8 @@ class JobControl:
         self._events.emit(
             JobFailing(
                 key=spec.key,
-                fencing_token=None,
-                owner=None,
+                fencing_token=fencing_token,
+                owner=owner or f"@{self._instance}",
                 job=spec.key,
                 failures=failures,
                 error=error,

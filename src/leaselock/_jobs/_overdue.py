@@ -59,12 +59,23 @@ class _Watched:
 class OverdueWatch:
     """Watches the jobs with ``expect_every`` whose ticks one Locks sees."""
 
-    __slots__ = ("_clock", "_closed", "_events", "_operator", "_wall", "_watched")
+    __slots__ = ("_clock", "_closed", "_events", "_operator", "_reporter", "_wall", "_watched")
 
     def __init__(
-        self, operator: OperatorStore, clock: Clock, wall: WallTime, events: Publisher
+        self,
+        operator: OperatorStore,
+        clock: Clock,
+        wall: WallTime,
+        events: Publisher,
+        *,
+        instance: str,
     ) -> None:
-        """Read run records through ``operator``, on ``clock``; report through ``events``."""
+        """Read run records through ``operator``, on ``clock``; report through ``events``.
+
+        No lock belongs to an overdue job, so its events name ``instance``, which reports them.
+        """
+        # an owner id's form ("<id>@<label>") with no id: the events' instance is the reporter
+        self._reporter = f"@{instance}"
         self._operator = operator
         self._clock = clock
         self._wall = wall
@@ -160,7 +171,7 @@ class OverdueWatch:
                 JobOverdue(
                     key=job,
                     fencing_token=None,
-                    owner=None,
+                    owner=self._reporter,
                     job=job,
                     expect_every_ms=every_ms,
                     last_success_at=last_success_at,
@@ -168,4 +179,6 @@ class OverdueWatch:
             )
         elif watched.overdue:
             watched.overdue = False
-            self._events.emit(JobRecovered(key=job, fencing_token=None, owner=None, job=job))
+            self._events.emit(
+                JobRecovered(key=job, fencing_token=None, owner=self._reporter, job=job)
+            )

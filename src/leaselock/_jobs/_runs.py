@@ -121,7 +121,7 @@ class JobRuns:
         """Create the runs of a Locks whose engine, clock, events and instance are given."""
         wall = WallTime(clock)
         self.records = RunRecords(engine.operator, wall, instance)
-        self.overdue = OverdueWatch(engine.operator, clock, wall, events)
+        self.overdue = OverdueWatch(engine.operator, clock, wall, events, instance=instance)
         self.control = JobControl(engine.operator, wall, events, instance=instance)
         self.follow_ups = FollowUps(engine.operator, clock, wall, default_ttl_ms=default_ttl_ms)
         self._engine = engine
@@ -433,7 +433,13 @@ class JobRuns:
         if outcome == "ok":
             self.overdue.succeeded(run.spec.key)
         elif outcome == "error" and run.failures_before is not None:
-            await self.control.failed(run.spec, run.failures_before, error)
+            await self.control.failed(
+                run.spec,
+                run.failures_before,
+                error,
+                fencing_token=run.lock.fencing_token,
+                owner=self._owner_of(run),
+            )
         return recorded is not None and recorded.buffered
 
     async def drain(self, grace_ms: int) -> None:

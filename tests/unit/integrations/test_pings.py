@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+import leaselock
 from leaselock import Locks, LocksConfigurationError
 from leaselock._event_types import (
     Event,
@@ -30,6 +31,8 @@ from leaselock._event_types import (
 )
 from leaselock._events import Events, Publisher
 from leaselock.integrations.pings import HealthchecksPings, WebhookPings, _shown
+from leaselock.stores import InMemoryLockStore
+from leaselock.testing import ManualClock
 
 OWNER = "0123456789abcdef0123456789abcdef@shop-1"
 JOB = "reports:daily"
@@ -326,6 +329,35 @@ def test_a_webhook_gets_the_chosen_events_as_json(server: Server, hub: Hub):
         "token": 9,
         "reason": "deadline",
     }
+
+
+async def test_every_alert_a_webhook_sends_from_a_real_locks_names_its_instance(
+    server: Server, store: InMemoryLockStore, clock: ManualClock
+):
+    class Feed:
+        @leaselock.without_overlapping(key="feed:import", alert_after_failures=1, expect_every="1m")
+        async def run(self) -> str:
+            raise ValueError("supplier feed is HTML")
+
+    feed = Feed()
+    kinds = ("job-failing", "job-overdue", "job-missed", "run-abandoned", "lock-lost")
+    async with (
+        WebhookPings(server.url, events=kinds) as webhook,
+        Locks(store=store, clock=clock, instance="shop-7") as locks,
+    ):
+        webhook.attach(locks)
+        locks.register(feed)
+        with pytest.raises(ValueError, match="HTML"):
+            await feed.run()
+        await clock.advance("3m")
+    bodies = [received.json() for received in server.received()]
+    assert {body["type"] for body in bodies if isinstance(body, dict)} >= {
+        "job-failing",
+        "job-overdue",
+    }
+    assert [body["instance"] for body in bodies if isinstance(body, dict)] == ["shop-7"] * len(
+        bodies
+    )
 
 
 def test_a_webhook_sends_only_the_events_it_was_given(server: Server, hub: Hub):

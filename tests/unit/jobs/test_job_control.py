@@ -309,7 +309,7 @@ async def test_a_tick_the_dead_owner_never_started_is_found_missed_by_the_next_o
         dying.heal()
 
     (event,) = [e for e in missed if isinstance(e, JobMissed)]
-    assert (event.job, event.holder) == ("reports:weekly", "shop-1")
+    assert (event.job, event.holder, event.instance) == ("reports:weekly", "shop-1", "shop-2")
     assert status.missed_at == event.missed_at
 
 
