@@ -194,6 +194,23 @@ async def test_the_token_is_the_keys_create_revision(etcd_url: str, prefix: str)
 
 
 @pytest.mark.etcd
+async def test_discard_prefix_deletes_every_key_of_its_prefix_and_no_other(
+    etcd_url: str, prefix: str
+) -> None:
+    neighbour = prefix[:-1] + "-neighbour/"
+    async with (
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as store,
+        opened(EtcdLockStore(etcd_url, prefix=neighbour)) as other,
+    ):
+        for n in range(3):
+            assert isinstance(await store.acquire(f"k{n}", "me", ONE_MINUTE_MS), Acquired)
+        assert isinstance(await other.acquire("k0", "me", ONE_MINUTE_MS), Acquired)
+        assert await store.discard_prefix() == 3
+        assert await kvs_under(etcd_url, prefix) == []
+        assert len(await lock_kvs(etcd_url, neighbour)) == 1
+
+
+@pytest.mark.etcd
 async def test_locks_of_one_ttl_share_one_lease_and_renew_in_two_calls_and_one_per_64_locks(
     etcd_url: str, prefix: str
 ) -> None:

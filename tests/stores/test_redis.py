@@ -169,6 +169,25 @@ async def test_keys_of_every_kind_stay_apart_from_each_other_and_from_the_counte
 
 
 @pytest.mark.redis
+async def test_discard_prefix_deletes_every_key_of_its_prefix_and_no_other(
+    redis_url: str, prefix: str
+) -> None:
+    neighbour = prefix[:-1] + "-neighbour:"
+    async with (
+        opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store,
+        opened(RedisLockStore.from_url(redis_url, prefix=neighbour)) as other,
+        redis.asyncio.Redis.from_url(redis_url) as raw,
+    ):
+        for n in range(3):
+            assert isinstance(await store.acquire(f"k{n}*?", "me", ONE_MINUTE_MS), Acquired)
+        assert isinstance(await other.acquire("k0*?", "me", ONE_MINUTE_MS), Acquired)
+        assert await store.discard_prefix() == 4  # three locks and the counter
+        assert [key async for key in raw.scan_iter(match=prefix + "*")] == []
+        assert await other.read_lock("k0*?") is not None
+        assert await raw.get(neighbour + "fencing-token") == b"1"
+
+
+@pytest.mark.redis
 async def test_a_year_long_ttl_is_set_in_milliseconds_by_redis(redis_url: str, prefix: str) -> None:
     key, owner = unique_key("year"), unique_key("owner")
     async with (

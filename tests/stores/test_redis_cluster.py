@@ -59,6 +59,21 @@ async def store(redis_cluster_url: str, prefix: str) -> AsyncIterator[RedisClust
     await store.aclose()
 
 
+async def test_discard_prefix_deletes_every_key_of_its_prefix_on_every_master(
+    store: RedisClusterLockStore, redis_cluster_url: str, prefix: str
+) -> None:
+    keys = [f"job-{n}" for n in range(20)]
+    for key in keys:
+        assert isinstance(await store.acquire(key, "me", LONG_TTL_MS), Acquired)
+    # each key's lock and its own counter
+    assert await store.discard_prefix() == 2 * len(keys)
+    client = RedisCluster.from_url(redis_cluster_url)
+    try:
+        assert [name async for name in client.scan_iter(match=f"{prefix}*")] == []
+    finally:
+        await client.aclose()
+
+
 async def test_a_keys_lock_and_counter_share_a_slot_and_keys_spread_over_every_master(
     store: RedisClusterLockStore, redis_cluster_url: str, prefix: str
 ) -> None:

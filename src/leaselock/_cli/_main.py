@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from collections.abc import Sequence
 from typing import Final
 
 from .._errors import LockError
 from ._check import add_check_command
-from ._operate import add_operator_commands
+from ._operate import add_operator_commands, out
 from ._steer import add_steering_commands
 from ._timeline import add_timeline_command
 from ._watch import add_watch_command
@@ -26,7 +25,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``leaselock`` command; return its exit status.
 
     0: done, or the check passed; 1: the check found a broken promise; 2: the command could not
-    run (a bad URL, an unreachable server, a missing table), with one line saying why.
+    run (a bad URL, an unreachable server, a missing table), with one line saying why; 3: the
+    check found no violation but lacked the evidence to pass (run it longer).
     """
     parser = argparse.ArgumentParser(
         prog="leaselock",
@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status: int = arguments.run(arguments)
     except LockError as error:
-        print(f"leaselock {arguments.command}: {error}", file=sys.stderr)  # noqa: T201 -- a command's output
+        out(f"leaselock {arguments.command}: {error}", error=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_USAGE

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from .._errors import LocksConfigurationError
 from .._jobs import JobStatus
 from .._locks import Locks
+from .._redact import redact_secrets
 from ..stores._capabilities import LockInfo, RunRecord
 from ..stores._job_control import JobPause
 from ..stores._urls import store_from_url
@@ -267,9 +268,9 @@ def _refuse_a_missing_sqlite_file(url: str) -> None:
 # --- printing ---------------------------------------------------------------------------------
 
 
-def out(text: str, *, flush: bool = False) -> None:
-    """Print one line of the command's output."""
-    print(text, flush=flush)  # noqa: T201 -- a command's output
+def out(text: str, *, flush: bool = False, error: bool = False) -> None:
+    """Print a line of the command's output (``error``: to stderr), with passwords redacted."""
+    print(redact_secrets(text), flush=flush, file=sys.stderr if error else sys.stdout)
 
 
 def _table(rows: Sequence[Sequence[str]]) -> None:

@@ -12,6 +12,7 @@ from ._capabilities import JobRecord as JobRecord
 from ._capabilities import LockInfo as LockInfo
 from ._capabilities import RunOutcome as RunOutcome
 from ._capabilities import RunRecord as RunRecord
+from ._capabilities import SupportsDiscard as SupportsDiscard
 from ._capabilities import SupportsInspection as SupportsInspection
 from ._capabilities import SupportsRunRecords as SupportsRunRecords
 from ._job_control import JobPause as JobPause
@@ -73,6 +74,7 @@ __all__ = [
     "RunStartAnswer",
     "SQLiteLockStore",
     "SupportsBatchRenew",
+    "SupportsDiscard",
     "SupportsHandoff",
     "SupportsInspection",
     "SupportsJobControl",

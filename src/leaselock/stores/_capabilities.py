@@ -21,6 +21,7 @@ __all__ = [
     "LockInfo",
     "RunOutcome",
     "RunRecord",
+    "SupportsDiscard",
     "SupportsInspection",
     "SupportsRunRecords",
     "epoch_ms",
@@ -273,3 +274,17 @@ def _outcome(value: object) -> RunOutcome:
         # an outcome a newer leaselock wrote: it reads as an error rather than fail the listing
         return "error"
     return cast("RunOutcome", value)
+
+
+@runtime_checkable
+class SupportsDiscard(Protocol):
+    """A store whose keys share a prefix, all of which can be deleted at once."""
+
+    async def discard_prefix(self) -> int:
+        """Delete every key under this store's prefix (locks, counters, lines, run records).
+
+        For a prefix of one's own that nothing will use again, such as ``leaselock check``'s.
+        Never on a prefix an application uses: its fencing counters would start over, and a
+        paused holder's stale token could then be handed out again. Returns how many keys went.
+        """
+        ...

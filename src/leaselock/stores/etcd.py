@@ -532,6 +532,20 @@ class EtcdLockStore:
         )
         return await self._lock_infos(answer.get("kvs") or [])
 
+    async def discard_prefix(self) -> int:
+        """Delete every key under this store's prefix; return how many went.
+
+        For a prefix of one's own that nothing uses again (``leaselock check``'s). Never on a
+        prefix an application uses: its fencing counter would start over, and a paused holder's
+        stale token could be handed out again.
+        """
+        start = self._prefix.encode()
+        answer = await self._ready().call(
+            "kv/deleterange",
+            {"key": encoded_bytes(start), "range_end": encoded_bytes(prefix_end(start))},
+        )
+        return int(answer.get("deleted", 0))
+
     async def break_lock(self, key: str) -> LockInfo | None:
         """Free ``key`` whoever holds it (its watchers hear it); return what held it, if any."""
         answer = await self._ready().call(

@@ -47,7 +47,7 @@ from ._redis_jobs import (
     pauses_from_fields,
     start_answer,
 )
-from ._redis_keyspace import glob_escaped, lock_info, text
+from ._redis_keyspace import delete_prefixed, glob_escaped, lock_info, text
 from ._redis_line import (
     BREAK_LOCK,
     LINE_SCRIPTS,
@@ -642,6 +642,15 @@ class RedisLockStore:
             if len(found) >= limit:
                 break
         return found[:limit]
+
+    async def discard_prefix(self) -> int:
+        """Delete every key under this store's prefix; return how many went.
+
+        For a prefix of one's own that nothing uses again (``leaselock check``'s). Never on a
+        prefix an application uses: its fencing counter would start over, and a paused holder's
+        stale token could be handed out again.
+        """
+        return await delete_prefixed(self._client or self._connected(), self._prefix)
 
     async def break_lock(self, key: str) -> LockInfo | None:
         """Free ``key`` whoever holds it; return what held it, if anything did.

@@ -32,7 +32,7 @@ from .._errors import LocksConfigurationError, LockStoreError
 from ._capabilities import JobRecord, LockInfo, RunRecord
 from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
 from ._redis_follower import RedisReleaseFollower
-from ._redis_keyspace import glob_escaped, lock_info, text
+from ._redis_keyspace import delete_prefixed, glob_escaped, lock_info, text
 from ._redis_runs import RECORD_RUN, read_job_records, record_run_args
 from ._redis_scripts import Script, script
 from ._redis_settings import DEFAULT_PREFIX, DEFAULT_SOCKET_TIMEOUTS, check_options, check_prefix
@@ -391,6 +391,15 @@ class RedisClusterLockStore:
                 if len(found) == limit:
                     break
         return found
+
+    async def discard_prefix(self) -> int:
+        """Delete every key under this store's prefix; return how many went.
+
+        For a prefix of one's own that nothing uses again (``leaselock check``'s). Never on a
+        prefix an application uses: its fencing counter would start over, and a paused holder's
+        stale token could be handed out again.
+        """
+        return await delete_prefixed(self._client or self._connected(), self._prefix)
 
     async def break_lock(self, key: str) -> LockInfo | None:
         """Free ``key`` whoever holds it (announced to waiters); return what held it, if any."""

@@ -1,11 +1,15 @@
 """A bounded torture test of a real store: worker processes, a nemesis, and the history's verdict.
 
 Worker processes take one key again and again on the store under test and make fenced writes to
-a resource (a SQLite file of the check's own); a nemesis pauses holders past the ttl (SIGSTOP),
-kills workers (SIGKILL, then starts new ones) and, when it is given a way, crashes the store.
-Every store call and write is recorded (:mod:`leaselock.testing.history`) and checked at the end.
+a resource (a SQLite file of the check's own); a nemesis pauses holders past the ttl (SIGSTOP)
+until another worker has taken the key and written, kills holders (SIGKILL, then starts new
+workers) and, when it is given a way, crashes the store. Every store call and write is recorded
+(:mod:`leaselock.testing.history`) and checked at the end; a run that lacks the evidence for a
+verdict ends inconclusive (:mod:`._check_verdict`).
 
-Time here is real on purpose: real processes, paused and killed for real.
+The run's time starts once every worker is ready (interpreter up, store open), so a slow start
+on a busy machine shortens nothing. Time here is real on purpose: real processes, paused and
+killed for real.
 """
 
 from __future__ import annotations
@@ -14,33 +18,44 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import json
 import logging
+import math
 import multiprocessing
 import os
 import random
 import signal
 import sqlite3
-import statistics
 import tempfile
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
+from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
-from typing import final
+from typing import Final, final
+from urllib.parse import urlsplit
 
 from .._durations import Duration, parse_ttl
 from .._errors import LockNotAcquiredError, LocksConfigurationError, LockStoreError
 from .._locks import Locks
-from ..stores import store_from_url
-from .history import HistoryRecorder, HistoryReport, check_history
+from .._redact import redact_secrets
+from ..stores import SupportsDiscard, store_from_url
+from ._check_verdict import CheckResult, Fault, judge
+from .history import HistoryRecorder, check_history
 
 __all__ = ["CheckResult", "check_store"]
 
-_RESOURCE = "fenced_resource"
-_NS_PER_MS = 1_000_000
+_RESOURCE: Final = "fenced_resource"
+_NS_PER_S: Final = 1_000_000_000
+# an interpreter, the store's driver and its first connection, on a loaded machine
+STARTUP_TIMEOUT_S: Final = 120.0
+PROGRESS_EVERY_S: Final = 5.0
+_POLL_S: Final = 0.01
+# a pause lasts at least this many ttls, and at most _PAUSE_MAX_TTLS waiting for a takeover
+_PAUSE_MIN_TTLS: Final = 1.6
+_PAUSE_MAX_TTLS: Final = 8.0
 
 
 @final
@@ -53,54 +68,10 @@ class _Job:
     prefix: str
     key: str
     files: Path
-    until_ns: int
     ttl_ms: int
-
-
-@final
-@dataclass
-class CheckResult:
-    """What :func:`check_store` saw, and the history checker's verdict.
-
-    Attributes:
-        report: the checker's report (counts, leases, violations).
-        faults: how many pauses, kills and restarts the nemesis made.
-        takeovers_ms: after each kill of a holder, how long until another worker held the key.
-        seconds: how long the check ran.
-    """
-
-    report: HistoryReport
-    faults: Counter[str] = field(default_factory=Counter)
-    takeovers_ms: list[float] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """Whether no promise was broken."""
-        return self.report.ok
-
-    def summary(self) -> str:
-        """Return the counts and the verdict, one fact a line."""
-        faults = ", ".join(f"{count} {name}" for name, count in sorted(self.faults.items()))
-        takeover = "no holder was killed"
-        if self.takeovers_ms:
-            takeover = (
-                f"p50 {statistics.median(self.takeovers_ms):.0f} ms, "
-                f"max {max(self.takeovers_ms):.0f} ms ({len(self.takeovers_ms)} kills of holders)"
-            )
-        verdict = (
-            "OK: no two holders, tokens grew, no stale write accepted"
-            if self.ok
-            else (f"FAILED: {len(self.report.violations)} violations")
-        )
-        return "\n".join(
-            [
-                f"ran {self.seconds:.0f} s; nemesis: {faults or 'nothing'}",
-                self.report.summary(),
-                f"takeover after a holder was killed: {takeover}",
-                verdict,
-            ]
-        )
+    # CLOCK_MONOTONIC ns when the workers stop; 0 until every worker is ready. Lock-free: a
+    # worker killed or paused while reading it must not block the others
+    until_ns: Synchronized[int]
 
 
 def check_store(
@@ -112,56 +83,77 @@ def check_store(
     ttl: Duration = "1s",
     restart: Callable[[], None] | None = None,
     directory: Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> CheckResult:
     """Torture the store at ``url`` for ``seconds``, then check its history.
 
     Args:
         url: the store, as :func:`leaselock.stores.store_from_url` takes it.
         factory: ``"package.module:callable"`` making your own store from ``url`` instead.
-        seconds: how long the workers run (the nemesis stops 2 s before).
+        seconds: how long the workers run, counted from when every one of them is ready.
         workers: how many worker processes share the key (killed ones are replaced).
-        ttl: the lease length; pauses last 1.6 times it.
+        ttl: the lease length; a pause lasts 1.6 times it, or longer until another worker
+            has taken the key and written.
         restart: crashes and restarts the store, if the check may (never a production server).
         directory: where the history and the resource go (default: a temporary directory).
+        progress: called with a line of progress (time, acquisitions, faults) at least every
+            5 s while the workers run.
 
     Returns:
-        The result; ``result.ok`` is ``False`` if any promise was broken.
+        The result: ``result.verdict`` is ``"failed"`` if any promise was broken,
+        ``"inconclusive"`` if the run lacked the evidence to pass (``result.missing`` says
+        what, and how to get it), else ``"ok"``.
 
     Raises:
-        LocksConfigurationError: a bad argument, or the store cannot start (the message says
-            why and how to fix it).
+        LocksConfigurationError: a bad argument, or the store or the workers cannot start (the
+            message says why and how to fix it).
 
     .. versionadded:: 0.2
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:  # noqa: PLR2004 -- a race needs two
         raise LocksConfigurationError(f"workers={workers!r}; pass an int of at least 2")
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 3:  # noqa: PLR2004 -- the nemesis needs time to act
-        raise LocksConfigurationError(f"seconds={seconds!r}; pass 3 or more")
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise LocksConfigurationError(f"seconds={seconds!r}; pass a number of seconds above 0")
     ttl_ms = parse_ttl(ttl)
     run_id = uuid.uuid4().hex[:8]
-    prefix = f"leaselock-check:{run_id}:"
+    prefix = _prefix_for(url, run_id)
     asyncio.run(_preflight(url, factory, prefix))
-    with contextlib.ExitStack() as stack:
-        files = directory or Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        started = time.monotonic()  # noqa: TID251 -- real processes, real seconds
-        job = _Job(
-            url,
-            factory,
-            prefix,
-            f"leaselock-check:{run_id}",
-            files,
-            time.monotonic_ns() + int(seconds * 1e9),
-            ttl_ms,
-        )
-        nemesis = _Nemesis(job, workers, restart)
-        nemesis.run()
-        report = check_history(files / "history.jsonl")
-        return CheckResult(
-            report,
-            nemesis.done,
-            _takeovers_ms(report, nemesis.kills),
-            time.monotonic() - started,  # noqa: TID251 -- real processes, real seconds
-        )
+    context = multiprocessing.get_context("spawn")
+    try:
+        with contextlib.ExitStack() as stack:
+            files = directory or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            job = _Job(
+                url,
+                factory,
+                prefix,
+                f"leaselock-check:{run_id}",
+                files,
+                ttl_ms,
+                context.RawValue("q", 0),
+            )
+            nemesis = _Nemesis(job, workers, context, restart, progress)
+            nemesis.run(seconds)
+            return judge(
+                check_history(files / "history.jsonl"),
+                nemesis.faults,
+                nemesis.slots,
+                workers=workers,
+                seconds=nemesis.ran_s,
+                may_restart=restart is not None,
+            )
+    finally:
+        asyncio.run(_discard(url, factory, prefix))
+
+
+def _prefix_for(url: str, run_id: str) -> str:
+    """A key prefix of the check's own, in the form the URL's store takes."""
+    separator = "/" if urlsplit(url).scheme.startswith("etcd") else ":"
+    return f"leaselock-check{separator}{run_id}{separator}"
 
 
 async def _preflight(url: str, factory: str | None, prefix: str) -> None:
@@ -173,98 +165,246 @@ async def _preflight(url: str, factory: str | None, prefix: str) -> None:
         raise LocksConfigurationError(str(error)) from None
 
 
-def _takeovers_ms(report: HistoryReport, kills: list[tuple[int, str]]) -> list[float]:
-    takeovers = []
-    for killed_at_ns, process in kills:
-        later = [
-            lease.start_ns
-            for lease in report.leases
-            if lease.start_ns > killed_at_ns and lease.process != process
-        ]
-        if later:
-            takeovers.append((min(later) - killed_at_ns) / _NS_PER_MS)
-    return takeovers
+async def _discard(url: str, factory: str | None, prefix: str) -> None:
+    """Remove what the check wrote under its own prefix, where the store can."""
+    store = store_from_url(url, factory=factory, prefix=prefix)
+    if not isinstance(store, SupportsDiscard):
+        return
+    try:
+        async with Locks(store=store):
+            await store.discard_prefix()
+    except LockStoreError as error:
+        logging.getLogger("leaselock").warning(
+            "Could not remove the check's keys (prefix %r) from the store: %s", prefix, error
+        )
 
 
 @final
 class _Nemesis:
     """Starts the workers, then pauses, kills and restarts until the time is up."""
 
-    def __init__(self, job: _Job, workers: int, restart: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        job: _Job,
+        workers: int,
+        context: multiprocessing.context.SpawnContext,
+        restart: Callable[[], None] | None,
+        progress: Callable[[str], None] | None,
+    ) -> None:
         self.job = job
         self.workers = workers
+        self.context = context
         self.restart_store = restart
-        self.context = multiprocessing.get_context("spawn")
+        self.progress = progress
         self.processes: list[BaseProcess] = []
-        self.done: Counter[str] = Counter()
-        self.kills: list[tuple[int, str]] = []
+        self.slots: dict[str, int] = {}
+        self.faults: list[Fault] = []
         self.rng = random.Random()  # noqa: S311 -- choosing faults, not secrets
         self.holding = job.files / "holding"
+        self.ready = job.files / "ready"
+        self.tally = _Tally(job.files / "history.jsonl")
+        self.started_ns = 0
+        self.reported_ns = 0
+        self.ran_s = 0.0
 
-    def run(self) -> None:
+    def run(self, seconds: float) -> None:
         self.holding.mkdir(exist_ok=True)
-        with sqlite3.connect(self.job.files / "resource.db") as connection:
+        self.ready.mkdir(exist_ok=True)
+        with contextlib.closing(sqlite3.connect(self.job.files / "resource.db")) as connection:
             connection.execute(f"CREATE TABLE {_RESOURCE} (key TEXT PRIMARY KEY, token INTEGER)")
             connection.execute(f"INSERT INTO {_RESOURCE} VALUES (?, 0)", (self.job.key,))  # noqa: S608 -- a constant table name
-        connection.close()
-        for _ in range(self.workers):
-            self.spawn()
+            connection.commit()
+        try:
+            for slot in range(self.workers):
+                self.spawn(slot)
+            self.await_ready()
+            self.started_ns = self.reported_ns = time.monotonic_ns()
+            self.job.until_ns.value = self.started_ns + int(seconds * _NS_PER_S)
+            self.say(f"{self.workers} workers ready; running {seconds:g} s")
+            self.make_faults()
+            self.idle_until(self.job.until_ns.value)
+            self.ran_s = (time.monotonic_ns() - self.started_ns) / _NS_PER_S
+        finally:
+            self.stop_workers()
+
+    def spawn(self, slot: int) -> None:
+        process = self.context.Process(target=work, args=(self.job,), daemon=True)
+        process.start()
+        self.processes.append(process)
+        self.slots[f"worker-{process.pid}"] = slot
+
+    def await_ready(self) -> None:
+        """Wait until every worker has opened the store; raise if one died or none came."""
+        deadline_ns = time.monotonic_ns() + int(STARTUP_TIMEOUT_S * _NS_PER_S)
+        while len(list(self.ready.iterdir())) < self.workers:
+            failed = sorted(self.job.files.glob("failed-*"))
+            if failed:
+                raise LocksConfigurationError(
+                    f"a worker could not start: {failed[0].read_text().strip()}"
+                )
+            if time.monotonic_ns() > deadline_ns:
+                raise LocksConfigurationError(
+                    f"the {self.workers} workers did not all open the store within "
+                    f"{STARTUP_TIMEOUT_S:g} s; check that the server takes "
+                    f"{self.workers + 1} more connections, or pass fewer --workers"
+                )
+            time.sleep(_POLL_S)  # noqa: TID251 -- waiting for real processes
+
+    def make_faults(self) -> None:
+        """A pause and a kill first, so every run long enough has both; then at random."""
         kinds = ["pause", "kill", "pause"] + (["restart"] if self.restart_store else [])
-        actions = itertools.cycle(kinds)
-        while time.monotonic_ns() < self.job.until_ns - 2_000_000_000:
-            time.sleep(self.rng.uniform(0.3, 0.9))  # noqa: TID251 -- the nemesis acts in real time
-            getattr(self, next(actions))()
+        for kind in itertools.chain(["pause", "kill"], itertools.cycle(kinds)):
+            gap_ns = int(self.rng.uniform(0.3, 0.9) * _NS_PER_S)
+            if not self.idle_until(time.monotonic_ns() + gap_ns):
+                return
+            getattr(self, kind)()
+
+    def idle_until(self, when_ns: int) -> bool:
+        """Wait until ``when_ns`` (or the run's end), reporting progress; whether time is left."""
+        until_ns = self.job.until_ns.value
+        while (now_ns := time.monotonic_ns()) < min(when_ns, until_ns):
+            self.report_progress(now_ns)
+            time.sleep(_POLL_S)  # noqa: TID251 -- the nemesis acts in real time
+        return time.monotonic_ns() < until_ns
+
+    def report_progress(self, now_ns: int) -> None:
+        if now_ns - self.reported_ns < PROGRESS_EVERY_S * _NS_PER_S:
+            return
+        self.reported_ns = now_ns
+        kinds = [fault.kind for fault in self.faults]
+        faults = ", ".join(
+            f"{kinds.count(kind)} {kind}{'s' * (kinds.count(kind) > 1)}"
+            for kind in ("pause", "kill", "restart")
+            if kind in kinds
+        )
+        self.say(
+            f"{(now_ns - self.started_ns) / _NS_PER_S:.0f} s: "
+            f"{self.tally.acquisitions()} acquisitions; faults: {faults or 'none yet'}"
+        )
+
+    def say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress(line)
+
+    def left_ns(self) -> int:
+        return self.job.until_ns.value - time.monotonic_ns()
+
+    def await_holder(self, needed_ns: int) -> tuple[int, int] | None:
+        """A worker holding the key now, as (pid, token), while ``needed_ns`` are left."""
+        alive = {process.pid for process in self.processes if process.is_alive()}
+        while self.left_ns() > needed_ns:
+            holders = [holder for holder in self.holders() if holder[0] in alive]
+            if holders:
+                return self.rng.choice(holders)
+            self.report_progress(time.monotonic_ns())
+            time.sleep(_POLL_S)  # noqa: TID251 -- waiting for a real process to take the key
+        return None
+
+    def holders(self) -> Iterator[tuple[int, int]]:
+        for path in self.holding.iterdir():
+            with contextlib.suppress(ValueError, FileNotFoundError):
+                yield int(path.name), int(path.read_text())
+
+    def pause(self) -> None:
+        """Stop a holder past its ttl, until another worker has taken the key and written.
+
+        The paused holder's own late write must then be refused.
+        """
+        ttl_ns = self.job.ttl_ms * 1_000_000
+        holder = self.await_holder(int(ttl_ns * _PAUSE_MIN_TTLS * 1.5))
+        if holder is None:
+            return
+        pid, token = holder
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+            start_ns = time.monotonic_ns()
+            least_ns = start_ns + int(ttl_ns * _PAUSE_MIN_TTLS)
+            most_ns = min(start_ns + int(ttl_ns * _PAUSE_MAX_TTLS), self.job.until_ns.value)
+            while (now_ns := time.monotonic_ns()) < most_ns and (
+                now_ns < least_ns or self.resource_token() <= token
+            ):
+                self.report_progress(now_ns)
+                time.sleep(_POLL_S)  # noqa: TID251 -- a real pause of a real process
+            os.kill(pid, signal.SIGCONT)
+            self.faults.append(Fault("pause", f"worker-{pid}", start_ns, time.monotonic_ns()))
+
+    def resource_token(self) -> int:
+        with contextlib.closing(sqlite3.connect(self.job.files / "resource.db", timeout=30)) as db:
+            (token,) = db.execute(f"SELECT token FROM {_RESOURCE}").fetchone()  # noqa: S608 -- a constant table name
+            return int(token)
+
+    def kill(self) -> None:
+        holder = self.await_holder(self.job.ttl_ms * 3_000_000)
+        if holder is None:
+            return
+        victim = next(process for process in self.processes if process.pid == holder[0])
+        killed_at_ns = time.monotonic_ns()
+        victim.kill()
+        victim.join()
+        (self.holding / str(victim.pid)).unlink(missing_ok=True)
+        name = f"worker-{victim.pid}"
+        self.faults.append(Fault("kill", name, killed_at_ns, killed_at_ns))
+        self.spawn(self.slots[name])
+
+    def restart(self) -> None:
+        assert self.restart_store is not None  # noqa: S101 -- only cycled in when given
+        start_ns = time.monotonic_ns()
+        self.restart_store()
+        self.faults.append(Fault("restart", "store", start_ns, time.monotonic_ns()))
+
+    def stop_workers(self) -> None:
+        # workers that never saw a start (the run failed before it) stop at once
+        if self.job.until_ns.value == 0:
+            self.job.until_ns.value = time.monotonic_ns()
         for process in self.processes:
             process.join(timeout=60)
             if process.exitcode is None:
                 process.kill()
                 process.join()
 
-    def spawn(self) -> None:
-        process = self.context.Process(target=work, args=(self.job,), daemon=True)
-        process.start()
-        self.processes.append(process)
 
-    def holders(self) -> list[int]:
-        return [int(path.name) for path in self.holding.iterdir()]
+@final
+class _Tally:
+    """Counts the acquisitions in a history file as it grows, reading only what is new."""
 
-    def pause(self) -> None:
-        holders = self.holders()
-        if not holders:
-            return
-        pid = self.rng.choice(holders)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(self.job.ttl_ms * 1.6 / 1000)  # noqa: TID251 -- a real pause of a real process
-            os.kill(pid, signal.SIGCONT)
-            self.done["pauses"] += 1
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.rest = b""
+        self.ops: dict[str, str] = {}
+        self.count = 0
 
-    def kill(self) -> None:
-        alive = [process for process in self.processes if process.is_alive()]
-        holders = set(self.holders())
-        victims = [process for process in alive if process.pid in holders]
-        if not victims:
-            return
-        victim = self.rng.choice(victims)
-        killed_at_ns = time.monotonic_ns()
-        victim.kill()
-        victim.join()
-        (self.holding / str(victim.pid)).unlink(missing_ok=True)
-        self.kills.append((killed_at_ns, f"worker-{victim.pid}"))
-        self.done["kills"] += 1
-        self.spawn()
+    def acquisitions(self) -> int:
+        with contextlib.suppress(FileNotFoundError), self.path.open("rb") as history:
+            history.seek(self.offset)
+            chunk = history.read()
+            self.offset += len(chunk)
+            *lines, self.rest = (self.rest + chunk).split(b"\n")
+            for line in lines:
+                self.count_line(line)
+        return self.count
 
-    def restart(self) -> None:
-        assert self.restart_store is not None  # noqa: S101 -- only cycled in when given
-        self.restart_store()
-        self.done["restarts"] += 1
+    def count_line(self, line: bytes) -> None:
+        with contextlib.suppress(ValueError, KeyError):
+            entry = json.loads(line)
+            if entry["phase"] == "sent":
+                self.ops[entry["call"]] = entry["op"]
+            elif entry["phase"] == "answered":
+                op = self.ops.pop(entry["call"], "")
+                result = entry.get("result")
+                # renewals and releases answer true or false; an acquisition, its token
+                won = isinstance(result, int) and not isinstance(result, bool)
+                self.count += won and op in {"acquire", "queue", "grant"}
 
 
 def work(job: _Job) -> None:
     """One worker: take the key again and again until the time is up; record it all."""
     # losses are what the nemesis is for: the history tells them, the log need not
     logging.getLogger("leaselock").setLevel(logging.ERROR)
-    asyncio.run(_work(job))
+    try:
+        asyncio.run(_work(job))
+    except (LocksConfigurationError, LockStoreError) as error:
+        (job.files / f"failed-{os.getpid()}").write_text(redact_secrets(str(error)))
 
 
 def _fenced_write(path: Path, key: str, token: int) -> bool:
@@ -277,6 +417,14 @@ def _fenced_write(path: Path, key: str, token: int) -> bool:
         return written.rowcount == 1
     finally:
         connection.close()
+
+
+async def _await_start(job: _Job) -> int:
+    """When the run ends (ns); waits for the nemesis to start it."""
+    # a value another process sets: there is no event of this loop to await
+    while (until_ns := job.until_ns.value) == 0:  # noqa: ASYNC110
+        await asyncio.sleep(_POLL_S)  # noqa: TID251 -- waiting for the other real processes
+    return until_ns
 
 
 async def _work(job: _Job) -> None:
@@ -293,7 +441,9 @@ async def _work(job: _Job) -> None:
     # the work inside a section sometimes outlives a renewal or two
     spans_s = [job.ttl_ms / 1000 * share for share in (0.01, 0.05, 0.1, 0.2, 0.6)]
     async with Locks(store=recorder, ttl=f"{job.ttl_ms}ms") as locks:
-        while time.monotonic_ns() < job.until_ns:
+        (job.files / "ready" / str(pid)).touch()
+        until_ns = await _await_start(job)
+        while time.monotonic_ns() < until_ns:
             try:
                 async with locks.hold(job.key, wait=f"{2 * job.ttl_ms}ms") as lock:
                     token = lock.fencing_token
@@ -303,6 +453,9 @@ async def _work(job: _Job) -> None:
                     await asyncio.sleep(rng.choice(spans_s))  # noqa: TID251 -- real work time
                     await recorder.fenced_write(job.key, token, functools.partial(write, token))
                     holding.unlink(missing_ok=True)
+                # time away from the key: on a store that cannot wake waiters, the one that
+                # just released would otherwise take the key again before any poll finds it
+                await asyncio.sleep(rng.choice(spans_s))  # noqa: TID251 -- real work time
             except (LockNotAcquiredError, LockStoreError):
                 holding.unlink(missing_ok=True)
                 await asyncio.sleep(0.05)  # noqa: TID251 -- back off while the store is away

@@ -10,8 +10,10 @@ appended whole), run the processes, then :func:`check_history` the file::
     report = check_history("history.jsonl")
     assert report.ok, report.summary()
 
-Times are ``CLOCK_MONOTONIC`` nanoseconds, one clock for every process of a host; the recorder
-logs a call when it is sent and again when it is answered, so a process killed mid-call leaves
+Times are ``CLOCK_MONOTONIC`` nanoseconds, one clock for every process of a host (each recorder
+first writes where that clock stood against the wall clock, so a violation is shown at a
+readable time and as an offset from the first recorder's start); the recorder logs a call when
+it is sent and again when it is answered, so a process killed mid-call leaves
 the half it reached. A store's waiting lines are recorded too: each ``queue`` and ``leave``
 call, and each grant when its line hears it. The checker proves, from the record alone:
 
@@ -42,6 +44,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, final
 
@@ -101,6 +104,7 @@ class HistoryRecorder:
         self._process = process if process is not None else f"pid-{os.getpid()}"
         self._fd = os.open(os.fspath(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._calls = itertools.count(1)
+        self._log({"phase": "clock", "at": _now_ns(), "wall_ns": time.time_ns()})
 
     @property
     def inner(self) -> LockStore:
@@ -335,7 +339,7 @@ def check_history(history: str | os.PathLike[str] | Iterable[Mapping[str, Any]])
 
     .. versionadded:: 0.2
     """
-    calls = _calls(history)
+    calls, times = _calls(history)
     report = HistoryReport(processes=len({call.process for call in calls}))
     by_key: defaultdict[str, list[_Call]] = defaultdict(list)
     for call in calls:
@@ -343,13 +347,47 @@ def check_history(history: str | os.PathLike[str] | Iterable[Mapping[str, Any]])
     for key, key_calls in by_key.items():
         leases = _leases(key, key_calls, report)
         report.leases += leases
-        _check_overlaps(leases, report)
-        _check_tokens(key, key_calls, report)
-        _check_writes(key, key_calls, leases, report)
+        _check_overlaps(leases, report, times)
+        _check_tokens(key, key_calls, report, times)
+        _check_writes(key, key_calls, leases, report, times)
     return report
 
 
-def _calls(history: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> list[_Call]:
+@dataclass
+class _Times:
+    """Shows a monotonic time as a wall-clock time and an offset from the history's start."""
+
+    start_ns: int | None = None
+    wall_minus_monotonic_ns: int | None = None
+
+    def saw(self, entry: Mapping[str, Any]) -> None:
+        if entry["phase"] == "clock":
+            if self.start_ns is None or entry["at"] < self.start_ns:
+                self.start_ns = entry["at"]
+            if self.wall_minus_monotonic_ns is None:
+                self.wall_minus_monotonic_ns = entry["wall_ns"] - entry["at"]
+        elif self.start_ns is None and entry["phase"] == "sent":
+            self.start_ns = entry["at"]
+
+    def show(self, at_ns: int | None) -> str:
+        """Show ``at_ns`` as ``2026-12-06T05:01:02.123456+00:00 (+3.456123 s)``.
+
+        The offset alone where the history has no clock entry (written before recorders wrote
+        one).
+        """
+        if at_ns is None:
+            return "never"
+        start_ns = at_ns if self.start_ns is None else self.start_ns
+        offset = f"+{(at_ns - start_ns) / 1e9:.6f} s"
+        if self.wall_minus_monotonic_ns is None:
+            return f"{offset} from the first call"
+        wall = datetime.fromtimestamp((at_ns + self.wall_minus_monotonic_ns) / 1e9, UTC)
+        return f"{wall.isoformat(timespec='microseconds')} ({offset})"
+
+
+def _calls(
+    history: str | os.PathLike[str] | Iterable[Mapping[str, Any]],
+) -> tuple[list[_Call], _Times]:
     entries: Iterable[Mapping[str, Any]]
     if isinstance(history, str | os.PathLike):
         text = Path(history).read_text()
@@ -358,7 +396,9 @@ def _calls(history: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> lis
     else:
         entries = history
     calls: dict[str, _Call] = {}
+    times = _Times()
     for entry in entries:
+        times.saw(entry)
         if entry["phase"] == "sent":
             calls[entry["call"]] = _Call(
                 process=entry["process"],
@@ -371,11 +411,11 @@ def _calls(history: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> lis
                 ticket=entry.get("ticket", 0),
                 token=entry.get("token"),
             )
-        elif (call := calls.get(entry["call"])) is not None:
+        elif entry["phase"] == "answered" and (call := calls.get(entry["call"])) is not None:
             call.answered_ns = entry["at"]
             call.result = entry.get("result")
             call.error = entry.get("error")
-    return list(calls.values())
+    return list(calls.values()), times
 
 
 @dataclass
@@ -445,22 +485,23 @@ def _leases(key: str, calls: list[_Call], report: HistoryReport) -> list[Lease]:
     return sorted(leases, key=lambda lease: lease.start_ns)
 
 
-def _check_overlaps(leases: list[Lease], report: HistoryReport) -> None:
+def _check_overlaps(leases: list[Lease], report: HistoryReport, times: _Times) -> None:
     latest: Lease | None = None
     for lease in leases:
         if latest is not None and lease.start_ns < latest.end_ns:
             report.violations.append(
                 Violation(
                     "two live leases",
-                    f"{lease.key!r}: {_describe(latest)} was live until {latest.end_ns}, and "
-                    f"{_describe(lease)} began at {lease.start_ns}",
+                    f"{lease.key!r}: {_describe(latest)} was live until "
+                    f"{times.show(latest.end_ns)}, and {_describe(lease)} began at "
+                    f"{times.show(lease.start_ns)}",
                 )
             )
         if latest is None or lease.end_ns > latest.end_ns:
             latest = lease
 
 
-def _check_tokens(key: str, calls: list[_Call], report: HistoryReport) -> None:
+def _check_tokens(key: str, calls: list[_Call], report: HistoryReport, times: _Times) -> None:
     won = _evidence(calls)
     seen: dict[int, _Won] = {}
     for evidence in won:
@@ -470,7 +511,8 @@ def _check_tokens(key: str, calls: list[_Call], report: HistoryReport) -> None:
                 Violation(
                     "a token given twice",
                     f"{key!r}: token {evidence.token} went to {other.call.process} (sent "
-                    f"{other.sent_ns}) and to {evidence.call.process} (sent {evidence.sent_ns})",
+                    f"{times.show(other.sent_ns)}) and to {evidence.call.process} (sent "
+                    f"{times.show(evidence.sent_ns)})",
                 )
             )
         seen[evidence.token] = evidence
@@ -483,10 +525,13 @@ def _check_tokens(key: str, calls: list[_Call], report: HistoryReport) -> None:
         for e in firsts.values()
     ]
     by_answer = sorted(grown, key=lambda call: call.answered_ns or 0)
-    _check_growth(key, "acquire", by_answer, sorted(grown, key=lambda call: call.sent_ns), report)
+    by_send = sorted(grown, key=lambda call: call.sent_ns)
+    _check_growth(key, "acquire", by_answer, by_send, report=report, times=times)
 
 
-def _check_writes(key: str, calls: list[_Call], leases: list[Lease], report: HistoryReport) -> None:
+def _check_writes(
+    key: str, calls: list[_Call], leases: list[Lease], report: HistoryReport, times: _Times
+) -> None:
     writes = [call for call in calls if call.op == "write"]
     ends = {lease.fencing_token: lease.end_ns for lease in leases}
     accepted = []
@@ -502,11 +547,18 @@ def _check_writes(key: str, calls: list[_Call], leases: list[Lease], report: His
         if end_ns is None or write.sent_ns >= end_ns:
             report.late_writes += 1
     by_answer = sorted(accepted, key=lambda call: call.answered_ns or 0)
-    _check_growth(key, "write", by_answer, sorted(accepted, key=lambda call: call.sent_ns), report)
+    by_send = sorted(accepted, key=lambda call: call.sent_ns)
+    _check_growth(key, "write", by_answer, by_send, report=report, times=times)
 
 
 def _check_growth(
-    key: str, op: str, by_answer: list[_Call], by_send: list[_Call], report: HistoryReport
+    key: str,
+    op: str,
+    by_answer: list[_Call],
+    by_send: list[_Call],
+    *,
+    report: HistoryReport,
+    times: _Times,
 ) -> None:
     """Every call's token exceeds (writes: reaches) the tokens of calls answered before it."""
     highest: _Call | None = None
@@ -526,8 +578,8 @@ def _check_growth(
                 Violation(
                     rule,
                     f"{key!r}: {op} with token {_token(highest)} by {highest.process} was "
-                    f"answered at {highest.answered_ns}, then {op} with token {_token(call)} by "
-                    f"{call.process} sent at {call.sent_ns} was "
+                    f"answered at {times.show(highest.answered_ns)}, then {op} with token "
+                    f"{_token(call)} by {call.process} sent at {times.show(call.sent_ns)} was "
                     f"{'accepted' if op == 'write' else 'answered'}",
                 )
             )

@@ -92,7 +92,22 @@ def test_a_takeover_before_the_holders_deadline_is_two_live_leases():
     report = check_history(history.entries)
     assert [violation.rule for violation in report.violations] == ["two live leases"]
     assert "token 1 of a" in str(report.violations[0])
-    assert "1300000000" in str(report.violations[0]), "names when the first was live until"
+    assert "+1.300000 s from the first call" in str(report.violations[0]), (
+        "names when the first was live until"
+    )
+
+
+def test_a_violation_names_its_times_on_the_wall_clock_of_the_recorders_start():
+    history = History()
+    # what each recorder writes first: where the monotonic clock stood on the wall clock
+    start_wall_ns = 1_796_500_000 * 10**9  # 2026-12-05T19:46:40+00:00
+    history.entries.append({"process": "a", "phase": "clock", "at": 0, "wall_ns": start_wall_ns})
+    history.acquire("a", "a1", 0, 5, 1)
+    history.acquire("b", "b1", 700, 710, 2)
+    report = check_history(history.entries)
+    (violation,) = report.violations
+    assert "live until 2026-12-05T19:46:41.000000+00:00 (+1.000000 s)" in str(violation)
+    assert "began at 2026-12-05T19:46:40.710000+00:00 (+0.710000 s)" in str(violation)
 
 
 def test_a_takeover_after_the_deadline_of_the_last_confirmed_renewal_is_fine():
