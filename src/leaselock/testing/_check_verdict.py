@@ -3,15 +3,15 @@
 A run that recorded no violation proves nothing unless it exercised what could break: enough
 acquisitions in total and by every worker, a holder paused past its ttl while another took the
 key, a holder killed and the key taken after it, fenced writes accepted and refused (and, where
-the check may crash the store, a restart). A run that lacks any of it is INCONCLUSIVE, with what
-was missing and how to get it, never OK.
+the check may crash the store or make it fail over, one of each). A run that lacks any of it is
+INCONCLUSIVE, with what was missing and how to get it, never OK.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias, final
 
@@ -22,11 +22,13 @@ __all__ = [
     "MIN_ACQUISITIONS_PER_WORKER",
     "CheckResult",
     "Fault",
+    "StoreFault",
     "Verdict",
     "judge",
 ]
 
 Verdict: TypeAlias = Literal["ok", "failed", "inconclusive"]
+StoreFault: TypeAlias = Literal["restart", "failover"]
 
 MIN_ACQUISITIONS: Final = 10
 MIN_ACQUISITIONS_PER_WORKER: Final = 2
@@ -41,7 +43,7 @@ class Fault:
     Times are ``CLOCK_MONOTONIC`` nanoseconds, as in the history; a kill's end is its start.
     """
 
-    kind: Literal["pause", "kill", "restart"]
+    kind: Literal["pause", "kill", "restart", "failover"]
     process: str
     start_ns: int
     end_ns: int
@@ -54,7 +56,7 @@ class CheckResult:
 
     Attributes:
         report: the history checker's report (counts, leases, violations).
-        faults: how many pauses, kills and restarts the nemesis made.
+        faults: how many pauses, kills, restarts and failovers the nemesis made.
         takeovers_ms: after each kill of a holder, how long until another worker held the key.
         seconds: how long the workers ran, from the moment every one of them was ready.
         missing: the evidence the run lacked, each with how to get it; empty when it had all.
@@ -116,13 +118,14 @@ def judge(
     *,
     workers: int,
     seconds: float,
-    may_restart: bool,
+    store_faults: Iterable[StoreFault] = (),
 ) -> CheckResult:
     """Build the result: count the faults and what followed them, and list missing evidence.
 
     ``slots`` maps each worker process to its slot (0 to ``workers - 1``).
     """
-    counted = Counter({"pauses": 0, "kills": 0} | ({"restarts": 0} if may_restart else {}))
+    expected = ["pauses", "kills", *(f"{kind}s" for kind in store_faults)]
+    counted = Counter(dict.fromkeys(expected, 0))
     counted.update(f"{fault.kind}s" for fault in faults)
     by_worker = [0] * workers
     for lease in report.leases:
@@ -139,11 +142,11 @@ def judge(
         pause_takeovers=paused,
         acquisitions_by_worker=by_worker,
     )
-    result.missing = _missing(result, may_restart=may_restart)
+    result.missing = _missing(result, expected)
     return result
 
 
-def _missing(result: CheckResult, *, may_restart: bool) -> list[str]:
+def _missing(result: CheckResult, expected: Sequence[str]) -> list[str]:
     longer = "run longer (--seconds 30 or more)"
     report = result.report
     missing = []
@@ -174,8 +177,11 @@ def _missing(result: CheckResult, *, may_restart: bool) -> list[str]:
         missing.append(f"no fenced write was accepted: {longer}")
     if report.writes_refused == 0:
         missing.append(f"no fenced write was refused (a paused holder's late write): {longer}")
-    if may_restart and result.faults["restarts"] == 0:
-        missing.append(f"the store was never restarted: {longer}")
+    missing += [
+        f"no {kind[:-1]} of the store was made: {longer}"
+        for kind in expected[2:]
+        if result.faults[kind] == 0
+    ]
     return missing
 
 

@@ -29,12 +29,12 @@ import sqlite3
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
-from typing import Final, final
+from typing import Final, Literal, TypeAlias, final
 from urllib.parse import urlsplit
 
 from .._durations import Duration, parse_ttl
@@ -42,7 +42,7 @@ from .._errors import LockNotAcquiredError, LocksConfigurationError, LockStoreEr
 from .._locks import Locks
 from .._redact import redact_secrets
 from ..stores import SupportsDiscard, store_from_url
-from ._check_verdict import CheckResult, Fault, judge
+from ._check_verdict import CheckResult, Fault, StoreFault, judge
 from .history import HistoryRecorder, check_history
 
 __all__ = ["CheckResult", "check_store"]
@@ -56,6 +56,8 @@ _POLL_S: Final = 0.01
 # a pause lasts at least this many ttls, and at most _PAUSE_MAX_TTLS waiting for a takeover
 _PAUSE_MIN_TTLS: Final = 1.6
 _PAUSE_MAX_TTLS: Final = 8.0
+
+_FaultKind: TypeAlias = Literal["pause", "kill"] | StoreFault
 
 
 @final
@@ -82,6 +84,7 @@ def check_store(
     workers: int = 4,
     ttl: Duration = "1s",
     restart: Callable[[], None] | None = None,
+    failover: Callable[[], None] | None = None,
     directory: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> CheckResult:
@@ -95,6 +98,8 @@ def check_store(
         ttl: the lease length; a pause lasts 1.6 times it, or longer until another worker
             has taken the key and written.
         restart: crashes and restarts the store, if the check may (never a production server).
+        failover: makes a highly available store fail over (promotes a replica, kills the
+            leader), if the check may; the run then needs at least one.
         directory: where the history and the resource go (default: a temporary directory).
         progress: called with a line of progress (time, acquisitions, faults) at least every
             5 s while the workers run.
@@ -136,7 +141,17 @@ def check_store(
                 ttl_ms,
                 context.RawValue("q", 0),
             )
-            nemesis = _Nemesis(job, workers, context, restart, progress)
+            store_faults: dict[StoreFault, Callable[[], None] | None] = {
+                "restart": restart,
+                "failover": failover,
+            }
+            nemesis = _Nemesis(
+                job,
+                workers,
+                context,
+                {kind: fault for kind, fault in store_faults.items() if fault is not None},
+                progress,
+            )
             nemesis.run(seconds)
             return judge(
                 check_history(files / "history.jsonl"),
@@ -144,7 +159,7 @@ def check_store(
                 nemesis.slots,
                 workers=workers,
                 seconds=nemesis.ran_s,
-                may_restart=restart is not None,
+                store_faults=nemesis.store_faults.keys(),
             )
     finally:
         asyncio.run(_discard(url, factory, prefix))
@@ -181,20 +196,20 @@ async def _discard(url: str, factory: str | None, prefix: str) -> None:
 
 @final
 class _Nemesis:
-    """Starts the workers, then pauses, kills and restarts until the time is up."""
+    """Starts the workers, then pauses and kills them, and fails the store, until the time is up."""
 
     def __init__(
         self,
         job: _Job,
         workers: int,
         context: multiprocessing.context.SpawnContext,
-        restart: Callable[[], None] | None,
+        store_faults: Mapping[StoreFault, Callable[[], None]],
         progress: Callable[[str], None] | None,
     ) -> None:
         self.job = job
         self.workers = workers
         self.context = context
-        self.restart_store = restart
+        self.store_faults = store_faults
         self.progress = progress
         self.processes: list[BaseProcess] = []
         self.slots: dict[str, int] = {}
@@ -252,12 +267,18 @@ class _Nemesis:
 
     def make_faults(self) -> None:
         """A pause and a kill first, so every run long enough has both; then at random."""
-        kinds = ["pause", "kill", "pause"] + (["restart"] if self.restart_store else [])
-        for kind in itertools.chain(["pause", "kill"], itertools.cycle(kinds)):
+        first: list[_FaultKind] = ["pause", "kill"]
+        kinds: list[_FaultKind] = ["pause", "kill", "pause", *self.store_faults]
+        for kind in itertools.chain(first, itertools.cycle(kinds)):
             gap_ns = int(self.rng.uniform(0.3, 0.9) * _NS_PER_S)
             if not self.idle_until(time.monotonic_ns() + gap_ns):
                 return
-            getattr(self, kind)()
+            if kind == "pause":
+                self.pause()
+            elif kind == "kill":
+                self.kill()
+            else:
+                self.fail_store(kind)
 
     def idle_until(self, when_ns: int) -> bool:
         """Wait until ``when_ns`` (or the run's end), reporting progress; whether time is left."""
@@ -274,7 +295,7 @@ class _Nemesis:
         kinds = [fault.kind for fault in self.faults]
         faults = ", ".join(
             f"{kinds.count(kind)} {kind}{'s' * (kinds.count(kind) > 1)}"
-            for kind in ("pause", "kill", "restart")
+            for kind in ("pause", "kill", "restart", "failover")
             if kind in kinds
         )
         self.say(
@@ -346,11 +367,10 @@ class _Nemesis:
         self.faults.append(Fault("kill", name, killed_at_ns, killed_at_ns))
         self.spawn(self.slots[name])
 
-    def restart(self) -> None:
-        assert self.restart_store is not None  # noqa: S101 -- only cycled in when given
+    def fail_store(self, kind: StoreFault) -> None:
         start_ns = time.monotonic_ns()
-        self.restart_store()
-        self.faults.append(Fault("restart", "store", start_ns, time.monotonic_ns()))
+        self.store_faults[kind]()
+        self.faults.append(Fault(kind, "store", start_ns, time.monotonic_ns()))
 
     def stop_workers(self) -> None:
         # workers that never saw a start (the run failed before it) stop at once
