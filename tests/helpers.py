@@ -294,9 +294,13 @@ TIMELINE_T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def timeline_event(
-    kind: str, seconds: float, key: str, instance: str, token: int, **more: object
+    kind: str, seconds: float, key: str, instance: str, token: int | None, **more: object
 ) -> dict[str, object]:
-    """One line of an event log, ``seconds`` after :data:`TIMELINE_T0`."""
+    """One line of an event log, ``seconds`` after :data:`TIMELINE_T0`, about ``instance``'s lock.
+
+    Written by ``instance`` itself unless ``by`` names another writer; ``token`` is also the
+    owner id's last digits, so each token is a lease of its own.
+    """
     return {
         "type": kind,
         "at": (TIMELINE_T0 + timedelta(seconds=seconds)).isoformat(),
@@ -304,24 +308,47 @@ def timeline_event(
         "fencing_token": token,
         "owner": f"{'0' * 31}{token}@{instance}",
         "instance": instance,
+        "by": instance,
         **more,
     }
 
 
+def timeline_renewed(seconds: float, instance: str) -> dict[str, object]:
+    """The line an event log writes for a renewal while its instance is otherwise quiet."""
+    at = (TIMELINE_T0 + timedelta(seconds=seconds)).isoformat()
+    return {"type": "renewed", "at": at, "by": instance}
+
+
+# the owner id of shop-3001's lease on the job (fencing token 2), which it held when killed
+DEAD_OWNER = f"{'0' * 31}2@shop-3001"
+
+
 def timeline_story() -> dict[str, list[dict[str, object]]]:
-    """Three instances' event logs: a killed owner, a graceful shutdown, a lost run lock."""
+    """Three instances' event logs: a killed owner, a graceful shutdown, a lost run lock.
+
+    shop-3001 is SIGKILLed at 3.5 s, in a run; shop-3002 takes the job's lease at 9 s and reports
+    on the dead owner's lease (a tick it never ran, the run it abandoned), naming it.
+    """
     return {
         "shop-3001": [
             timeline_event("lock-acquired", 0, "feed", "shop-3001", 1, ttl_ms=6000),
             timeline_event("lock-acquired", 0.5, "job:owner", "shop-3001", 2, ttl_ms=6000),
             timeline_event("lock-acquired", 1, "job", "shop-3001", 3, ttl_ms=6000),
             timeline_event("lock-released", 1.2, "job", "shop-3001", 3),
-            # SIGKILL at 3 s: nothing more from this instance
             timeline_event("lock-acquired", 3, "job", "shop-3001", 4, ttl_ms=6000),
+            timeline_renewed(3.4, "shop-3001"),
+            # SIGKILL at 3.5 s: nothing more from this instance
         ],
         "shop-3002": [
             timeline_event("lock-acquired", 9, "job:owner", "shop-3002", 5, ttl_ms=6000),
             timeline_event("lock-acquired", 9.5, "job", "shop-3002", 7, ttl_ms=6000),
+            # the dead owner's run, and the tick it never ran: shop-3002's lines, naming it
+            timeline_event(
+                "run-abandoned", 9.55, "job", "shop-3001", 4, owner="@shop-3001", by="shop-3002"
+            ),
+            timeline_event(
+                "job-missed", 9.6, "job", "shop-3001", None, owner=DEAD_OWNER, by="shop-3002"
+            ),
             timeline_event("lock-lost", 12, "job", "shop-3002", 7, detected_by="max_run"),
             timeline_event("lock-handed-back", 14, "job:owner", "shop-3002", 5, reason="shutdown"),
         ],

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 from pathlib import Path
 
 from leaselock import Locks, current_lock
 from leaselock.stores import LockStore
+
+# how often the scheduler of tick_a_job fires: many ticks per renewal interval (ttl / 3)
+TICK_S = 0.1
 
 
 def make_store(kind: str, where: str) -> LockStore:
@@ -63,3 +68,32 @@ async def _race(kind: str, where: str, key: str, sections: int, record: Path) ->
                 await locks.with_lock(key, critical_section, wait="2m")
     finally:
         os.close(descriptor)
+
+
+def tick_a_job(where: str, key: str, instance: str, event_log: str, ttl: str) -> None:
+    """Fire an ``on_one_instance`` job on ``key`` every :data:`TICK_S`, until SIGTERM.
+
+    One instance of an application with a scheduler, on the SQLite file ``where``: its
+    ``Locks`` (labelled ``instance``) writes its events to ``event_log``. SIGTERM closes it
+    gracefully (its lease handed back); SIGKILL leaves its leases to expire.
+    """
+    asyncio.run(_tick_a_job(where, key, instance, Path(event_log), ttl))
+
+
+async def _tick_a_job(where: str, key: str, instance: str, event_log: Path, ttl: str) -> None:
+    stopping = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
+    store = make_store("sqlite", where)
+    async with Locks(store=store, ttl=ttl, instance=instance, event_log=event_log) as locks:
+
+        @locks.on_one_instance(key=key)
+        @locks.without_overlapping()
+        async def job() -> None:
+            # a run that lasts half a tick: a SIGKILL lands in a run about half the time
+            await asyncio.sleep(TICK_S / 2)  # noqa: TID251 -- the job's own work, in real time
+
+        while not stopping.is_set():
+            await job()
+            # the scheduler's next tick, or the SIGTERM that ends this instance
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), TICK_S)

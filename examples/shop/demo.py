@@ -740,8 +740,9 @@ async def draw_the_timeline(event_logs: Path) -> None:
         raise DemoError(f"leaselock timeline failed: {output.decode().strip()}")
     say(f"   {output.decode().strip()}")
     say(f"   Open it in a browser: file://{TIMELINE}")
-    say("   Each instance a colour, a token on every bar; the SIGKILLed owner's leases fade out")
-    say("   over their ttl (no end recorded), the SIGTERMed one's end with a hand-back mark.")
+    say("   Each instance a colour, a token on every bar; the SIGKILLed owner's leases are held")
+    say("   up to its last sign of life, then '? expired' (no end recorded) until their ttl ran")
+    say("   out or the next holder took over; the SIGTERMed one's end with a hand-back mark.")
 
 
 def exit_status(code: int) -> str:

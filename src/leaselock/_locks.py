@@ -82,7 +82,9 @@ class Locks:
             tools name a place a person recognises (default ``hostname:pid``, read at start).
         event_log: append every event, as a line of JSON, to this file from start to close:
             what ``leaselock timeline`` draws who held what from. Each instance may write
-            its own file, or all one.
+            its own file, or all one. An instance that writes nothing else between two
+            renewals also records the second (``"renewed"``), so a holder that dies without a
+            recorded end is drawn as held up to its last renewal.
         opentelemetry: record OpenTelemetry metrics and spans through the process's providers
             (see ``leaselock[otel]``): ``None`` (default) where ``opentelemetry-api`` is
             installed, ``True`` to require it, ``False`` never.
@@ -199,7 +201,7 @@ class Locks:
         self._runtime.check()
         self._generation = process_generation()
         if self._event_log is not None:
-            self._event_log.open()
+            self._event_log.open(self.instance)
             self.events.subscribe(self._event_log.write)
         if isinstance(self._store, SupportsLifecycle):
             await self._store.open()
@@ -210,6 +212,7 @@ class Locks:
                 self._publisher,
                 instance=self.instance,
                 telemetry=self._telemetry,
+                on_renewed=None if self._event_log is None else self._event_log.renewed,
             )
             self._engine = engine
             await engine.start()

@@ -51,3 +51,34 @@ async def test_a_log_that_cannot_be_written_fails_the_start_naming_it(tmp_path: 
     locks = Locks(event_log=tmp_path / "missing" / "events.jsonl")
     with pytest.raises(LocksConfigurationError, match="cannot be opened for appending"):
         await locks.start()
+
+
+async def test_every_line_names_the_instance_that_wrote_it(tmp_path: Path, clock: ManualClock):
+    log = tmp_path / "events.jsonl"
+    async with Locks(clock=clock, instance="shop-3001", event_log=log) as locks:
+        await locks.acquire("k")
+    assert {json.loads(line)["by"] for line in log.read_text().splitlines()} == {"shop-3001"}
+
+
+async def test_a_renewal_is_recorded_only_when_nothing_else_was_written_since_the_last_one(
+    tmp_path: Path, clock: ManualClock
+):
+    log = tmp_path / "events.jsonl"
+    async with Locks(clock=clock, ttl="30s", instance="shop-3001", event_log=log) as locks:
+        assert await locks.acquire("leader") is not None
+        # busy: a line between every two renewals (at 10 s, 20 s, 30 s) is sign of life enough
+        for _ in range(7):
+            await clock.advance("6s")
+            other = await locks.acquire("other")
+            assert other is not None
+            await other.release()
+        busy = [json.loads(line)["type"] for line in log.read_text().splitlines()]
+        # quiet from 42 s: each renewal (at 50 s, 60 s, 70 s) is recorded, but the first one,
+        # which follows the last event
+        await clock.advance("30s")
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert "renewed" not in busy
+    quiet = [line for line in lines[len(busy) :] if line["type"] == "renewed"]
+    assert len(quiet) == 2
+    assert set(quiet[0]) == {"type", "at", "by"}
+    assert quiet[0]["by"] == "shop-3001"

@@ -6,7 +6,9 @@ from collections.abc import Sequence
 import pytest
 
 from leaselock import LockLost, Locks
+from leaselock._engine import CheckedStore, LeaseState, LockEngine
 from leaselock._engine import RenewalScheduler as Scheduler
+from leaselock._events import Events, Publisher
 from leaselock.stores import AcquireResult, InMemoryLockStore, Renewal
 from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
 
@@ -380,3 +382,32 @@ async def test_renewals_within_a_third_of_the_ttl_are_not_warned_about(
             await clock.advance("1m")
         store.heal()
     assert "more than a third" not in caplog.text
+
+
+async def test_what_is_told_of_each_confirmed_renewal_call_cannot_stop_the_renewals(
+    clock, caplog: pytest.LogCaptureFixture
+):
+    told: list[int] = []
+
+    def broken_recorder() -> None:
+        told.append(clock.now_ms())
+        raise OSError("disk full")
+
+    store = faulty(clock)
+    engine = LockEngine(
+        CheckedStore(store),
+        clock,
+        Publisher(Events()),
+        instance="shop-3001",
+        on_renewed=broken_recorder,
+    )
+    await engine.start()
+    lease = await engine.acquire("k", 30_000, 0, None)
+    assert lease is not None
+    await engine.acquire("j", 30_000, 0, None)
+    await clock.advance("35s")
+    assert renewals(store) == [10_000, 10_000, 20_000, 20_000, 30_000, 30_000]
+    assert told == [10_000, 20_000, 30_000], "once per call, not once per lease"
+    assert lease.state is LeaseState.HELD
+    assert "Recording a confirmed renewal failed" in caplog.text
+    await engine.close()

@@ -105,11 +105,14 @@ class LockEngine:
         *,
         instance: str,
         telemetry: Telemetry | None = None,
+        on_renewed: Callable[[], object] | None = None,
     ) -> None:
         """Create an engine over ``store`` with time from ``clock``, reporting to ``events``.
 
         ``instance`` labels every owner id this engine makes (``hostname:pid`` by default);
-        ``telemetry``, where given, records its metrics.
+        ``telemetry``, where given, records its metrics; ``on_renewed``, where given, is called
+        once per renewal call the store confirmed (not an event: one a lease would cost every
+        renewal of every lease).
         """
         self.store = store
         self.telemetry = telemetry
@@ -119,7 +122,12 @@ class LockEngine:
         self._events = events
         self._instance = instance
         self._renewal = RenewalScheduler(
-            store, self._bounds, self.lose, self._renewal_failing, telemetry=telemetry
+            store,
+            self._bounds,
+            self.lose,
+            self._renewal_failing,
+            on_renewed=on_renewed,
+            telemetry=telemetry,
         )
         self._held: set[Lease] = set()
         self._background: set[asyncio.Task[None]] = set()

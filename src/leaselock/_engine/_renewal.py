@@ -53,6 +53,8 @@ class RenewalScheduler:
         bounds: the bounds of store calls, on the holder's clock (deadlines and renewal times).
         on_lost: called once per lost lease, with how the loss was seen.
         on_failing: called for each failed renewal (the error, the milliseconds left).
+        on_renewed: where given, called once per renewal call that the store confirmed for at
+            least one lease (an event log records from it that its instance was alive).
         telemetry: where given, records each renewal's round trip.
     """
 
@@ -63,6 +65,7 @@ class RenewalScheduler:
         "_clock",
         "_on_failing",
         "_on_lost",
+        "_on_renewed",
         "_store",
         "_telemetry",
         "_timer",
@@ -77,6 +80,7 @@ class RenewalScheduler:
         on_lost: Callable[[Lease, DetectedBy], None],
         on_failing: Callable[[Lease, LockStoreError, int], None],
         *,
+        on_renewed: Callable[[], object] | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
         """Create a scheduler with nothing to renew."""
@@ -86,6 +90,7 @@ class RenewalScheduler:
         self._clock = bounds.clock
         self._on_lost = on_lost
         self._on_failing = on_failing
+        self._on_renewed = on_renewed
         # due time -> (schedule version, lease) entries of leases waiting for their renewal
         self._buckets: dict[int, list[tuple[int, Lease]]] = {}
         # watch time -> batches in flight, looked at then for deadlines that passed unanswered
@@ -274,6 +279,16 @@ class RenewalScheduler:
             else:
                 self._settle(lease, result, confirmed_at_ms)
         self._arm()
+        # ttl_ms stays -1 unless the loop above confirmed a lease: told once a call, not a lease
+        if ttl_ms != -1 and self._on_renewed is not None:
+            self._tell_renewed(self._on_renewed)
+
+    @staticmethod
+    def _tell_renewed(on_renewed: Callable[[], object]) -> None:
+        try:
+            on_renewed()
+        except Exception:  # noqa: BLE001 -- what observes renewals must never stop them
+            _log.exception("Recording a confirmed renewal failed; renewals go on")
 
     def _warn_if_slow(self, leases: list[Lease], took_ms: int) -> None:
         # a pool busy with the application's queries delays renewals silently until one is lost
