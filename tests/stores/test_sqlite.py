@@ -10,19 +10,20 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from helpers import TokensAsText, unique_key
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
 from leaselock._durations import MAX_TTL_MS
-from leaselock.stores import Acquired, AcquireResult, NotAcquired, Queued
+from leaselock.stores import Acquired, AcquireResult, LockInfo, NotAcquired, Queued, RunRecord
 from leaselock.stores.sqlite import SQLiteLockStore
 from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
@@ -362,6 +363,136 @@ async def test_a_renewal_that_meets_a_busy_file_is_retried_and_the_lock_is_kept(
         await clock.advance("25s")  # past the first deadline: only a retried renewal keeps it
         assert lock.held
         assert await lock.release()
+
+
+# --- a store that creates nothing, and a read-only one ---------------------------------------
+
+
+def an_application_database(path: Path) -> None:
+    """Make an application's own SQLite file: a table of its own, none of leaselock's."""
+    db = sqlite3.connect(path)
+    try:
+        db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER NOT NULL)")
+        db.commit()
+    finally:
+        db.close()
+
+
+def files_beside(path: Path) -> dict[str, bytes]:
+    """The files of ``path``'s directory, with their bytes."""
+    return {entry.name: entry.read_bytes() for entry in path.parent.iterdir()}
+
+
+async def a_file_with_a_lock_and_a_run(path: Path) -> int:
+    """Have an application's store hold orders:1 and record a run of feed:import; the token."""
+    store = SQLiteLockStore(path)
+    taken = await store.acquire("orders:1", "holder", LONG_TTL_MS)
+    assert isinstance(taken, Acquired)
+    started = datetime.now(UTC)
+    await store.record_run(
+        RunRecord("feed:import", "shop-3002", taken.fencing_token, started, started, "ok", None)
+    )
+    await store.aclose()
+    return taken.fencing_token
+
+
+@pytest.mark.parametrize("options", [{"create_schema": False}, {"read_only": True}])
+async def test_a_store_that_creates_nothing_names_the_missing_tables_and_leaves_the_file_alone(
+    path: Path, options: dict[str, Any]
+) -> None:
+    an_application_database(path)
+    before = files_beside(path)
+    store = SQLiteLockStore(path, **options)
+
+    with pytest.raises(LockStoreError) as refused:
+        await store.open()
+
+    message = str(refused.value)
+    assert '"leaselock_locks", "leaselock_locks_tokens", "leaselock_locks_runs"' in message
+    assert "start the application once" in message
+    assert next(iter(options)) in message
+    # byte for byte: no table, the journal mode not switched to WAL, no -wal or -shm file
+    assert files_beside(path) == before
+
+
+@pytest.mark.parametrize("options", [{"create_schema": False}, {"read_only": True}])
+async def test_a_store_that_creates_nothing_makes_no_file(
+    path: Path, options: dict[str, Any]
+) -> None:
+    store = SQLiteLockStore(path, **options)
+
+    with pytest.raises(LocksConfigurationError, match=r"there is no file .* creates none"):
+        await store.open()
+
+    assert files_beside(path) == {}
+
+
+async def test_a_store_that_creates_nothing_names_a_column_an_earlier_leaselock_did_not_make(
+    path: Path,
+) -> None:
+    await a_file_with_a_lock_and_a_run(path)
+    db = sqlite3.connect(path)
+    db.execute('ALTER TABLE "leaselock_locks_runs" DROP COLUMN detected_by')
+    db.close()
+
+    with pytest.raises(LockStoreError, match=r'"leaselock_locks_runs"\."detected_by" does not'):
+        await SQLiteLockStore(path, read_only=True).open()
+
+
+async def test_a_store_that_may_not_create_its_schema_takes_locks_in_a_file_that_has_it(
+    path: Path,
+) -> None:
+    token = await a_file_with_a_lock_and_a_run(path)
+    store = SQLiteLockStore(path, create_schema=False)
+    try:
+        taken = await store.acquire("orders:2", "holder", LONG_TTL_MS)
+    finally:
+        await store.aclose()
+    assert isinstance(taken, Acquired)
+    assert taken.fencing_token > token
+
+
+async def test_a_read_only_store_reads_the_locks_and_runs_and_refuses_to_write(path: Path) -> None:
+    token = await a_file_with_a_lock_and_a_run(path)
+    store = SQLiteLockStore(path, read_only=True)
+    try:
+        [listed] = await store.list_locks("orders:")
+        [record] = await store.job_records()
+        with pytest.raises(LockStoreError, match=r"acquire writes, .*read_only=True"):
+            await store.acquire("orders:2", "holder", LONG_TTL_MS)
+        with pytest.raises(LockStoreError, match=r"break_lock writes, .*read_only=True"):
+            await store.break_lock("orders:1")
+        still = await store.read_lock("orders:1")
+    finally:
+        await store.aclose()
+    assert (listed.key, listed.owner, listed.fencing_token) == ("orders:1", "holder", token)
+    assert record.last_run is not None
+    assert record.last_run.instance == "shop-3002"
+    assert still is not None
+    assert still == LockInfo("orders:1", "holder", token, still.expires_in_ms)
+
+
+async def test_a_read_only_store_reads_while_another_connection_holds_the_write_lock(
+    path: Path,
+) -> None:
+    await a_file_with_a_lock_and_a_run(path)
+    store = SQLiteLockStore(path, read_only=True, busy_timeout="50ms")
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        # a BEGIN IMMEDIATE here would wait for the writer, and fail after 50 ms
+        listed = await store.list_locks()
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+        await store.aclose()
+    assert [info.key for info in listed] == ["orders:1"]
+
+
+@pytest.mark.parametrize("flag", ["create_schema", "read_only"])
+def test_a_flag_that_is_not_a_bool_is_refused(path: Path, flag: str) -> None:
+    with pytest.raises(LocksConfigurationError, match=f"{flag}='no'; pass True or False"):
+        SQLiteLockStore(path, **{flag: "no"})  # type: ignore[arg-type]
 
 
 # --- configuration and lifecycle -----------------------------------------------------------

@@ -1,7 +1,10 @@
 """``leaselock locks``, ``break`` and ``jobs``: what an operator reads from a store, and breaks.
 
-Each opens a ``Locks`` on the store for the one call (bounded like every store call), creates
-no file and no PostgreSQL table, and prints a table (or JSON with ``--json``).
+Each opens a ``Locks`` on the store for the one call (bounded like every store call) and prints
+a table (or JSON with ``--json``). No command creates a file or a table on any store: one
+pointed at the wrong file or database says what is missing, rather than answer "No locks."
+from tables it just made, or write a pause no instance will ever read. Commands that only read
+open the store read-only where it can be (a SQLite file with ``mode=ro``).
 """
 
 from __future__ import annotations
@@ -92,7 +95,9 @@ def add_redis_prefix_argument(parser: argparse.ArgumentParser) -> None:
 
 def _run_locks(arguments: argparse.Namespace) -> int:
     found = on_store(
-        arguments, lambda locks: locks.inspect(arguments.prefix, limit=arguments.limit)
+        arguments,
+        lambda locks: locks.inspect(arguments.prefix, limit=arguments.limit),
+        read_only=True,
     )
     if arguments.json:
         out(json.dumps([_lock_json(info) for info in found], indent=2))
@@ -117,7 +122,7 @@ def _run_locks(arguments: argparse.Namespace) -> int:
 
 def _run_break(arguments: argparse.Namespace) -> int:
     if not arguments.yes:
-        held = on_store(arguments, lambda locks: locks.read_lock(arguments.key))
+        held = on_store(arguments, lambda locks: locks.read_lock(arguments.key), read_only=True)
         if held is None or not held.live:
             out(f"No live lock holds {arguments.key!r}; nothing to break.")
             return 0
@@ -134,7 +139,7 @@ def _run_break(arguments: argparse.Namespace) -> int:
         if answer.strip().lower() not in {"y", "yes"}:
             out("Left as it was.")
             return 0
-    broken = on_store(arguments, lambda locks: locks.break_lock(arguments.key))
+    broken = on_store(arguments, lambda locks: locks.break_lock(arguments.key), read_only=False)
     if broken is None:
         out(f"No live lock held {arguments.key!r}; nothing was broken.")
     else:
@@ -147,7 +152,7 @@ def _run_break(arguments: argparse.Namespace) -> int:
 
 
 def _run_jobs(arguments: argparse.Namespace) -> int:
-    statuses = on_store(arguments, lambda locks: locks.jobs())
+    statuses = on_store(arguments, lambda locks: locks.jobs(), read_only=True)
     if arguments.json:
         out(
             json.dumps(
@@ -225,26 +230,34 @@ def _state(status: JobStatus, now: datetime) -> str:
 # --- the store --------------------------------------------------------------------------------
 
 
-def on_store(arguments: argparse.Namespace, call: Callable[[Locks], Awaitable[T]]) -> T:
-    """Open a Locks on the URL's store, make one call, close it."""
+def on_store(
+    arguments: argparse.Namespace, call: Callable[[Locks], Awaitable[T]], *, read_only: bool
+) -> T:
+    """Open a Locks on the URL's store (see :func:`cli_locks`), make one call, close it."""
 
     async def run() -> T:
-        async with cli_locks(arguments) as locks:
+        async with cli_locks(arguments, read_only=read_only) as locks:
             return await call(locks)
 
     return asyncio.run(run())
 
 
 @contextlib.asynccontextmanager
-async def cli_locks(arguments: argparse.Namespace) -> AsyncIterator[Locks]:
+async def cli_locks(arguments: argparse.Namespace, *, read_only: bool) -> AsyncIterator[Locks]:
     """A started Locks on the store of ``--url`` (and ``--redis-prefix``), for a command.
+
+    It creates no file and no table, whatever the command: its writes (a break, a pause, a
+    run) go to the store an application uses, or nowhere. With ``read_only`` the store is
+    opened for reading only where it can be (SQLite's ``mode=ro``).
 
     Raises:
         LocksConfigurationError: no SQLite file at the URL, or a URL leaselock cannot use.
         LockStoreError: the store cannot be reached or lacks its tables.
     """
     _refuse_a_missing_sqlite_file(arguments.url)
-    store = store_from_url(arguments.url, prefix=arguments.redis_prefix, create_schema=False)
+    store = store_from_url(
+        arguments.url, prefix=arguments.redis_prefix, create_schema=False, read_only=read_only
+    )
     async with Locks(
         store=store,
         allow_in_memory_storage=True,

@@ -73,6 +73,7 @@ def _run_pause(arguments: argparse.Namespace) -> int:
     pause = on_store(
         arguments,
         lambda locks: locks.pause(arguments.key, note=arguments.note, until=arguments.until, by=by),
+        read_only=False,
     )
     until = "" if pause.until is None else f" until {pause.until.isoformat(timespec='seconds')}"
     out(f"Paused {pause.target!r}{until} (by {pause.paused_by}): every instance skips its ticks.")
@@ -80,7 +81,7 @@ def _run_pause(arguments: argparse.Namespace) -> int:
 
 
 def _run_resume(arguments: argparse.Namespace) -> int:
-    removed = on_store(arguments, lambda locks: locks.resume(arguments.key))
+    removed = on_store(arguments, lambda locks: locks.resume(arguments.key), read_only=False)
     if removed is None:
         out(f"{arguments.key!r} was not paused.")
     else:
@@ -95,7 +96,7 @@ def _run_now(arguments: argparse.Namespace) -> int:
     job = _imported(arguments.job)
 
     async def run() -> object:
-        async with cli_locks(arguments) as locks:
+        async with cli_locks(arguments, read_only=False) as locks:
             locks.register(job)
             return await locks.run_now(arguments.key)
 

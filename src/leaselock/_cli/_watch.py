@@ -68,7 +68,7 @@ async def _watch(arguments: argparse.Namespace, every_ms: int) -> None:
         loop.add_signal_handler(signal_number, stop.set)
     prefix: str = arguments.prefix
 
-    async with cli_locks(arguments) as locks:
+    async with cli_locks(arguments, read_only=True) as locks:
         seen_at = loop.time()
         seen = await _live(locks, prefix)
         under = f"the locks under {prefix!r}" if prefix else "every lock"

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from .._errors import LocksConfigurationError
+from ._pool_arguments import check_flags
 from ._protocol import LockStore
 
 __all__ = ["URL_FORMS", "store_from_url"]
@@ -25,6 +26,7 @@ def store_from_url(
     factory: str | None = None,
     prefix: str | None = None,
     create_schema: bool = True,
+    read_only: bool = False,
 ) -> LockStore:
     """Return a shipped store for ``url``, or what ``factory`` (``"module:callable"``) makes of it.
 
@@ -39,26 +41,39 @@ def store_from_url(
             your own store, checked the same way.
         prefix: the key prefix of a Redis, Redis Cluster or etcd store (default: the store's
             own).
-        create_schema: whether a PostgreSQL or MySQL store creates its tables if missing (the
-            ``leaselock`` command's reading commands pass ``False``: a missing table is an
-            error naming the fix, never a table made by a tool).
+        create_schema: whether a PostgreSQL, MySQL or SQLite store creates its tables (and
+            SQLite its file) if missing. The ``leaselock`` command passes ``False``: a missing
+            table is an error naming the fix, never a table made by a tool.
+        read_only: the caller only reads (``leaselock locks``, ``jobs``, ``watch``): nothing
+            is created whatever ``create_schema`` says, a SQLite file is opened read-only,
+            and a PostgreSQL store prunes nothing. Redis and etcd reads write nothing
+            anyway. Not passed to a ``factory``.
 
     Raises:
         LocksConfigurationError: the URL or the factory is unusable; the message says why.
 
     .. versionadded:: 0.2
     """
-    if not isinstance(create_schema, bool):
-        raise LocksConfigurationError(f"create_schema={create_schema!r}; pass True or False")
+    check_flags(create_schema=create_schema, read_only=read_only)
+    # a reader creates nothing
+    create_schema = create_schema and not read_only
     if not isinstance(url, str) or not url:
         raise LocksConfigurationError(f"url={url!r}; pass a store URL: {URL_FORMS}")
     if factory is not None:
         return _from_factory(factory, url)
     scheme = urlsplit(url).scheme
     if scheme in ("postgresql", "postgres", "postgresql+asyncpg"):
-        from .postgres import PostgresLockStore  # noqa: PLC0415 -- the driver is optional
+        from .postgres import (  # noqa: PLC0415 -- the driver is optional
+            DEFAULT_PRUNE_AFTER,
+            PostgresLockStore,
+        )
 
-        return PostgresLockStore.from_url(url, create_schema=create_schema)
+        return PostgresLockStore.from_url(
+            url,
+            create_schema=create_schema,
+            # a reader deletes nothing either: no pruning, however long a watch runs
+            prune_after=None if read_only else DEFAULT_PRUNE_AFTER,
+        )
     if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         return _redis_store(url, scheme, prefix)
     if scheme in ("mysql", "mariadb", "mysql+asyncmy", "mariadb+asyncmy"):
@@ -78,7 +93,7 @@ def store_from_url(
                 f"url={url!r}: a SQLite URL names a file with three slashes before a relative "
                 "path and four before an absolute one: sqlite:///locks.db, sqlite:////var/locks.db"
             )
-        return SQLiteLockStore(path[1:])
+        return SQLiteLockStore(path[1:], create_schema=create_schema, read_only=read_only)
     raise LocksConfigurationError(
         f"url={url!r} is not a store URL leaselock knows; pass {URL_FORMS}"
     )

@@ -28,6 +28,7 @@ from .._durations import Duration, parse_duration
 from .._errors import LocksConfigurationError, LockStoreError
 from ._capabilities import JobRecord, LockInfo, RunRecord, job_records_from_rows, run_row
 from ._job_control import JobPause, JobState, RunStart, RunStartAnswer
+from ._pool_arguments import check_flags
 from ._protocol import (
     Acquired,
     AcquireResult,
@@ -46,6 +47,7 @@ from ._sqlite_line import (
     SQLiteWaitingLine,
     grant_payload,
 )
+from ._sqlite_opening import connect, missing_schema
 from ._sqlite_wakeups import ReleaseAnnouncer, following_releases, wakeup_directory
 from ._sqlite_worker import SQLiteWorker
 
@@ -75,6 +77,9 @@ SYNCHRONOUS_FULL: Final = "PRAGMA synchronous = FULL"
 # takes the write lock now, waiting up to the busy timeout; a deferred BEGIN would read first
 # and could then fail to upgrade without waiting at all
 BEGIN_IMMEDIATE: Final = "BEGIN IMMEDIATE"
+# a read-only store's: it takes no lock until its first read, and a WAL reader never blocks the
+# file's writer (BEGIN IMMEDIATE would hold the application's writes back at every read)
+BEGIN_DEFERRED: Final = "BEGIN"
 COMMIT: Final = "COMMIT"
 ROLLBACK: Final = "ROLLBACK"
 
@@ -266,17 +271,20 @@ class SQLiteLockStore:
         "_announcer",
         "_busy_timeout_ms",
         "_clock",
+        "_creates_none",
         "_guard",
         "_holder_sql",
         "_jobs",
         "_lines",
         "_operator_sql",
         "_path",
+        "_read_only",
         "_release_sql",
         "_renew_sql",
         "_runs_table",
         "_schema_sql",
         "_table",
+        "_table_names",
         "_taken_row_sql",
         "_users",
         "_wakeups",
@@ -290,6 +298,8 @@ class SQLiteLockStore:
         table: str = DEFAULT_TABLE,
         busy_timeout: Duration = "5s",
         clock: Clock | None = None,
+        create_schema: bool = True,
+        read_only: bool = False,
     ) -> None:
         """Configure the store; the file is opened (and created) by :meth:`open` or first use.
 
@@ -303,11 +313,26 @@ class SQLiteLockStore:
                 the file before it fails. Keep it well under a third of your ttl.
             clock: where expiry is read; pass the :class:`~leaselock.testing.ManualClock` of a
                 test to move time by hand. Defaults to the host's wall clock.
+            create_schema: at open, create the file and the tables if missing. With ``False``
+                the store creates nothing: a missing file is a
+                :class:`~leaselock.LocksConfigurationError` at open, a missing table a
+                :class:`~leaselock.LockStoreError` naming it, and the file is left as it was
+                (its journal mode too).
+            read_only: open the file read-only (SQLite's ``mode=ro``), for a tool that only
+                reads the locks and the run records: implies ``create_schema=False``, reads
+                take no write lock, and a call that writes (``acquire``, ``release``...)
+                raises :class:`~leaselock.LockStoreError`. As for any read-only SQLite
+                reader, a file in WAL mode needs its ``-shm`` and ``-wal`` beside it, or a
+                directory this process may write (SQLite makes them there).
 
         Raises:
             LocksConfigurationError: ``path`` is ``":memory:"`` or empty, ``table`` is not a
                 plain identifier, ``busy_timeout`` is not a duration, ``clock`` has no
-                ``now_ms()``, or this Python's SQLite is older than 3.24.
+                ``now_ms()``, ``create_schema`` or ``read_only`` is not a bool, or this
+                Python's SQLite is older than 3.24.
+
+        .. versionchanged:: 0.2
+            ``create_schema`` and ``read_only``.
         """
         if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
             raise LocksConfigurationError(
@@ -326,12 +351,18 @@ class SQLiteLockStore:
                 f'table={table!r}; names starting with "sqlite_" are reserved by SQLite, '
                 f'pass another name such as "{DEFAULT_TABLE}"'
             )
+        check_flags(create_schema=create_schema, read_only=read_only)
         if clock is not None and not callable(getattr(clock, "now_ms", None)):
             raise LocksConfigurationError(
                 f"clock={clock!r} has no now_ms(); pass None (the host's wall clock) or "
                 "leaselock.testing.ManualClock() in tests"
             )
         self._table = table
+        self._read_only = read_only
+        # None: the store creates what is missing; else why it creates nothing, for messages
+        self._creates_none = (
+            "read_only=True" if read_only else None if create_schema else "create_schema=False"
+        )
         self._wakeups = wakeup_directory(self._path, table)
         self._announcer = ReleaseAnnouncer(self._wakeups)
         self._busy_timeout_ms = parse_duration(busy_timeout, name="busy_timeout")
@@ -357,6 +388,10 @@ class SQLiteLockStore:
             )
         )
         self._runs_table = names["runs"]
+        # what a store that creates nothing needs in the file (the line's index only speeds it up)
+        self._table_names = tuple(
+            names[kind].strip('"') for kind in ("locks", "tokens", "runs", "jobs", "line")
+        )
         self._jobs = SQLiteJobControl(names)
         self._operator_sql = _OperatorStatements(
             record_run=RECORD_RUN.format_map(names),
@@ -381,11 +416,13 @@ class SQLiteLockStore:
     # --- lifecycle -----------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Open the file (creating it and the tables if missing) for one more user.
+        """Open the file (creating it and the tables if missing, if allowed) for one more user.
 
         Raises:
-            LocksConfigurationError: the directory does not exist, or the file can't be used.
-            LockStoreError: another connection held the file's write lock past the busy timeout.
+            LocksConfigurationError: the directory does not exist, the file can't be used, or
+                it is missing and the store may not create it.
+            LockStoreError: another connection held the file's write lock past the busy
+                timeout, or a table is missing and the store may not create it.
         """
         with self._guard:
             self._users += 1
@@ -669,7 +706,7 @@ class SQLiteLockStore:
         self, db: sqlite3.Connection, method: str, body: Callable[[sqlite3.Connection, int], T]
     ) -> T:
         try:
-            db.execute(BEGIN_IMMEDIATE)
+            db.execute(BEGIN_DEFERRED if self._read_only else BEGIN_IMMEDIATE)
             try:
                 # read after the write lock is ours: a wait for it can't make "now" stale
                 result = body(db, self._clock.now_ms())
@@ -704,12 +741,20 @@ class SQLiteLockStore:
                 "(os.makedirs(directory, exist_ok=True), or mkdir -p in your deployment), "
                 "or pass a path in an existing directory"
             )
+        if self._creates_none is not None and not self._path.is_file():
+            # said before SQLite's "unable to open database file"; its mode= makes no file anyway
+            raise LocksConfigurationError(
+                f"{self!r}: there is no file {str(self._path)!r}, and this store creates none "
+                f"({self._creates_none}): pass the path of the file your application's "
+                "SQLiteLockStore opens, or start the application once (its store creates the "
+                "file and the tables)"
+            )
         try:
-            db = sqlite3.connect(
+            db = connect(
                 self._path,
-                timeout=self._busy_timeout_ms / 1000,
-                # transactions are explicit: BEGIN IMMEDIATE ... COMMIT in _in_transaction
-                isolation_level=None,
+                may_create=self._creates_none is None,
+                read_only=self._read_only,
+                timeout_s=self._busy_timeout_ms / 1000,
             )
         except sqlite3.Error as error:
             raise self._unusable(error) from error
@@ -724,6 +769,12 @@ class SQLiteLockStore:
         return db
 
     def _prepare(self, db: sqlite3.Connection) -> None:
+        if self._creates_none is not None:
+            # first, and only reading: a file that is not leaselock's is left exactly as it was
+            self._in_transaction(db, "open", self._check_schema)
+            if self._read_only:
+                # a reader changes nothing: not the journal mode, and it commits nothing
+                return
         mode = _switch_to_wal(db)
         if mode != "wal":
             raise LocksConfigurationError(
@@ -731,13 +782,26 @@ class SQLiteLockStore:
                 "put it on a local disk (not a network share or a read-only volume)"
             )
         db.execute(SYNCHRONOUS_FULL)
-        # in a transaction: processes that open a new file at once create the tables once
-        self._in_transaction(db, "open", self._create_schema)
+        if self._creates_none is None:
+            # in a transaction: processes that open a new file at once create the tables once
+            self._in_transaction(db, "open", self._create_schema)
 
     def _create_schema(self, db: sqlite3.Connection, _now_ms: int) -> None:
         for sql in self._schema_sql:
             db.execute(sql)
         add_missing_columns(db, self._runs_table)
+
+    def _check_schema(self, db: sqlite3.Connection, _now_ms: int) -> None:
+        missing = missing_schema(db, self._table_names, self._runs_table.strip('"'))
+        if missing:
+            # fail at start, in one line, rather than at a call that needs the table
+            raise LockStoreError(
+                f"{self!r} cannot start: {', '.join(missing)} "
+                f"{'does' if len(missing) == 1 else 'do'} not exist in the file, and this store "
+                f"creates none ({self._creates_none}): start the application once (its "
+                "SQLiteLockStore creates them at open, with create_schema=True, the default), "
+                "or check that the path names the file the application uses"
+            )
 
     # --- errors --------------------------------------------------------------------------
 
@@ -753,6 +817,11 @@ class SQLiteLockStore:
             )
         if method == "open":
             return self._unusable(error)
+        if self._read_only and _is_read_only(error):
+            return LockStoreError(
+                f"{self!r}.{method} writes, and this store opened the file read-only "
+                "(read_only=True); use a store without read_only for it"
+            )
         return LockStoreError(
             f"{self!r}.{method} failed: {type(error).__name__}: {error}. Check that the file "
             "is on a local disk with space left, and that this process may write it"
@@ -834,6 +903,11 @@ def _switch_to_wal(db: sqlite3.Connection) -> str:
 
 def _connected(_db: sqlite3.Connection) -> None:
     """A job that only makes the worker connect."""
+
+
+def _is_read_only(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return code is not None and (code & 0xFF) == sqlite3.SQLITE_READONLY
 
 
 def _is_busy(error: sqlite3.Error) -> bool:

@@ -1,10 +1,15 @@
-"""`leaselock locks`, `break` and `jobs` in-process, on a SQLite file: output and exit codes."""
+"""`leaselock locks`, `break` and `jobs` in-process, on a SQLite file: output and exit codes.
+
+Also what every command that opens a store (`cli_locks`) leaves in a file that is not a
+leaselock one: nothing.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -95,3 +100,70 @@ def test_jobs_prints_the_run_records(url: str, tmp_path: Path, capsys: pytest.Ca
         "ok",
         "shop-3002",
     )
+
+
+# every command that opens the store, each as an operator would type it
+EVERY_STORE_COMMAND = [
+    pytest.param(["locks"], id="locks"),
+    pytest.param(["jobs"], id="jobs"),
+    pytest.param(["watch"], id="watch"),
+    pytest.param(["break", "orders:1"], id="break-asking"),
+    pytest.param(["break", "orders:1", "--yes"], id="break"),
+    pytest.param(["pause", "reports:*"], id="pause"),
+    pytest.param(["resume", "reports:*"], id="resume"),
+    pytest.param(["run", "feed:import", "--job", "steered_jobs:import_feed"], id="run"),
+]
+
+
+def an_application_database(path: Path) -> bytes:
+    """Make an application's own SQLite file: a table of its own, none of leaselock's."""
+    db = sqlite3.connect(path)
+    try:
+        db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER NOT NULL)")
+        db.execute("INSERT INTO orders (total) VALUES (42)")
+        db.commit()
+    finally:
+        db.close()
+    return path.read_bytes()
+
+
+def tables_of(path: Path) -> list[str]:
+    db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    try:
+        return [name for (name,) in db.execute("SELECT name FROM sqlite_master ORDER BY name")]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("command", EVERY_STORE_COMMAND)
+def test_a_command_on_a_file_without_leaselock_tables_names_them_in_one_line_and_changes_nothing(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    path = tmp_path / "app.db"
+    before = an_application_database(path)
+
+    assert main([*command, "--url", f"sqlite:///{path}"]) == 2
+
+    output, error = capsys.readouterr()
+    assert output == ""
+    assert error.count("\n") == 1
+    assert error.startswith(f"leaselock {command[0]}: ")
+    assert '"leaselock_locks"' in error
+    assert "start the application once" in error
+    assert tables_of(path) == ["orders"]
+    # byte for byte: no table, no row, and the journal mode (not switched to WAL) as it was
+    assert path.read_bytes() == before
+    assert [entry.name for entry in tmp_path.iterdir()] == ["app.db"]
+
+
+@pytest.mark.parametrize("command", EVERY_STORE_COMMAND)
+def test_a_command_on_a_missing_file_says_so_in_one_line_and_creates_no_file(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    assert main([*command, "--url", f"sqlite:///{tmp_path / 'app.db'}"]) == 2
+
+    output, error = capsys.readouterr()
+    assert output == ""
+    assert error.count("\n") == 1
+    assert "no SQLite file at" in error
+    assert list(tmp_path.iterdir()) == []
