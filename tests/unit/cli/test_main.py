@@ -18,7 +18,10 @@ def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]):
     ("arguments", "message"),
     [
         (["--url", "bogus://x"], "is not a store URL leaselock knows"),
-        (["--url", "sqlite:///x.db", "--seconds", "1"], "--seconds 1; pass 3 or more"),
+        (
+            ["--url", "sqlite:///x.db", "--seconds", "-1"],
+            "seconds=-1.0; pass a number of seconds above 0",
+        ),
         (["--url", "sqlite:///x.db", "--workers", "1"], "workers=1; pass an int of at least 2"),
         (["--url", "sqlite:///x.db", "--ttl", "soon"], "ttl='soon' is not a duration"),
     ],
