@@ -6,9 +6,9 @@ import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, NoReturn, final
 
-from ._engine import CURRENT_LOCK, Lock, release_logged
+from ._engine import CURRENT_LOCK, Lock, refuse_sync_with, release_logged
 from ._errors import LockLostError, LockNotAcquiredError
 from ._jobs import CURRENT_RUNTIME, JobRuntime
 from ._telemetry import Telemetry
@@ -72,9 +72,9 @@ class LockHold:
             raise LockNotAcquiredError(self._key, self._wait_ms)
         self._lock = lock
         if self._telemetry is not None:
-            self._span = self._telemetry.enter_span(
-                f"leaselock.hold {lock.key}", lock.key, lock.fencing_token
-            )
+            # a key can be anything ("orders:12345"): it goes in an attribute, never in the
+            # name, which tracing backends group by
+            self._span = self._telemetry.enter_span("leaselock.hold", lock.key, lock.fencing_token)
         self._context_token = CURRENT_LOCK.set(lock)
         self._runtime_token = CURRENT_RUNTIME.set(self._runtime)
         if self._cancel_on_loss:
@@ -84,6 +84,17 @@ class LockHold:
                     lambda reason: self._cancel_for_loss(task, reason)
                 )
         return lock
+
+    def __enter__(self) -> NoReturn:
+        """Refuse a plain ``with``: taking the lock awaits the store.
+
+        Raises:
+            TypeError: always, naming ``async with`` and ``SyncLocks``.
+        """
+        refuse_sync_with("locks.hold(...)")
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Never reached: :meth:`__enter__` refuses."""
 
     def _cancel_for_loss(self, task: asyncio.Task[Any], reason: LockLostError) -> None:
         self._loss_cancelled_task = task

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, TypeVar, final, overload
+from typing import Any, Final, Literal, TypeVar, final, overload
 
 from ._clock import Clock, SystemClock
 from ._durations import MIN_REAL_TTL_MS, Duration, check_ttl_floor, parse_ttl, parse_wait
@@ -57,6 +57,13 @@ class _Phase(enum.Enum):
 
 # calls are served while started, and while closing: runs in progress may still take locks
 _USABLE = frozenset({_Phase.STARTED, _Phase.CLOSING})
+
+
+_ONE_PROCESS_ONLY: Final = (
+    ": in-memory, it excludes callers in this process only; pass a store that every instance "
+    "shares (SQLiteLockStore on one host, PostgresLockStore, RedisLockStore...) to exclude "
+    "other processes"
+)
 
 
 @final
@@ -219,9 +226,10 @@ class Locks:
             self._loop = asyncio.get_running_loop()
             self._phase = _Phase.STARTED
             _log.info(
-                "leaselock started on %s (ttl %d ms)",
+                "leaselock started on %s (ttl %d ms)%s",
                 redact_secrets(repr(self._store)),
                 self._ttl_ms,
+                _ONE_PROCESS_ONLY if isinstance(self._store, InMemoryLockStore) else "",
             )
             # what this context starts next (a scheduler, its jobs' tasks) runs under this Locks
             await self._runtime.start(engine)

@@ -394,6 +394,46 @@ def test_a_store_class_passed_instead_of_an_instance_is_refused_naming_the_fix()
         Locks(store=InMemoryLockStore)  # type: ignore[arg-type]
 
 
+def test_a_url_passed_as_the_store_is_refused_naming_store_from_url_without_its_password():
+    with pytest.raises(LocksConfigurationError, match=r"store_from_url\(url\)") as refused:
+        Locks(store="postgresql://app:s3cret@db:5432/shop")  # type: ignore[arg-type]
+    assert "s3cret" not in str(refused.value)
+    assert "postgresql://app:***@db:5432/shop" in str(refused.value)
+
+
+async def test_a_plain_with_on_hold_or_a_lock_says_use_async_with_or_sync_locks(locks: Locks):
+    with (
+        pytest.raises(TypeError, match=r"use `async with locks.hold\(...\)`, or .*SyncLocks"),
+        locks.hold("k"),
+    ):
+        pass
+    lock = await locks.acquire("k")
+    assert lock is not None
+    with pytest.raises(TypeError, match=r"use `async with lock`, or .*SyncLocks"), lock:
+        pass
+    assert lock.held, "a refused with takes nothing and gives nothing back"
+
+
+async def test_current_lock_is_the_lock_inside_async_with_lock_and_none_after(locks: Locks):
+    lock = await locks.acquire("k")
+    assert lock is not None
+    async with lock:
+        assert current_lock() is lock
+    assert current_lock() is None
+    assert not lock.held
+
+
+async def test_the_in_memory_store_says_at_start_that_it_excludes_one_process_only(
+    caplog: pytest.LogCaptureFixture,
+):
+    with caplog.at_level(logging.INFO, logger="leaselock"):
+        async with Locks(clock=ManualClock()):
+            pass
+    (line,) = [r.getMessage() for r in caplog.records if "leaselock started on" in r.getMessage()]
+    assert "it excludes callers in this process only" in line
+    assert "SQLiteLockStore" in line
+
+
 def test_a_store_whose_methods_are_not_coroutines_is_refused():
     class Blocking:
         def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:

@@ -180,14 +180,15 @@ async def test_a_hold_is_a_span_and_the_current_one_inside_its_block(
     inner, held, failed = collected.finished(instance)
     assert [s.name for s in (inner, held, failed)] == [
         "render",
-        "leaselock.hold reports:monthly",
-        "leaselock.hold reports:monthly",
+        "leaselock.hold",
+        "leaselock.hold",
     ]
     assert inner.parent is not None
     assert held.context is not None
     assert inner.parent.span_id == held.context.span_id
     assert held.attributes is not None
     assert held.attributes["leaselock.fencing_token"] == lock.fencing_token
+    assert held.attributes["leaselock.key"] == "reports:monthly"
     assert held.status.status_code is StatusCode.UNSET
     assert failed.status.status_code is StatusCode.ERROR
     assert failed.status.description == "ValueError: bad month"

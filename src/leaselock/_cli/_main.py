@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 from collections.abc import Sequence
 from typing import Final
@@ -35,6 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "lock, read the jobs' run records, pause, resume and run jobs, and check a lock "
             "store."
         ),
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"leaselock {importlib.metadata.version('leaselock')}",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_check_command(commands)

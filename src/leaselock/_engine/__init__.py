@@ -15,7 +15,7 @@ from ._engine import (
     new_owner,
 )
 from ._lease import Lease, LeaseState
-from ._lock import Lock, release_logged
+from ._lock import Lock, refuse_sync_with, release_logged
 from ._operator_store import OPERATOR_BOUND_MS, OperatorStore
 from ._renewal import RenewalScheduler, renew_interval_ms, retry_interval_ms
 from ._signal import LockSignal
@@ -48,6 +48,7 @@ __all__ = [
     "check_store_shape",
     "current_lock",
     "new_owner",
+    "refuse_sync_with",
     "release_logged",
     "renew_interval_ms",
     "retry_interval_ms",

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeAlias, final
 
 from .._errors import LocksConfigurationError, LockStoreError
+from .._redact import redact_secrets
 from ..stores._protocol import (
     MAX_FENCING_TOKEN,
     Acquired,
@@ -48,6 +49,12 @@ def check_store_shape(store: object) -> LockStore:
     Raises:
         LocksConfigurationError: a method is missing or is not callable.
     """
+    if isinstance(store, str):
+        raise LocksConfigurationError(
+            f"store={redact_secrets(store)!r} is a string; pass a store: "
+            "leaselock.stores.store_from_url(url) makes one from a URL, or build it, such as "
+            "PostgresLockStore.from_url(url) or SQLiteLockStore(path)"
+        )
     if isinstance(store, type):
         raise LocksConfigurationError(
             f"store={store.__qualname__} is a class; pass an instance of it, such as "

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from contextvars import ContextVar
-
-from ._lock import Lock
+from ._lock import CURRENT_LOCK, Lock
 
 __all__ = ["CURRENT_LOCK", "current_lock"]
-
-CURRENT_LOCK: ContextVar[Lock | None] = ContextVar("leaselock.current_lock", default=None)
 
 
 def current_lock() -> Lock | None:
     """Return the lock of the critical section this code runs in, or ``None`` outside one.
 
-    Set inside :meth:`Locks.hold`, :meth:`Locks.with_lock` and decorated jobs; it follows
+    Set inside :meth:`Locks.hold`, :meth:`Locks.with_lock`, ``async with lock:`` and decorated
+    jobs; it follows
     ``await`` and the tasks created inside (they copy the context), and the calling thread of
     :meth:`SyncLocks.hold`.
 

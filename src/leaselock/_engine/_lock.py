@@ -4,34 +4,51 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import final
+from typing import NoReturn, final
 
 from .._errors import LockStoreError
 from ._lease import Lease
 from ._signal import LockSignal
 
-__all__ = ["Lock"]
+__all__ = ["CURRENT_LOCK", "Lock", "refuse_sync_with"]
 
 _log = logging.getLogger("leaselock")
+
+CURRENT_LOCK: ContextVar[Lock | None] = ContextVar("leaselock.current_lock", default=None)
+
+
+def refuse_sync_with(what: str) -> NoReturn:
+    """Raise the error a plain ``with`` on an async context manager of leaselock deserves.
+
+    Raises:
+        TypeError: always, naming ``async with`` and :class:`~leaselock.sync.SyncLocks`.
+    """
+    raise TypeError(
+        f"{what} is an async context manager: use `async with {what}`, or "
+        "leaselock.sync.SyncLocks for code without an event loop"
+    )
 
 
 @final
 class Lock:
     """A held lease on a key: its fencing token, its loss signal, and its release.
 
-    Get one from :meth:`Locks.acquire`, :meth:`Locks.hold` or :func:`current_lock`. Leaving
-    ``async with lock:`` releases it, whatever happens inside.
+    Get one from :meth:`Locks.acquire`, :meth:`Locks.hold` or :func:`current_lock`. Inside
+    ``async with lock:`` it is :func:`current_lock`; leaving the block releases it, whatever
+    happens inside.
 
     .. versionadded:: 0.1
     """
 
-    __slots__ = ("_lease", "_release")
+    __slots__ = ("_current", "_lease", "_release")
 
     def __init__(self, lease: Lease, release: Callable[[Lease], Awaitable[bool]]) -> None:
         """Wrap a lease its engine holds (internal: locks come from :class:`Locks`)."""
         self._lease = lease
         self._release = release
+        self._current: list[Token[Lock | None]] = []
 
     @property
     def key(self) -> str:
@@ -81,7 +98,8 @@ class Lock:
         return await self._release(self._lease)
 
     async def __aenter__(self) -> Lock:
-        """Return the lock; it is released when the block ends."""
+        """Return the lock, :func:`current_lock` inside the block; released when it ends."""
+        self._current.append(CURRENT_LOCK.set(self))
         return self
 
     async def __aexit__(
@@ -91,7 +109,20 @@ class Lock:
         tb: TracebackType | None,
     ) -> None:
         """Release the lock; a store failure here is logged, never raised over the block."""
+        if self._current:
+            CURRENT_LOCK.reset(self._current.pop())
         await release_logged(self)
+
+    def __enter__(self) -> NoReturn:
+        """Refuse a plain ``with``: the lock is released by an ``await``.
+
+        Raises:
+            TypeError: always, naming ``async with`` and ``SyncLocks``.
+        """
+        refuse_sync_with("lock")
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Never reached: :meth:`__enter__` refuses."""
 
     def __repr__(self) -> str:
         """Show the key, the token and whether it is held."""

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+
 import pytest
 
 from leaselock._cli import main
+
+
+def test_version_prints_the_installed_release(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as exit_status:
+        main(["--version"])
+    assert exit_status.value.code == 0
+    assert capsys.readouterr().out == f"leaselock {importlib.metadata.version('leaselock')}\n"
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]):
