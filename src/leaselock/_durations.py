@@ -44,12 +44,13 @@ _ACCEPTED = (
 )
 
 
-def parse_duration(value: object, *, name: str = "duration") -> int:
+def parse_duration(value: object, *, name: str = "duration", positive: bool = False) -> int:
     """Return ``value`` as whole milliseconds (zero allowed, never negative).
 
     Args:
         value: a :data:`Duration`; a bare number is seconds.
         name: the parameter's name, used in the error message.
+        positive: the caller refuses zero too, so a negative value is told to be positive.
 
     Returns:
         The duration in milliseconds. A number of seconds is rounded to the nearest millisecond;
@@ -79,7 +80,8 @@ def parse_duration(value: object, *, name: str = "duration") -> int:
             f"{name}={value!r} ({type(value).__name__}) is not a duration; pass {_ACCEPTED}"
         )
     if ms < 0 or (isinstance(value, float) and value < 0):
-        raise LocksConfigurationError(f"{name}={value!r} is negative; pass zero or more")
+        wanted = 'a positive duration such as "30s"' if positive else "zero or more"
+        raise LocksConfigurationError(f"{name}={value!r} is negative; pass {wanted}")
     return ms
 
 
@@ -89,7 +91,7 @@ def parse_ttl(value: object, *, name: str = "ttl") -> int:
     Raises:
         LocksConfigurationError: not a duration, zero, negative or longer than a year.
     """
-    ms = parse_duration(value, name=name)
+    ms = parse_duration(value, name=name, positive=True)
     if ms == 0:
         raise LocksConfigurationError(
             f'{name}={value!r} is zero: a lease must last; pass a positive duration such as "30s"'

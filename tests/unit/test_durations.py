@@ -71,6 +71,14 @@ def test_negative_durations_are_refused(value):
         parse_wait(value)
 
 
+@pytest.mark.parametrize("value", [-3, -0.5, timedelta(seconds=-1)])
+def test_a_negative_ttl_is_told_to_be_positive_not_zero_or_more(value):
+    with pytest.raises(
+        LocksConfigurationError, match=r'is negative; pass a positive duration such as "30s"'
+    ):
+        parse_ttl(value)
+
+
 def test_fractions_of_a_millisecond_are_refused_in_strings_and_timedeltas_not_rounded():
     with pytest.raises(LocksConfigurationError, match="fraction of a millisecond"):
         parse_duration(timedelta(microseconds=1500))

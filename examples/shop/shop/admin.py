@@ -156,12 +156,24 @@ async def pause_job(request: Request, key: str, asked: PauseRequest) -> Pause:
     """Pause the job ``key`` (or every job under ``prefix*``) on every instance.
 
     Every instance skips its ticks from the next one, saying who paused it and why, until
-    ``/resume`` (or ``until``); its overdue alert is silenced meanwhile.
+    ``/resume`` (or ``until``); its overdue alert is silenced meanwhile. 404 for a key (or a
+    prefix) that names none of this shop's jobs, as ``/run`` answers: a typo must not look
+    like a pause.
     """
-    try:
-        pause = await shop_of(request.app).locks.pause(
-            key, note=asked.note, until=asked.until, by="admin API"
+    locks = shop_of(request.app).locks
+    jobs = [status.job for status in await locks.jobs()]
+    named = (
+        [job for job in jobs if job.startswith(key[:-1])]
+        if key.endswith("*")
+        else [key] * (key in jobs)
+    )
+    if not named:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            detail=f"{key!r} names no job of this shop; its jobs are {', '.join(sorted(jobs))}",
         )
+    try:
+        pause = await locks.pause(key, note=asked.note, until=asked.until, by="admin API")
     except LocksConfigurationError as error:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(error)) from error
     paused = _pause(pause)

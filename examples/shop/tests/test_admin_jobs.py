@@ -74,6 +74,14 @@ async def test_a_job_paused_through_one_instance_is_skipped_by_all_run_by_hand_a
 
     unknown = await first.client.post("/admin/jobs/no-such-job/run", headers=HEADERS)
     assert unknown.status_code == 404
+    for target in ("no-such-job", "no-such-prefix:*"):
+        typo = await first.client.post(f"/admin/jobs/{target}/pause", headers=HEADERS, json={})
+        assert typo.status_code == 404, typo.text
+        assert "names no job of this shop" in typo.json()["detail"]
+    listed = {
+        job["job"]: job for job in (await first.client.get("/admin/jobs", headers=HEADERS)).json()
+    }
+    assert all(job["paused"] is None for job in listed.values()), "a refused pause paused nothing"
     bad = await first.client.post(
         f"/admin/jobs/{key}/pause", headers=HEADERS, json={"until": "soon"}
     )
