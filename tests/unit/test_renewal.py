@@ -367,8 +367,34 @@ async def test_a_renewal_slower_than_a_third_of_the_ttl_is_warned_about_and_the_
         with caplog.at_level(logging.WARNING, logger="leaselock"):
             await clock.advance("25s")
         assert lock.held
-    assert 'Renewing "k" took 11000 ms, more than a third of its ttl (30000 ms)' in caplog.text
+    # said when it had waited a third of the ttl, not again when the answer came at 11 s
+    assert (
+        'Renewing "k" has waited for the store\'s answer for 10000 ms, more than a third of its '
+        "ttl (30000 ms)"
+    ) in caplog.text
     assert caplog.text.count("more than a third of its ttl") == 1
+
+
+async def test_a_renewal_still_unanswered_after_a_third_of_the_ttl_is_warned_about_before_the_loss(
+    clock, caplog: pytest.LogCaptureFixture
+):
+    store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        stuck = store.hang("renew")
+        with caplog.at_level(logging.WARNING, logger="leaselock"):
+            # the renewal is sent at 10 s; a third of a ttl later it is still unanswered
+            await clock.advance("20s")
+            assert lock.held
+            assert (
+                'Renewing "k" has waited for the store\'s answer for 10000 ms, more than a third '
+                "of its ttl (30000 ms)"
+            ) in caplog.text
+            await clock.advance("20s")
+        assert not lock.held
+        stuck.release()
+    assert caplog.text.count("more than a third of its ttl") == 1, "said once, not again at the end"
 
 
 async def test_renewals_within_a_third_of_the_ttl_are_not_warned_about(

@@ -184,21 +184,25 @@ class RenewalScheduler:
                     self._schedule(lease)
         if due:
             due.extend(self._due_soon(now_ms))
-            batch = _Batch(due)
+            batch = _Batch(due, now_ms)
             for lease in due:
                 lease.renewing = True
                 lease.schedule_version += 1
-            self._watch(batch, min(lease.deadline_ms for lease in due))
+            # looked at when the call is slow, while a warning can still save the leases
+            slow_at_ms = now_ms + renew_interval_ms(min(lease.ttl_ms for lease in due))
+            self._watch(batch, min(slow_at_ms, *(lease.deadline_ms for lease in due)))
         # re-arm before awaiting the store: deadlines must fire even while renewals hang
         self._arm()
         if due:
             await self._renew(batch, now_ms)
 
     def _look_at(self, batch: _Batch, now_ms: int) -> None:
-        """Lose the leases of an unanswered batch whose deadlines passed; watch the rest."""
+        """Warn of a slow unanswered batch; lose its leases past their deadlines, watch the rest."""
         if batch.answered:
             return
         waiting = [lease for lease in batch.leases if lease.state is LeaseState.HELD]
+        if waiting and not batch.warned:
+            self._warn_if_slow(batch, now_ms - batch.sent_at_ms, answered=False)
         for lease in waiting:
             if now_ms >= lease.deadline_ms:
                 self._on_lost(lease, "deadline")
@@ -258,7 +262,7 @@ class RenewalScheduler:
         took_ms = confirmed_at_ms - sent_at_ms
         if self._telemetry is not None:
             self._telemetry.renewed(took_ms / 1000)
-        self._warn_if_slow(leases, took_ms)
+        self._warn_if_slow(batch, took_ms, answered=True)
         # leases of one ttl renewed together share their next renewal time, so their bucket
         ttl_ms = next_ms = deadline_ms = -1
         bucket: list[tuple[int, Lease]] = []
@@ -290,18 +294,24 @@ class RenewalScheduler:
         except Exception:  # noqa: BLE001 -- what observes renewals must never stop them
             _log.exception("Recording a confirmed renewal failed; renewals go on")
 
-    def _warn_if_slow(self, leases: list[Lease], took_ms: int) -> None:
-        # a pool busy with the application's queries delays renewals silently until one is lost
-        if took_ms <= renew_interval_ms(min(lease.ttl_ms for lease in leases)):
+    @staticmethod
+    def _warn_if_slow(batch: _Batch, took_ms: int, *, answered: bool) -> None:
+        # a pool busy with the application's queries delays renewals silently until one is
+        # lost: said once a batch, as soon as it has waited a third of a ttl, while the
+        # leases still have two thirds of it left
+        leases = batch.leases
+        if batch.warned or took_ms < renew_interval_ms(min(lease.ttl_ms for lease in leases)):
             return
-        slow = [lease for lease in leases if took_ms > renew_interval_ms(lease.ttl_ms)]
+        batch.warned = True
+        slow = [lease for lease in leases if took_ms >= renew_interval_ms(lease.ttl_ms)]
         _log.warning(
-            'Renewing "%s"%s took %d ms, more than a third of its ttl (%d ms): the store or its '
+            'Renewing "%s"%s %s %d ms, more than a third of its ttl (%d ms): the store or its '
             "connection pool is overloaded, and a renewal that takes the whole ttl loses the "
             "lock. Give the store connections of its own, or size a shared pool for the "
             "application's queries plus the release listener plus renewals",
             slow[0].key,
             f" and {len(slow) - 1} more" if len(slow) > 1 else "",
+            "took" if answered else "has waited for the store's answer for",
             took_ms,
             slow[0].ttl_ms,
         )
@@ -326,11 +336,13 @@ class RenewalScheduler:
 class _Batch:
     """Leases sent in one renewal call, watched for their deadlines until it is answered."""
 
-    __slots__ = ("answered", "leases")
+    __slots__ = ("answered", "leases", "sent_at_ms", "warned")
 
-    def __init__(self, leases: list[Lease]) -> None:
+    def __init__(self, leases: list[Lease], sent_at_ms: int) -> None:
         self.leases = leases
+        self.sent_at_ms = sent_at_ms
         self.answered = False
+        self.warned = False
 
 
 def _is_stale(entry: tuple[int, Lease]) -> bool:
