@@ -91,7 +91,8 @@ class Locks:
             what ``leaselock timeline`` draws who held what from. Each instance may write
             its own file, or all one. An instance that writes nothing else between two
             renewals also records the second (``"renewed"``), so a holder that dies without a
-            recorded end is drawn as held up to its last renewal.
+            recorded end is drawn as held up to its last renewal. The file is rotated past 50
+            MB (two backups kept); pass an :class:`EventLog` to choose its bound.
         opentelemetry: record OpenTelemetry metrics and spans through the process's providers
             (see ``leaselock[otel]``): ``None`` (default) where ``opentelemetry-api`` is
             installed, ``True`` to require it, ``False`` never.
@@ -132,7 +133,7 @@ class Locks:
         *,
         shutdown_grace: Duration = "30s",
         instance: str | None = None,
-        event_log: str | os.PathLike[str] | None = None,
+        event_log: str | os.PathLike[str] | EventLog | None = None,
         opentelemetry: bool | None = None,
     ) -> None:
         """Configure; nothing touches the store before :meth:`start`."""
@@ -152,7 +153,11 @@ class Locks:
         self._shutdown_grace_ms = parse_wait(shutdown_grace, name="shutdown_grace")
         self._instance = None if instance is None else validate_instance(instance)
         self._telemetry = telemetry_for(opentelemetry, self.instance)
-        self._event_log = None if event_log is None else EventLog(event_log)
+        self._event_log = (
+            event_log
+            if event_log is None or isinstance(event_log, EventLog)
+            else EventLog(event_log)
+        )
         self._store_defaulted = store is None
         self._store: LockStore = (
             InMemoryLockStore(clock=self._clock) if store is None else check_store_shape(store)

@@ -19,6 +19,7 @@ from ._clock import Clock
 from ._durations import Duration, parse_wait
 from ._engine import CURRENT_LOCK, Lock, LockSignal, release_logged
 from ._errors import LockNotAcquiredError, LocksConfigurationError
+from ._event_log import EventLog
 from ._events import Events
 from ._forks import process_generation, refuse_if_forked
 from ._jobs import CURRENT_RUNTIME, F, JobDecorator, JobStatus, Overlap
@@ -152,7 +153,7 @@ class SyncLocks:
         *,
         shutdown_grace: Duration = "30s",
         instance: str | None = None,
-        event_log: str | os.PathLike[str] | None = None,
+        event_log: str | os.PathLike[str] | EventLog | None = None,
         opentelemetry: bool | None = None,
     ) -> None:
         """Configure as :class:`~leaselock.Locks` does; :meth:`start` starts the loop thread."""

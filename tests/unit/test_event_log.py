@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from leaselock import Locks, LocksConfigurationError
+from leaselock import EventLog, Locks, LocksConfigurationError
 from leaselock.stores import InMemoryLockStore
 from leaselock.testing import ManualClock
 
@@ -82,3 +82,51 @@ async def test_a_renewal_is_recorded_only_when_nothing_else_was_written_since_th
     assert len(quiet) == 2
     assert set(quiet[0]) == {"type", "at", "by"}
     assert quiet[0]["by"] == "shop-3001"
+
+
+def files_in(directory: Path) -> list[Path]:
+    return sorted(directory.iterdir())
+
+
+async def test_the_log_rotates_past_its_size_keeping_its_backups_and_every_line_whole(
+    tmp_path: Path, clock: ManualClock
+):
+    log = tmp_path / "events.jsonl"
+    bounded = EventLog(log, max_bytes=2000, backups=2)
+    async with Locks(clock=clock, instance="shop-3001", event_log=bounded) as locks:
+        for n in range(60):
+            lock = await locks.acquire(f"orders:{n}")
+            assert lock is not None
+            await lock.release()
+    files = files_in(tmp_path)
+    assert [path.name for path in files] == ["events.jsonl", "events.jsonl.1", "events.jsonl.2"]
+    for path in files:
+        assert path.stat().st_size < 2000 + 400, "past the bound by one line at most"
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        assert all(line["by"] == "shop-3001" for line in lines)
+    newest = [json.loads(line) for line in log.read_text().splitlines()]
+    previous = [json.loads(line) for line in (tmp_path / "events.jsonl.1").read_text().splitlines()]
+    assert previous[-1]["at"] <= newest[0]["at"], ".1 holds the lines just before the current file"
+    assert newest[-1]["key"] == "orders:59"
+
+
+async def test_a_plain_path_is_bounded_by_default(tmp_path: Path, clock: ManualClock):
+    log = tmp_path / "events.jsonl"
+    async with Locks(clock=clock, event_log=log) as locks:
+        assert locks._event_log is not None
+        assert (locks._event_log.max_bytes, locks._event_log.backups) == (50 * 1024 * 1024, 2)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"max_bytes": 0}, "max_bytes=0; pass the file's largest size in bytes"),
+        ({"max_bytes": True}, "max_bytes=True"),
+        ({"backups": 0}, "backups=0; pass how many rotated files to keep, 1 or more"),
+    ],
+)
+def test_a_bad_bound_is_refused_naming_the_fix(
+    tmp_path: Path, arguments: dict[str, object], message: str
+):
+    with pytest.raises(LocksConfigurationError, match=message):
+        EventLog(tmp_path / "events.jsonl", **arguments)  # type: ignore[arg-type]
