@@ -35,6 +35,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -49,7 +50,6 @@ from shop.settings import Settings
 
 SHOP_DIR: Final = Path(__file__).resolve().parent
 # kept after the demo, which removes everything else it made
-TIMELINE: Final = Path(tempfile.gettempdir()) / "leaselock-demo-timeline.html"
 DEFAULT_PORTS: Final = "3001,3002,3003"
 LOCK_TTL_S: Final = 6
 RECONCILE_EVERY_S: Final = 2
@@ -431,6 +431,9 @@ async def tell(stores: Stores, ports: tuple[int, int, int]) -> None:
     say("=" * 64)
     for line in stores.describe():
         say(line)
+    # a directory of this run's own, kept: a fixed path would be overwritten by the next run
+    kept = Path(tempfile.mkdtemp(prefix="leaselock-demo-"))
+    say(f"Kept after the demo, in {kept}: the timeline, and the event logs it is drawn from")
     say()
     say("1. Bootstrap")
     await prepare_database(stores)
@@ -449,7 +452,7 @@ async def tell(stores: Stores, ports: tuple[int, int, int]) -> None:
         await story.show_the_locks()
     finally:
         await story.shops.stop_all()
-    await draw_the_timeline(stores.scratch)
+    await draw_the_timeline(stores.scratch, kept)
     say()
     say(f"Every process the demo started has stopped. Done in {time.monotonic() - started:.0f} s.")
 
@@ -570,18 +573,19 @@ class Story:
         owner, taken = await self.shops.wait_for(TAKES_RECONCILIATION, survivors, since=killed_at)
         leader, led = await self.shops.wait_for(LEADS_FEED, survivors, since=killed_at)
         self.owner, self.owner_since, self.leader = owner, taken.at, leader
-        for instance, line in sorted(((owner, taken), (leader, led)), key=lambda hit: hit[1].at):
-            evidence(instance, line, since=killed_at)
+        hits = [(owner, taken), (leader, led)]
+        hits.append(await self.shops.wait_for(MISSED, [owner], since=killed_at))
         missed = sum(len(i.matching(SKIPPED_ELSEWHERE, since=killed_at)) for i in survivors)
         say(f'   Meanwhile {missed} ticks were skipped ("it runs on another instance"). The new '
             "owner's first run finds")  # fmt: skip
-        say(f"   that {self.first.name} never started the last of them, records it and warns:")
-        evidence(*await self.shops.wait_for(MISSED, [owner], since=killed_at), since=killed_at)
+        say(f"   that {self.first.name} never started the last of them, and records it.")
         alerts = [(i, line) for i in survivors for line in i.matching(OVERDUE, since=killed_at)]
         if alerts:
             say(f"   No run succeeded for over {EXPECT_RECONCILED_EVERY} (its expect_every), so "
-                "each survivor warned; the first of them:")  # fmt: skip
-            instance, line = min(alerts, key=lambda hit: hit[1].at)
+                "each survivor warned (the first shown).")  # fmt: skip
+            hits.append(min(alerts, key=lambda hit: hit[1].at))
+        say("   In the order it happened:")
+        for instance, line in sorted(hits, key=lambda hit: hit[1].at):
             evidence(instance, line, since=killed_at)
 
     async def pause_the_owners_scheduler(self) -> None:
@@ -719,11 +723,16 @@ class Story:
             say("   the rest of that second: instances firing that same tick skip it.)")
 
 
-async def draw_the_timeline(event_logs: Path) -> None:
-    """10. ``leaselock timeline`` of the instances' event logs, kept after the demo."""
+async def draw_the_timeline(event_logs: Path, kept: Path) -> None:
+    """11. ``leaselock timeline`` of the instances' event logs, both kept after the demo."""
     say()
     say("11. Who held which lock when: leaselock timeline")
-    logs = sorted(await asyncio.to_thread(lambda: list(event_logs.glob("*.jsonl"))))
+
+    def keep_the_logs() -> list[Path]:
+        return [Path(shutil.copy(log, kept)) for log in sorted(event_logs.glob("*.jsonl"))]
+
+    logs = await asyncio.to_thread(keep_the_logs)
+    timeline = kept / "timeline.html"
     drawn = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -731,7 +740,7 @@ async def draw_the_timeline(event_logs: Path) -> None:
         "timeline",
         *map(str, logs),
         "--output",
-        str(TIMELINE),
+        str(timeline),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
@@ -739,7 +748,8 @@ async def draw_the_timeline(event_logs: Path) -> None:
     if drawn.returncode != 0:
         raise DemoError(f"leaselock timeline failed: {output.decode().strip()}")
     say(f"   {output.decode().strip()}")
-    say(f"   Open it in a browser: file://{TIMELINE}")
+    say(f"   Open it in a browser: file://{timeline}")
+    say(f"   Draw it again: leaselock timeline {kept}/*.jsonl -o timeline.html")
     say("   Each instance a colour, a token on every bar; the SIGKILLed owner's leases are held")
     say("   up to its last sign of life, then '? expired' (no end recorded) until their ttl ran")
     say("   out or the next holder took over; the SIGTERMed one's end with a hand-back mark.")
@@ -771,9 +781,14 @@ def show_jobs(jobs: list[dict[str, Any]]) -> None:
         say(f"      last success: {run(job['last_success'])}")
         overdue = "yes" if job["overdue"] else "no"
         say(f"      owner now:    {job['owner'] or '-'}; overdue: {overdue}")
-        missed = job["missed_at"] or "-"
+        missed = "-" if job["missed_at"] is None else readable(job["missed_at"])
         paused = "-" if job["paused"] is None else f"by {job['paused']['paused_by']}"
         say(f"      missed tick:  {missed}; paused: {paused}; failures in a row: {job['failures']}")
+
+
+def readable(moment: str) -> str:
+    """An ISO time from the API as the log lines show theirs: to the second, ``+00:00``."""
+    return datetime.fromisoformat(moment).astimezone(UTC).isoformat(timespec="seconds")
 
 
 def show_locks(rows: list[LockRow]) -> None:
