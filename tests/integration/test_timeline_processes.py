@@ -99,8 +99,9 @@ async def test_a_sigkilled_owners_lease_expires_before_its_successors_and_no_lan
     killed, survivors, logs = await kill_the_owner(tmp_path, key)
 
     missed = next(line for name in survivors for line in of_type(logs[name], "job-missed"))
-    assert missed["instance"] == killed, "the survivor's line names the dead owner"
+    assert missed["holder"] == killed, "the survivor's line names the dead owner"
     assert missed["by"] in survivors
+    assert missed["instance"] == missed["by"], "a job's alert is about the instance reporting it"
     drawn = leaselock_command("timeline", "--json", *map(str, logs.values()))
     assert drawn.returncode == 0, drawn.stderr
     leases = json.loads(drawn.stdout)
