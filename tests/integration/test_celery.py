@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import redis
 
 pytest.importorskip("celery")
 
@@ -25,7 +26,9 @@ pytestmark = pytest.mark.redis
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "celery"
 BEATS = 3
 TICK_S = 2.0
-RUN_FOR_S = 14
+STEADY_TICKS = 3
+# how long the worker and beats may take to show STEADY_TICKS steady ticks, on a loaded machine
+WITHIN_S = 90
 
 
 def celery(*arguments: str, environment: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -39,9 +42,60 @@ def celery(*arguments: str, environment: dict[str, str], log: Path) -> subproces
         )
 
 
+def ticks_seen(record: Path) -> tuple[list[int], Counter[int], Counter[int], dict[int, float]]:
+    """The steady ticks so far, and each tick's messages received, runs and first run's start.
+
+    min_hold keeps a run lock until its run STARTED plus min_hold: a run that started late (a
+    worker still starting, a loaded machine) holds it into the next tick, as ShedLock's
+    lockAtLeastFor does. A tick is steady when it and the one before were sent by every beat,
+    and the one before ran on time.
+    """
+    received: Counter[int] = Counter()
+    ran: Counter[int] = Counter()
+    run_started: dict[int, float] = {}
+    lines = record.read_text().splitlines() if record.exists() else []
+    for line in lines:
+        what, _, tick, at = line.split()
+        (received if what == "received" else ran)[int(tick)] += 1
+        if what == "ran":
+            run_started.setdefault(int(tick), float(at))
+    full_ticks = sorted(tick for tick, count in received.items() if count == BEATS)
+    min_hold_s = TICK_S / 2
+    steady = [
+        tick
+        for tick in full_ticks
+        if tick - 1 in full_ticks
+        and run_started.get(tick - 1, float("inf")) + min_hold_s < tick * TICK_S
+        # its own run, if any, has had the time to be recorded
+        and tick + 1 in received
+    ]
+    return steady, received, ran, run_started
+
+
+def keys_of(redis_url: str) -> set[bytes]:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return set(client.scan_iter(count=1000))
+    finally:
+        client.close()
+
+
+def remove_new_keys(redis_url: str, before: set[bytes], run_id: str) -> None:
+    """Delete what this test's beats, worker and locks wrote: keys of its run, and Celery's."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for name in client.scan_iter(count=1000):
+            ours = run_id.encode() in name or name.startswith((b"_kombu.", b"unacked"))
+            if ours and name not in before:
+                client.delete(name)
+    finally:
+        client.close()
+
+
 def test_a_beat_per_replica_and_each_tick_runs_once(redis_url: str, tmp_path: Path):
     record = tmp_path / "ticks.log"
     run_id = uuid.uuid4().hex[:8]
+    before = keys_of(redis_url)
     environment = os.environ | {
         "CELERY_BROKER_URL": redis_url,
         "CELERY_QUEUE": f"leaselock-test-{run_id}",
@@ -67,7 +121,10 @@ def test_a_beat_per_replica_and_each_tick_runs_once(redis_url: str, tmp_path: Pa
         for n in range(BEATS)
     ]
     try:
-        time.sleep(RUN_FOR_S)  # noqa: TID251 -- real processes, real ticks
+        # real processes, real ticks: wait for the evidence, however slow the machine is
+        give_up = time.monotonic() + WITHIN_S  # noqa: TID251
+        while len(ticks_seen(record)[0]) < STEADY_TICKS and time.monotonic() < give_up:  # noqa: TID251
+            time.sleep(0.2)  # noqa: TID251
     finally:
         for process in [*beats, worker]:
             process.send_signal(signal.SIGTERM)
@@ -77,28 +134,16 @@ def test_a_beat_per_replica_and_each_tick_runs_once(redis_url: str, tmp_path: Pa
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        remove_new_keys(redis_url, before, run_id)
     worker_log = (tmp_path / "worker.log").read_text(errors="replace")
     assert "Traceback" not in worker_log, worker_log[-3000:]
-    received: Counter[int] = Counter()
-    ran: Counter[int] = Counter()
-    run_started: dict[int, float] = {}
-    for line in record.read_text().splitlines():
-        what, _, tick, at = line.split()
-        (received if what == "received" else ran)[int(tick)] += 1
-        if what == "ran":
-            run_started.setdefault(int(tick), float(at))
-    full_ticks = sorted(tick for tick, count in received.items() if count == BEATS)
-    # min_hold keeps a run lock until its run STARTED plus min_hold: a run that started late
-    # (a worker still starting, a loaded machine) holds it into the next tick, as ShedLock's
-    # lockAtLeastFor does. Count the ticks whose previous tick was full and ran on time.
-    min_hold_s = TICK_S / 2
-    steady = [
-        tick
-        for tick in full_ticks
-        if tick - 1 in full_ticks
-        and run_started.get(tick - 1, float("inf")) + min_hold_s < tick * TICK_S
-    ]
-    assert len(steady) >= 3, f"each beat sends each tick: {dict(received)}, ran {run_started}"
+    steady, received, ran, run_started = ticks_seen(record)
+    assert len(steady) >= STEADY_TICKS, (
+        f"each beat sends each tick: {dict(received)}, ran {run_started}"
+    )
     assert [ran[tick] for tick in steady] == [1] * len(steady), (
         f"received {dict(received)}, ran {dict(ran)}"
+    )
+    assert {name for name in keys_of(redis_url) if run_id.encode() in name} == set(), (
+        "the run's keys are gone"
     )
