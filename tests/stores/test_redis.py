@@ -26,6 +26,7 @@ from leaselock.stores import (
     _redis_follower,
     _redis_subscription,
 )
+from leaselock.stores._redis_follower import subscribe_fix
 from leaselock.stores.redis import RedisLockStore
 from leaselock.testing import ManualClock
 from redis_connections import user_without
@@ -454,6 +455,23 @@ async def test_a_refused_subscription_is_a_warning_naming_the_fix_and_locks_stil
         assert await store.release(key, "owner") is True
     [warning] = [w for w in warnings_of(caplog) if "could not subscribe" in w]
     assert "ACL: +subscribe &" in warning
+
+
+@pytest.mark.parametrize(
+    ("error", "fix"),
+    [
+        (redis.exceptions.ConnectionError("Error 111 connecting"), "runs and is reachable"),
+        (redis.exceptions.TimeoutError("Timeout reading"), "runs and is reachable"),
+        (redis.exceptions.AuthenticationError("invalid password"), "the URL's password"),
+        (redis.exceptions.NoPermissionError("NOPERM"), "ACL: +subscribe &leaselock:*"),
+        (TimeoutError(), "reachable from here, and allow SUBSCRIBE"),
+    ],
+)
+def test_a_failed_subscription_is_told_the_fix_its_error_calls_for(error: Exception, fix: str):
+    told = subscribe_fix(error, "leaselock:")
+    assert fix in told
+    if isinstance(error, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        assert "ACL" not in told, "a refused connection is no permission problem"
 
 
 @pytest.mark.redis

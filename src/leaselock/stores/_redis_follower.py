@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from redis.asyncio.cluster import RedisCluster
     from redis.asyncio.connection import AbstractConnection
 
-__all__ = ["RESUBSCRIBE_PAUSE_S", "SUBSCRIBE_TIMEOUT_S", "RedisReleaseFollower"]
+__all__ = ["RESUBSCRIBE_PAUSE_S", "SUBSCRIBE_TIMEOUT_S", "RedisReleaseFollower", "subscribe_fix"]
 
 _log = logging.getLogger("leaselock.stores.redis")
 
@@ -41,6 +41,25 @@ QUIET_S: Final = 5.0
 SUBSCRIBE_TIMEOUT_S: Final = 10.0
 # an unsubscribe only saves the server a few messages: it is not worth a long wait
 UNSUBSCRIBE_TIMEOUT_S: Final = 2.0
+
+
+def subscribe_fix(error: BaseException, channels: str) -> str:
+    """The fix for a failed SUBSCRIBE: reach the server, or allow it, as the error says.
+
+    A refused or dropped connection is no permission problem, and ACL advice would mislead.
+    """
+    allow = f"allow SUBSCRIBE on these channels for this user (ACL: +subscribe &{channels}*)"
+    if type(error) is TimeoutError:
+        # no confirmation came: a refusal the connection swallowed, or a server gone silent
+        return f"Fix: check that the Redis server is reachable from here, and {allow}"
+    # redis-py's connection errors are its own classes, named as the builtins they stand for
+    kinds = {kind.__name__ for kind in type(error).__mro__}
+    if kinds & {"ConnectionError", "TimeoutError", "OSError"}:
+        return (
+            "Fix: check that the Redis server runs and is reachable from here, and the URL's "
+            "password"
+        )
+    return f"Fix: {allow}"
 
 
 @final
@@ -139,12 +158,11 @@ class RedisReleaseFollower:
                 pending.remove(confirmed)
             _log.warning(
                 "%r could not subscribe to %r (%s): waiters on that key in this process wake up "
-                "to 1 s after its release, instead of at once. Fix: allow SUBSCRIBE on these "
-                "channels for this user (ACL: +subscribe &%s*)",
+                "to 1 s after its release, instead of at once. %s",
                 self._store,
                 channel,
                 str(error) or f"no confirmation within {SUBSCRIBE_TIMEOUT_S:.0f} s",
-                self._prefix,
+                subscribe_fix(error, self._prefix),
             )
         finally:
             if not pending:

@@ -291,10 +291,7 @@ class RedisWaitingLine:
             self._heard,
             alive_s=alive_s,
             heard_as=f"{store}'s grant subscription",
-            unheard=(
-                "waiters in this process take a key handed to them up to 1 s late. Fix: allow "
-                f"SUBSCRIBE on these channels for this user (ACL: +subscribe &{grant_prefix}*)"
-            ),
+            unheard="waiters in this process take a key handed to them up to 1 s late",
         )
 
     async def queue(

@@ -23,7 +23,7 @@ import logging
 from typing import TYPE_CHECKING, Final, final
 
 from .._cancellation import delivered
-from ._redis_follower import RESUBSCRIBE_PAUSE_S, SUBSCRIBE_TIMEOUT_S
+from ._redis_follower import RESUBSCRIBE_PAUSE_S, SUBSCRIBE_TIMEOUT_S, subscribe_fix
 from ._redis_transport import INCOMPLETE, packed, reply_parser, retrieved, take_transport
 
 if TYPE_CHECKING:
@@ -57,7 +57,8 @@ class RedisSubscription:
         alive_s: a connection quiet this long is sent a PING; one that stays silent for twice
             as long is dead, and replaced.
         heard_as: how log lines name the subscription ("<store>'s grant subscription").
-        unheard: what follows while it is away, and the fix, for the warning that says so.
+        unheard: what follows while it is away, for the warning that says so (the fix is
+            told from the error).
     """
 
     __slots__ = (
@@ -220,10 +221,11 @@ class RedisSubscription:
             _log.debug("%s is still away (%s)", self._heard_as, error)
             return
         _log.warning(
-            "%s could not subscribe (%s): %s. Trying again every %g s",
+            "%s could not subscribe (%s): %s. %s. Trying again every %g s",
             self._heard_as,
             str(error) or f"no confirmation within {SUBSCRIBE_TIMEOUT_S:g} s",
             self._unheard,
+            subscribe_fix(error, self._channel.partition("\x00")[0]),
             RESUBSCRIBE_PAUSE_S,
         )
 
