@@ -1,5 +1,6 @@
 """Waiting in the store's line: a release hands the key over, first come first served, and every
-way a wait ends leaves the line; faults in queue calls, leaves and grants, on the manual clock."""
+way a wait ends leaves the line before the acquire returns or raises; faults in queue calls,
+leaves and grants, on the manual clock."""
 
 import asyncio
 
@@ -314,6 +315,177 @@ async def test_an_aborted_signal_ends_the_wait_and_leaves(locks, store, clock):
         await waiting
     await store.release("k", "other-process")
     assert isinstance(await store.acquire("k", "probe", 1000), Acquired), "its place was kept"
+
+
+# --- a wait that ends without the key has left the line before its caller hears of it ------
+
+
+async def test_a_waiter_that_gave_up_has_left_the_line_when_its_acquire_returns(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+
+        async def give_up_release_take() -> Lock | None:
+            assert await locks.acquire("k", wait="1s") is None
+            # a sequential program: the release follows at once, in the same step
+            assert await held.release()
+            return await locks.acquire("k")
+
+        program = asyncio.create_task(give_up_release_take())
+        await clock.advance("1s")
+        again = await program
+        assert again is not None, "the release handed the key to the waiter that gave up"
+        assert calls_of(faulty, "grant") == []
+        assert again.fencing_token == held.fencing_token + 1, "a token was spent on nobody"
+
+
+async def test_a_cancelled_waiter_has_left_the_line_when_its_cancellation_reaches_the_caller(
+    faulty, clock
+):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(locks, "k")
+        faulty.delay("leave", "100ms")  # a leave takes a round trip
+
+        async def cancel_release_take() -> Lock | None:
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert await held.release()
+            return await locks.acquire("k")
+
+        program = asyncio.create_task(cancel_release_take())
+        await wait_all_tasks_blocked()
+        assert not waiting.done(), "the cancellation came through before the leave's answer"
+        await clock.advance("100ms")
+        again = await program
+        assert again is not None, "the release handed the key to the cancelled waiter"
+        assert calls_of(faulty, "grant") == []
+
+
+async def test_a_waiter_whose_signal_aborted_has_left_the_line_when_the_error_reaches_it(
+    faulty, clock
+):
+    async with Locks(store=faulty, clock=clock, ttl="3s") as locks:
+        outer = await locks.acquire("outer")
+        held = await locks.acquire("k")
+        assert outer is not None
+        assert held is not None
+        faulty.delay("leave", "100ms")
+
+        async def wait_release_take() -> Lock | None:
+            with pytest.raises(LockLostError):
+                await locks.acquire("k", wait="1m", signal=outer.signal)
+            assert await held.release()
+            return await locks.acquire("k")
+
+        program = asyncio.create_task(wait_release_take())
+        await wait_all_tasks_blocked()
+        await faulty.inner.release("outer", outer.owner)  # lost at its renewal, at 1 s
+        await clock.advance("1s")
+        assert not program.done(), "the signal's error came through before the leave's answer"
+        await clock.advance("100ms")
+        again = await program
+        assert again is not None, "the release handed the key to the aborted waiter"
+        assert calls_of(faulty, "grant") == []
+
+
+async def test_a_grant_that_lands_while_the_waiter_leaves_is_released_by_the_leave(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        impatient = await waiting_for(locks, "k", wait="1s")
+        patient = await waiting_for(locks, "k")
+        faulty.delay("leave", "100ms", on="request")
+        await clock.advance("1s")
+        assert not impatient.done(), "it returned before its leave was answered"
+        # the impatient waiter's place is first in line still: the key goes to it
+        await held.release()
+        await clock.advance("100ms")
+        assert await impatient is None
+        assert [call.outcome for call in calls_of(faulty, "leave")] == [True]
+        lock = await asyncio.wait_for(patient, timeout=5)
+        assert lock is not None
+        assert len(calls_of(faulty, "grant")) == 2, "the leave handed the key on"
+        assert lock.fencing_token == held.fencing_token + 2
+        await lock.release()
+
+
+async def test_a_cancelled_waiter_whose_leave_hangs_raises_once_its_place_is_over(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(locks, "k")
+        stuck = faulty.hang("leave")
+        waiting.cancel()
+        await wait_all_tasks_blocked()
+        assert not waiting.done(), "the cancellation came through before the leave's answer"
+        await clock.advance(f"{PLACE_MS}ms")
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert stuck.hits == 1
+        # the leave was bounded by the place's end, after which the place is passed over
+        assert await held.release()
+        assert isinstance(await faulty.inner.acquire("k", "probe", 1000), Acquired)
+        assert calls_of(faulty, "grant") == []
+        faulty.heal()
+
+
+async def test_a_waiter_cancelled_again_while_it_leaves_stops_waiting_for_the_leave(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(locks, "k")
+        stuck = faulty.hang("leave")
+        waiting.cancel()
+        await wait_all_tasks_blocked()
+        assert not waiting.done(), "the cancellation came through before the leave's answer"
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert clock.now_ms() == 0
+        stuck.remove()  # the leave goes on in the background, and lands
+        await wait_all_tasks_blocked()
+        assert [call.outcome for call in calls_of(faulty, "leave")] == [False]
+        assert await held.release()
+        assert calls_of(faulty, "grant") == []
+
+
+async def test_a_waiter_whose_leave_fails_returns_once_its_place_is_over(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        faulty.fail("leave")
+        impatient = await waiting_for(locks, "k", wait="100ms")
+        await clock.advance("100ms")
+        assert not impatient.done(), "it returned with its place still in line"
+        # its one queue call, at 0, kept the place for a place's life
+        await clock.advance(f"{PLACE_MS - 101}ms")
+        assert not impatient.done()
+        await clock.advance("1ms")
+        assert await impatient is None
+        assert await held.release()
+        assert isinstance(await faulty.inner.acquire("k", "probe", 1000), Acquired)
+        assert calls_of(faulty, "grant") == []
+
+
+async def test_a_grant_to_a_waiter_whose_leave_failed_is_released_at_once(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        faulty.fail("leave")
+        impatient = await waiting_for(locks, "k", wait="100ms")
+        await clock.advance("100ms")
+        # released by another process while the place is still in line: the key goes to it
+        await faulty.inner.release("k", held.owner)
+        await wait_all_tasks_blocked()
+        granted = calls_of(faulty, "grant")
+        assert len(granted) == 1
+        assert calls_of(faulty, "release", owner=granted[0].owner)[0].outcome is True
+        assert isinstance(await faulty.inner.acquire("k", "probe", 1000), Acquired)
+        await clock.advance(f"{PLACE_MS}ms")
+        assert await impatient is None
 
 
 @pytest.mark.parametrize("tasks", [2, 64])
