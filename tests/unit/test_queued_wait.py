@@ -8,7 +8,7 @@ import pytest
 
 from leaselock import Lock, LockLostError, Locks, LockStoreError
 from leaselock._engine import CLOSE_WAIT_MS
-from leaselock._engine._queued_wait import PLACE_MS
+from leaselock._engine._queued_wait import PLACE_GRACE_MS, PLACE_MS
 from leaselock.stores import Acquired, InMemoryLockStore, NotAcquired
 from leaselock.testing import FaultyStore, ManualClock, StoreCall, wait_all_tasks_blocked
 
@@ -460,8 +460,8 @@ async def test_a_waiter_whose_leave_fails_returns_once_its_place_is_over(faulty,
         impatient = await waiting_for(locks, "k", wait="100ms")
         await clock.advance("100ms")
         assert not impatient.done(), "it returned with its place still in line"
-        # its one queue call, at 0, kept the place for a place's life
-        await clock.advance(f"{PLACE_MS - 101}ms")
+        # its one queue call, at 0, asked for its wait and the grace: the place ends then
+        await clock.advance(f"{PLACE_GRACE_MS - 1}ms")
         assert not impatient.done()
         await clock.advance("1ms")
         assert await impatient is None
@@ -484,8 +484,44 @@ async def test_a_grant_to_a_waiter_whose_leave_failed_is_released_at_once(faulty
         assert len(granted) == 1
         assert calls_of(faulty, "release", owner=granted[0].owner)[0].outcome is True
         assert isinstance(await faulty.inner.acquire("k", "probe", 1000), Acquired)
-        await clock.advance(f"{PLACE_MS}ms")
+        await clock.advance(f"{PLACE_GRACE_MS}ms")
         assert await impatient is None
+
+
+async def test_a_place_lives_no_longer_than_its_wait_and_the_grace(faulty, clock):
+    dead = ManualClock()  # a process whose clock never moves asks nothing more, and never leaves
+    async with (
+        Locks(store=faulty, clock=clock) as holder,
+        Locks(store=faulty, clock=dead) as died,
+    ):
+        held = await holder.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(died, "k", wait="200ms")
+        await clock.advance(f"{200 + PLACE_GRACE_MS}ms")
+        assert await held.release()
+        assert calls_of(faulty, "grant") == [], "the release handed the key to a dead place"
+        assert isinstance(await faulty.inner.acquire("k", "probe", 1000), Acquired)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+
+async def test_a_grant_at_the_end_of_a_short_wait_lives_until_its_first_renewal(faulty, clock):
+    async with Locks(store=faulty, clock=clock, ttl="30s") as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(locks, "k", wait="500ms")
+        await clock.advance("499ms")
+        await held.release()
+        lock = await asyncio.wait_for(waiting, timeout=5)
+        assert lock is not None
+        # its place, from 0, was its wait and the grace: renewed a third into that time
+        await clock.advance("1s")
+        renewals = calls_of(faulty, "renew", owner=lock.owner)
+        assert [call.sent_ms for call in renewals] == [(500 + PLACE_GRACE_MS) // 3]
+        await clock.advance("25s")
+        assert lock.held
+        await lock.release()
 
 
 @pytest.mark.parametrize("tasks", [2, 64])

@@ -25,7 +25,7 @@ from ._checked_store import CheckedLine
 from ._signal import LockSignal
 from ._waiter import Won
 
-__all__ = ["PLACE_MS", "QueuedWait", "place_ms"]
+__all__ = ["PLACE_GRACE_MS", "PLACE_MS", "QueuedWait", "place_ms"]
 
 _log = logging.getLogger("leaselock")
 
@@ -33,6 +33,12 @@ PLACE_MS: Final = 3000
 """How long a place in line lives without news from its waiter (it asks again every third).
 
 A grant lives what is left of its place, so a waiter that died blocks the key no longer."""
+PLACE_GRACE_MS: Final = 1000
+"""How long past its wait's end a place may live: no queue call asks for more.
+
+A grant lives what is left of its place: one heard at the wait's last moment lives this long
+before its first renewal is due. A waiter whose leave fails waits at most this long past its
+wait for its place's time to be up at the store."""
 # the least a queue call is given, whatever is left of the wait (as an acquire attempt)
 _CALL_FLOOR_MS: Final = 1000
 
@@ -48,7 +54,8 @@ class QueuedWait:
 
     One owner id serves the whole wait: the place is that owner's. Queue calls go one at a
     time: the first is the attempt itself, then one every third of the place's life keeps the
-    place (and hears a grant that was lost on the way). The key comes as a grant, or as a queue
+    place (and hears a grant that was lost on the way); none asks for the place to live more
+    than :data:`PLACE_GRACE_MS` past the wait's end. The key comes as a grant, or as a queue
     call's :class:`Acquired` answer.
 
     A wait that ends without the key (its time is up, its signal aborts, its caller is
@@ -118,8 +125,9 @@ class QueuedWait:
         self._spawn = spawn
         self._release = release
         self._outcome: asyncio.Future[Won | None] = asyncio.get_running_loop().create_future()
-        # ticket -> when its queue call was sent: a grant's deadline counts from its ticket's
-        self._sent: dict[int, int] = {}
+        # ticket -> when its queue call was sent, and the place's time it asked for: a grant
+        # lives from its ticket's send for that long
+        self._sent: dict[int, tuple[int, int]] = {}
         self._tickets = 0
         self._in_flight = False
         # by when every place this wait's calls kept has ended at the store, on this clock
@@ -184,13 +192,14 @@ class QueuedWait:
             if self._leave_failed:
                 self._spawn(self._release())
             return
-        sent_at_ms = self._sent.get(grant.ticket)
-        if sent_at_ms is None:
+        placed = self._sent.get(grant.ticket)
+        if placed is None:
             return
-        if self._clock.now_ms() >= sent_at_ms + self._place_ms:
+        sent_at_ms, queue_ms = placed
+        if self._clock.now_ms() >= sent_at_ms + queue_ms:
             _log.info('A grant of "%s" came after its place\'s time was up: not taken', self.key)
             return
-        self._outcome.set_result(Won(grant.fencing_token, self.owner, sent_at_ms, self._place_ms))
+        self._outcome.set_result(Won(grant.fencing_token, self.owner, sent_at_ms, queue_ms))
 
     def _abort(self, reason: LockLostError) -> None:
         if not self._outcome.done():
@@ -229,17 +238,20 @@ class QueuedWait:
         self._tickets += 1
         ticket = self._tickets
         sent_at_ms = self._clock.now_ms()
-        # a grant naming a ticket older than a place's life is one granted() refuses anyway
-        while self._sent and next(iter(self._sent.values())) <= sent_at_ms - self._place_ms:
+        # never a place that outlives the wait by more than the grace: a waiter that cannot
+        # leave (or died) is passed over soon after its wait's end, whatever its ttl
+        queue_ms = min(self._place_ms, max(self._give_up_at_ms - sent_at_ms, 0) + PLACE_GRACE_MS)
+        # a grant naming a ticket whose place's time is up is one granted() refuses anyway
+        while self._sent and sum(next(iter(self._sent.values()))) <= sent_at_ms:
             del self._sent[next(iter(self._sent))]
-        self._sent[ticket] = sent_at_ms
+        self._sent[ticket] = (sent_at_ms, queue_ms)
         self._in_flight = True
         try:
-            answer = await self._queue(ticket, sent_at_ms)
+            answer = await self._queue(ticket, sent_at_ms, queue_ms)
         finally:
             self._in_flight = False
-            # the call ran by now, if at all: the place it kept ends by a place's life from now
-            self._place_ends_by_ms = self._clock.now_ms() + self._place_ms
+            # the call ran by now, if at all: the place it kept ends by queue_ms from now
+            self._place_ends_by_ms = max(self._place_ends_by_ms, self._clock.now_ms() + queue_ms)
             if self._answered is not None and not self._answered.done():
                 self._answered.set_result(None)
         if isinstance(answer, Acquired) and not self._outcome.done():
@@ -250,13 +262,14 @@ class QueuedWait:
             next_ms = max(sent_at_ms + self._place_ms // 3, self._clock.now_ms())
             self._timer = self._clock.call_at(next_ms, self._ask)
 
-    async def _queue(self, ticket: int, sent_at_ms: int) -> Acquired | None:
+    async def _queue(self, ticket: int, sent_at_ms: int, queue_ms: int) -> Acquired | None:
         """Keep the place; return the key's :class:`Acquired` if this owner holds it in time."""
+        # never past the place's time: min(place, max(left, floor)) <= min(place, left + grace)
         bound_ms = min(self._place_ms, max(self._give_up_at_ms - sent_at_ms, _CALL_FLOOR_MS))
         try:
             async with self._bounds.until(sent_at_ms + bound_ms):
                 answer = await self._line.queue(
-                    self.key, self.owner, self._ttl_ms, self._place_ms, ticket
+                    self.key, self.owner, self._ttl_ms, queue_ms, ticket
                 )
         except StoreCallTimeoutError:
             self._last_error = LockStoreError(
