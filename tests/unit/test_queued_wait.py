@@ -346,7 +346,7 @@ async def test_a_cancelled_waiter_has_left_the_line_when_its_cancellation_reache
         held = await locks.acquire("k")
         assert held is not None
         waiting = await waiting_for(locks, "k")
-        faulty.delay("leave", "100ms")  # a leave takes a round trip
+        stuck = faulty.hang("leave")  # a leave takes a round trip
 
         async def cancel_release_take() -> Lock | None:
             waiting.cancel()
@@ -356,9 +356,11 @@ async def test_a_cancelled_waiter_has_left_the_line_when_its_cancellation_reache
             return await locks.acquire("k")
 
         program = asyncio.create_task(cancel_release_take())
-        await wait_all_tasks_blocked()
-        assert not waiting.done(), "the cancellation came through before the leave's answer"
-        await clock.advance("100ms")
+        try:
+            await wait_all_tasks_blocked()
+            assert not waiting.done(), "the cancellation came through before the leave's answer"
+        finally:
+            stuck.remove()
         again = await program
         assert again is not None, "the release handed the key to the cancelled waiter"
         assert calls_of(faulty, "grant") == []
@@ -372,7 +374,7 @@ async def test_a_waiter_whose_signal_aborted_has_left_the_line_when_the_error_re
         held = await locks.acquire("k")
         assert outer is not None
         assert held is not None
-        faulty.delay("leave", "100ms")
+        stuck = faulty.hang("leave")
 
         async def wait_release_take() -> Lock | None:
             with pytest.raises(LockLostError):
@@ -383,9 +385,12 @@ async def test_a_waiter_whose_signal_aborted_has_left_the_line_when_the_error_re
         program = asyncio.create_task(wait_release_take())
         await wait_all_tasks_blocked()
         await faulty.inner.release("outer", outer.owner)  # lost at its renewal, at 1 s
-        await clock.advance("1s")
-        assert not program.done(), "the signal's error came through before the leave's answer"
-        await clock.advance("100ms")
+        try:
+            await clock.advance("1s")
+            assert stuck.hits == 1, "the signal aborted, and the wait is leaving"
+            assert not program.done(), "the signal's error came through before the leave's answer"
+        finally:
+            stuck.remove()
         again = await program
         assert again is not None, "the release handed the key to the aborted waiter"
         assert calls_of(faulty, "grant") == []
@@ -397,12 +402,14 @@ async def test_a_grant_that_lands_while_the_waiter_leaves_is_released_by_the_lea
         assert held is not None
         impatient = await waiting_for(locks, "k", wait="1s")
         patient = await waiting_for(locks, "k")
-        faulty.delay("leave", "100ms", on="request")
+        stuck = faulty.hang("leave")  # the leave is on its way to the store
         await clock.advance("1s")
-        assert not impatient.done(), "it returned before its leave was answered"
-        # the impatient waiter's place is first in line still: the key goes to it
-        await held.release()
-        await clock.advance("100ms")
+        try:
+            assert not impatient.done(), "it returned before its leave was answered"
+            # the impatient waiter's place is first in line still: the key goes to it
+            await held.release()
+        finally:
+            stuck.remove()
         assert await impatient is None
         assert [call.outcome for call in calls_of(faulty, "leave")] == [True]
         lock = await asyncio.wait_for(patient, timeout=5)
@@ -418,18 +425,20 @@ async def test_a_cancelled_waiter_whose_leave_hangs_raises_once_its_place_is_ove
         assert held is not None
         waiting = await waiting_for(locks, "k")
         stuck = faulty.hang("leave")
-        waiting.cancel()
-        await wait_all_tasks_blocked()
-        assert not waiting.done(), "the cancellation came through before the leave's answer"
-        await clock.advance(f"{PLACE_MS}ms")
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-        assert stuck.hits == 1
+        try:
+            waiting.cancel()
+            await wait_all_tasks_blocked()
+            assert not waiting.done(), "the cancellation came through before the leave's answer"
+            await clock.advance(f"{PLACE_MS}ms")
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert stuck.hits == 1
+        finally:
+            stuck.remove()
         # the leave was bounded by the place's end, after which the place is passed over
         assert await held.release()
         assert isinstance(await faulty.inner.acquire("k", "probe", 1000), Acquired)
         assert calls_of(faulty, "grant") == []
-        faulty.heal()
 
 
 async def test_a_waiter_cancelled_again_while_it_leaves_stops_waiting_for_the_leave(faulty, clock):
@@ -438,16 +447,57 @@ async def test_a_waiter_cancelled_again_while_it_leaves_stops_waiting_for_the_le
         assert held is not None
         waiting = await waiting_for(locks, "k")
         stuck = faulty.hang("leave")
-        waiting.cancel()
-        await wait_all_tasks_blocked()
-        assert not waiting.done(), "the cancellation came through before the leave's answer"
-        waiting.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-        assert clock.now_ms() == 0
-        stuck.remove()  # the leave goes on in the background, and lands
+        try:
+            waiting.cancel()
+            await wait_all_tasks_blocked()
+            assert not waiting.done(), "the cancellation came through before the leave's answer"
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert clock.now_ms() == 0
+        finally:
+            stuck.remove()  # the leave goes on in the background, and lands
         await wait_all_tasks_blocked()
         assert [call.outcome for call in calls_of(faulty, "leave")] == [False]
+        assert await held.release()
+        assert calls_of(faulty, "grant") == []
+
+
+async def test_a_waiter_cancelled_with_a_queue_call_out_leaves_once_that_call_is_answered(
+    faulty, clock
+):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(locks, "k")
+        stuck = faulty.hang("queue")
+        try:
+            await clock.advance("1s")  # the call keeping its place is out, and hangs
+            waiting.cancel()
+            await wait_all_tasks_blocked()
+            assert not waiting.done(), "the cancellation came through with a queue call out"
+            assert calls_of(faulty, "leave") == []
+        finally:
+            stuck.remove()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        keeping, leaving = calls_of(faulty, "queue")[-1], calls_of(faulty, "leave")[0]
+        # the leave went after the call's answer: the call cannot put the place back
+        assert faulty.calls.index(leaving) > faulty.calls.index(keeping)
+        assert leaving.outcome is False
+        assert await held.release()
+        assert calls_of(faulty, "grant") == []
+
+
+async def test_a_waiter_paused_past_its_place_sends_no_leave(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(locks, "k", wait="1s")
+        clock.jump(f"{PLACE_MS}ms")  # a pause: its place's time is up at the store meanwhile
+        await clock.advance(0)
+        assert await waiting is None
+        assert calls_of(faulty, "leave") == [], "a leave for a place known to be over"
         assert await held.release()
         assert calls_of(faulty, "grant") == []
 
@@ -482,7 +532,8 @@ async def test_a_grant_to_a_waiter_whose_leave_failed_is_released_at_once(faulty
         await wait_all_tasks_blocked()
         granted = calls_of(faulty, "grant")
         assert len(granted) == 1
-        assert calls_of(faulty, "release", owner=granted[0].owner)[0].outcome is True
+        handed_back = calls_of(faulty, "release", owner=granted[0].owner)
+        assert [call.outcome for call in handed_back] == [True], "the grant holds the key"
         assert isinstance(await faulty.inner.acquire("k", "probe", 1000), Acquired)
         await clock.advance(f"{PLACE_GRACE_MS}ms")
         assert await impatient is None
