@@ -36,9 +36,9 @@ A grant lives what is left of its place, so a waiter that died blocks the key no
 PLACE_GRACE_MS: Final = 1000
 """How long past its wait's end a place may live: no queue call asks for more.
 
-A grant lives what is left of its place: one heard at the wait's last moment lives this long
-before its first renewal is due. A waiter whose leave fails waits at most this long past its
-wait for its place's time to be up at the store."""
+A grant lives what is left of its place: one heard at the wait's last moment still lives about
+this long, and is renewed a third of the way in. A waiter whose leave fails waits about this
+long past its wait (its last call's latency more) for its place's time to be up at the store."""
 # the least a queue call is given, whatever is left of the wait (as an acquire attempt)
 _CALL_FLOOR_MS: Final = 1000
 
