@@ -19,8 +19,10 @@ from helpers import Partition, unique_key, wait_for_real
 from leaselock import Locks, LockStoreError, SystemClock
 from leaselock.stores import Acquired, LockStore
 
-# acquire(wait="1s") may take the wait plus one bounded attempt (1 s); the rest is slack for CI
-WAIT_PLUS_ONE_ATTEMPT_S = 2.0
+# acquire(wait="1s") may take the wait plus one bounded attempt (1 s), then its departure from
+# the line: the place that attempt may have kept ends by then plus the wait and PLACE_GRACE_MS
+# (2 s), and no leave gets through a partition; the rest is slack for CI
+WAIT_ATTEMPT_AND_PLACE_S = 3.0
 SLACK_S = 1.5
 CLOCK = SystemClock()
 
@@ -66,7 +68,7 @@ async def test_acquire_with_a_wait_answers_in_time_during_a_partition(partitione
             await locks.acquire(unique_key("partitioned"), wait="1s")
         elapsed = CLOCK.now_ms() / 1000 - started
         partition.heal()
-    assert elapsed < WAIT_PLUS_ONE_ATTEMPT_S + SLACK_S, f"took {elapsed:.1f} s"
+    assert elapsed < WAIT_ATTEMPT_AND_PLACE_S + SLACK_S, f"took {elapsed:.1f} s"
 
 
 async def test_release_and_the_end_of_a_hold_answer_in_time_during_a_partition(partitioned):

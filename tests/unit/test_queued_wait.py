@@ -1,5 +1,6 @@
 """Waiting in the store's line: a release hands the key over, first come first served, and every
-way a wait ends leaves the line; faults in queue calls, leaves and grants, on the manual clock."""
+way a wait ends leaves the line before the acquire returns or raises; faults in queue calls,
+leaves and grants, on the manual clock."""
 
 import asyncio
 
@@ -7,7 +8,7 @@ import pytest
 
 from leaselock import Lock, LockLostError, Locks, LockStoreError
 from leaselock._engine import CLOSE_WAIT_MS
-from leaselock._engine._queued_wait import PLACE_MS
+from leaselock._engine._queued_wait import PLACE_GRACE_MS, PLACE_MS
 from leaselock.stores import Acquired, InMemoryLockStore, NotAcquired
 from leaselock.testing import FaultyStore, ManualClock, StoreCall, wait_all_tasks_blocked
 
@@ -314,6 +315,264 @@ async def test_an_aborted_signal_ends_the_wait_and_leaves(locks, store, clock):
         await waiting
     await store.release("k", "other-process")
     assert isinstance(await store.acquire("k", "probe", 1000), Acquired), "its place was kept"
+
+
+# --- a wait that ends without the key has left the line before its caller hears of it ------
+
+
+async def test_a_waiter_that_gave_up_has_left_the_line_when_its_acquire_returns(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+
+        async def give_up_release_take() -> Lock | None:
+            assert await locks.acquire("k", wait="1s") is None
+            # a sequential program: the release follows at once, in the same step
+            assert await held.release()
+            return await locks.acquire("k")
+
+        program = asyncio.create_task(give_up_release_take())
+        await clock.advance("1s")
+        again = await program
+        assert again is not None, "the release handed the key to the waiter that gave up"
+        assert calls_of(faulty, "grant") == []
+        assert again.fencing_token == held.fencing_token + 1, "a token was spent on nobody"
+
+
+async def test_a_cancelled_waiter_has_left_the_line_when_its_cancellation_reaches_the_caller(
+    faulty, clock
+):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(locks, "k")
+        stuck = faulty.hang("leave")  # a leave takes a round trip
+
+        async def cancel_release_take() -> Lock | None:
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert await held.release()
+            return await locks.acquire("k")
+
+        program = asyncio.create_task(cancel_release_take())
+        try:
+            await wait_all_tasks_blocked()
+            assert not waiting.done(), "the cancellation came through before the leave's answer"
+        finally:
+            stuck.remove()
+        again = await program
+        assert again is not None, "the release handed the key to the cancelled waiter"
+        assert calls_of(faulty, "grant") == []
+
+
+async def test_a_waiter_whose_signal_aborted_has_left_the_line_when_the_error_reaches_it(
+    faulty, clock
+):
+    async with Locks(store=faulty, clock=clock, ttl="3s") as locks:
+        outer = await locks.acquire("outer")
+        held = await locks.acquire("k")
+        assert outer is not None
+        assert held is not None
+        stuck = faulty.hang("leave")
+
+        async def wait_release_take() -> Lock | None:
+            with pytest.raises(LockLostError):
+                await locks.acquire("k", wait="1m", signal=outer.signal)
+            assert await held.release()
+            return await locks.acquire("k")
+
+        program = asyncio.create_task(wait_release_take())
+        await wait_all_tasks_blocked()
+        await faulty.inner.release("outer", outer.owner)  # lost at its renewal, at 1 s
+        try:
+            await clock.advance("1s")
+            assert stuck.hits == 1, "the signal aborted, and the wait is leaving"
+            assert not program.done(), "the signal's error came through before the leave's answer"
+        finally:
+            stuck.remove()
+        again = await program
+        assert again is not None, "the release handed the key to the aborted waiter"
+        assert calls_of(faulty, "grant") == []
+
+
+async def test_a_grant_that_lands_while_the_waiter_leaves_is_released_by_the_leave(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        impatient = await waiting_for(locks, "k", wait="1s")
+        patient = await waiting_for(locks, "k")
+        stuck = faulty.hang("leave")  # the leave is on its way to the store
+        await clock.advance("1s")
+        try:
+            assert not impatient.done(), "it returned before its leave was answered"
+            # the impatient waiter's place is first in line still: the key goes to it
+            await held.release()
+        finally:
+            stuck.remove()
+        assert await impatient is None
+        assert [call.outcome for call in calls_of(faulty, "leave")] == [True]
+        lock = await asyncio.wait_for(patient, timeout=5)
+        assert lock is not None
+        assert len(calls_of(faulty, "grant")) == 2, "the leave handed the key on"
+        assert lock.fencing_token == held.fencing_token + 2
+        await lock.release()
+
+
+async def test_a_cancelled_waiter_whose_leave_hangs_raises_once_its_place_is_over(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(locks, "k")
+        stuck = faulty.hang("leave")
+        try:
+            waiting.cancel()
+            await wait_all_tasks_blocked()
+            assert not waiting.done(), "the cancellation came through before the leave's answer"
+            await clock.advance(f"{PLACE_MS}ms")
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert stuck.hits == 1
+        finally:
+            stuck.remove()
+        # the leave was bounded by the place's end, after which the place is passed over
+        assert await held.release()
+        assert isinstance(await faulty.inner.acquire("k", "probe", 1000), Acquired)
+        assert calls_of(faulty, "grant") == []
+
+
+async def test_a_waiter_cancelled_again_while_it_leaves_stops_waiting_for_the_leave(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(locks, "k")
+        stuck = faulty.hang("leave")
+        try:
+            waiting.cancel()
+            await wait_all_tasks_blocked()
+            assert not waiting.done(), "the cancellation came through before the leave's answer"
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert clock.now_ms() == 0
+        finally:
+            stuck.remove()  # the leave goes on in the background, and lands
+        await wait_all_tasks_blocked()
+        assert [call.outcome for call in calls_of(faulty, "leave")] == [False]
+        assert await held.release()
+        assert calls_of(faulty, "grant") == []
+
+
+async def test_a_waiter_cancelled_with_a_queue_call_out_leaves_once_that_call_is_answered(
+    faulty, clock
+):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(locks, "k")
+        stuck = faulty.hang("queue")
+        try:
+            await clock.advance("1s")  # the call keeping its place is out, and hangs
+            waiting.cancel()
+            await wait_all_tasks_blocked()
+            assert not waiting.done(), "the cancellation came through with a queue call out"
+            assert calls_of(faulty, "leave") == []
+        finally:
+            stuck.remove()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        keeping, leaving = calls_of(faulty, "queue")[-1], calls_of(faulty, "leave")[0]
+        # the leave went after the call's answer: the call cannot put the place back
+        assert faulty.calls.index(leaving) > faulty.calls.index(keeping)
+        assert leaving.outcome is False
+        assert await held.release()
+        assert calls_of(faulty, "grant") == []
+
+
+async def test_a_waiter_paused_past_its_place_sends_no_leave(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(locks, "k", wait="1s")
+        clock.jump(f"{PLACE_MS}ms")  # a pause: its place's time is up at the store meanwhile
+        await clock.advance(0)
+        assert await waiting is None
+        assert calls_of(faulty, "leave") == [], "a leave for a place known to be over"
+        assert await held.release()
+        assert calls_of(faulty, "grant") == []
+
+
+async def test_a_waiter_whose_leave_fails_returns_once_its_place_is_over(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        faulty.fail("leave")
+        impatient = await waiting_for(locks, "k", wait="100ms")
+        await clock.advance("100ms")
+        assert not impatient.done(), "it returned with its place still in line"
+        # its one queue call, at 0, asked for its wait and the grace: the place ends then
+        await clock.advance(f"{PLACE_GRACE_MS - 1}ms")
+        assert not impatient.done()
+        await clock.advance("1ms")
+        assert await impatient is None
+        assert await held.release()
+        assert isinstance(await faulty.inner.acquire("k", "probe", 1000), Acquired)
+        assert calls_of(faulty, "grant") == []
+
+
+async def test_a_grant_to_a_waiter_whose_leave_failed_is_released_at_once(faulty, clock):
+    async with Locks(store=faulty, clock=clock) as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        faulty.fail("leave")
+        impatient = await waiting_for(locks, "k", wait="100ms")
+        await clock.advance("100ms")
+        # released by another process while the place is still in line: the key goes to it
+        await faulty.inner.release("k", held.owner)
+        await wait_all_tasks_blocked()
+        granted = calls_of(faulty, "grant")
+        assert len(granted) == 1
+        handed_back = calls_of(faulty, "release", owner=granted[0].owner)
+        assert [call.outcome for call in handed_back] == [True], "the grant holds the key"
+        assert isinstance(await faulty.inner.acquire("k", "probe", 1000), Acquired)
+        await clock.advance(f"{PLACE_GRACE_MS}ms")
+        assert await impatient is None
+
+
+async def test_a_place_lives_no_longer_than_its_wait_and_the_grace(faulty, clock):
+    dead = ManualClock()  # a process whose clock never moves asks nothing more, and never leaves
+    async with (
+        Locks(store=faulty, clock=clock) as holder,
+        Locks(store=faulty, clock=dead) as died,
+    ):
+        held = await holder.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(died, "k", wait="200ms")
+        await clock.advance(f"{200 + PLACE_GRACE_MS}ms")
+        assert await held.release()
+        assert calls_of(faulty, "grant") == [], "the release handed the key to a dead place"
+        assert isinstance(await faulty.inner.acquire("k", "probe", 1000), Acquired)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+
+async def test_a_grant_at_the_end_of_a_short_wait_lives_until_its_first_renewal(faulty, clock):
+    async with Locks(store=faulty, clock=clock, ttl="30s") as locks:
+        held = await locks.acquire("k")
+        assert held is not None
+        waiting = await waiting_for(locks, "k", wait="500ms")
+        await clock.advance("499ms")
+        await held.release()
+        lock = await asyncio.wait_for(waiting, timeout=5)
+        assert lock is not None
+        # its place, from 0, was its wait and the grace: renewed a third into that time
+        await clock.advance("1s")
+        renewals = calls_of(faulty, "renew", owner=lock.owner)
+        assert [call.sent_ms for call in renewals] == [(500 + PLACE_GRACE_MS) // 3]
+        await clock.advance("25s")
+        assert lock.held
+        await lock.release()
 
 
 @pytest.mark.parametrize("tasks", [2, 64])

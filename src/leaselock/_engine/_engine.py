@@ -248,7 +248,7 @@ class LockEngine:
             bounds=self._bounds,
             give_up_at_ms=give_up_at_ms,
             spawn=self.spawn,
-            hand_back=functools.partial(self.release_in_background, key, owner),
+            release=functools.partial(self._release_quietly, key, owner),
         )
         self._waiters.add(wait)
         self._queued[owner] = wait
@@ -626,11 +626,12 @@ class LockEngine:
     def _released_elsewhere(self, key: str) -> None:
         WAKEUPS.notify(self.store.inner, key)
 
-    def spawn(self, work: Coroutine[None, None, None]) -> None:
+    def spawn(self, work: Coroutine[None, None, None]) -> asyncio.Task[None]:
         """Run ``work`` in a task the engine keeps until it ends, and awaits at close."""
         task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     def lock(self, lease: Lease) -> Lock:
         """Return the public handle of ``lease``, which releases through this engine."""

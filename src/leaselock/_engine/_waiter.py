@@ -99,7 +99,7 @@ class Waiter:
         *,
         attempt: Callable[[], Awaitable[Won | NotWon]],
         hand_back: Callable[[str], None],
-        spawn: Callable[[Coroutine[None, None, None]], None],
+        spawn: Callable[[Coroutine[None, None, None]], object],
         clock: Clock,
         give_up_at_ms: int,
         last_error: LockStoreError | None,

@@ -1,6 +1,8 @@
 """The store contract's cases for waiting lines: a release hands the key to the first in line.
 
-Each case needs :class:`~leaselock.stores.SupportsHandoff`; a store without it skips them.
+Each case needs :class:`~leaselock.stores.SupportsHandoff`; a store without it skips them. One
+drives the store through :class:`~leaselock.Locks`, as an application waits: its waits come and
+go in the store's lines, so whatever the store's leave leaves behind, a release finds.
 """
 
 from __future__ import annotations
@@ -11,14 +13,17 @@ import unittest
 from collections.abc import AsyncIterator
 from typing import Final, final
 
+from .._locks import Locks
 from ..stores._protocol import (
     Acquired,
+    AcquireResult,
     Grant,
     NotAcquired,
     Queued,
     SupportsHandoff,
     WaitingLine,
 )
+from ._clock import ManualClock
 from ._contract_check import (
     CONCURRENT,
     HANDOFF,
@@ -27,11 +32,14 @@ from ._contract_check import (
     Check,
     case_registry,
 )
+from ._line_watch import LineWatch
 
 __all__ = ["HANDOFF_SPECS"]
 
 HANDOFF_SPECS, _case = case_registry()
 LINES: Final = 3
+# how long each of the waiters that give up waits, on the clock of their Locks
+GIVE_UP_AFTER: Final = "100ms"
 
 
 @final
@@ -330,3 +338,57 @@ async def queue_racing_release_leaves_one_holder(c: Check) -> None:
                 *(lines[n % LINES].line.leave(key, w) for n, w in enumerate(waiters))
             )
             await _free(c, key)
+
+
+@_case(
+    "a waiter that gave up has left the line when its acquire returns: a release right after "
+    "hands the key to nobody",
+    HANDOFF,
+    CONCURRENT,
+)
+async def waiters_that_gave_up_are_out_of_line_when_acquire_returns(c: Check) -> None:
+    key, holder = c.key(), c.owner()
+    await c.take(key, holder)
+    # the waits' time is the case's: they give up together, when it says
+    clock = ManualClock()
+    watch = LineWatch(c.store, places=c.callers)
+    left = c.callers
+    taken: list[AcquireResult] = []
+
+    async def give_up(locks: Locks) -> None:
+        nonlocal left
+        gave_up = await locks.acquire(key, wait=GIVE_UP_AFTER)
+        c.expect(gave_up is None, f"a wait for a held key returned {gave_up!r}")
+        left -= 1
+        if left == 0:
+            # the last to return releases at once, as a sequential program does: every waiter
+            # has returned, so none may be handed the key, nor spend a token
+            c.answer(await c.store.release(key, holder), expected=True, doing="the release")
+            taken.append(await c.store.acquire(key, c.owner(), LONG_TTL_MS))
+
+    async with contextlib.AsyncExitStack() as stack:
+        fleet = [
+            await stack.enter_async_context(Locks(store=watch, clock=clock)) for _ in range(LINES)
+        ]
+        waits = [asyncio.create_task(give_up(fleet[n % LINES])) for n in range(c.callers)]
+        try:
+            await asyncio.wait_for(watch.queued.wait(), NOTIFICATION_TIMEOUT_S)
+        except TimeoutError:
+            raise c.fail(
+                f"not every waiter had its place within {NOTIFICATION_TIMEOUT_S} s"
+            ) from None
+        await clock.advance(GIVE_UP_AFTER)
+        # every leave waited until all had given up: however slow a leave, it is out before
+        # its acquire returns, or the release finds its place
+        watch.leaves_go.set()
+        await asyncio.wait_for(asyncio.gather(*waits), NOTIFICATION_TIMEOUT_S)
+    # the Locks are closed: every call they made was answered
+    c.expect(
+        isinstance(taken[0], Acquired),
+        f"a fresh owner's acquire right after the release returned {taken[0]!r}: the release "
+        "handed the key to a waiter that gave up",
+    )
+    c.expect(
+        not watch.grants, f"the release granted the key to waiters that gave up: {watch.grants}"
+    )
+    c.expect(not watch.freed, f"waiters that gave up freed the key granted them: {watch.freed}")
