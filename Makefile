@@ -14,7 +14,9 @@ UV := $(shell command -v uv 2>/dev/null)
 COVERAGE_FLOOR ?= 90
 # the test helpers that mypy --strict checks with the package (test bodies are not annotated)
 TEST_HELPERS := tests/helpers.py tests/servers.py tests/store_benches.py tests/process_worker.py \
-	tests/check_stores.py tests/mysql_server.py tests/etcd_server.py
+	tests/check_stores.py tests/mysql_server.py tests/etcd_server.py \
+	tests/doc_blocks.py tests/doc_typecheck.py tests/doc_runs.py tests/doc_servers.py \
+	tests/doc_context.pyi
 
 .PHONY: test lint typecheck coverage pytest demo bench clean
 
@@ -47,6 +49,7 @@ typecheck: $(STAMP)
 	MYPYPATH=tests $(BIN)/mypy --strict $(TEST_HELPERS)
 	MYPYPATH=examples/gunicorn $(BIN)/mypy --strict examples/gunicorn/app.py examples/gunicorn/gunicorn.conf.py
 	MYPYPATH=examples/celery $(BIN)/mypy --strict examples/celery/tasks.py
+	$(BIN)/python tests/doc_typecheck.py
 
 coverage: $(STAMP)
 	@echo "Tests start throwaway PostgreSQL and Redis servers unless LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL name yours"
@@ -85,4 +88,4 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/fleet.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build/doc_blocks
