@@ -156,14 +156,39 @@ def test_the_url_may_come_from_leaselock_url(tmp_path: Path, monkeypatch: pytest
     assert "bogus://from-the-environment" in checked.stderr
 
 
-def test_the_command_in_this_process_checks_a_sound_store_and_reports_progress(
+def test_in_this_process_the_check_passes_runs_the_failover_command_and_reports_progress(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
+    # SQLite has no replica to promote: the command only proves when and how often it ran
+    failovers = tmp_path / "failovers"
     status = main(
-        ["check", "--url", f"sqlite:///{tmp_path / 'locks.db'}", "--seconds", "8", "--workers", "2"]
+        [
+            "check",
+            "--url",
+            f"sqlite:///{tmp_path / 'locks.db'}",
+            "--seconds",
+            "8",
+            "--workers",
+            "2",
+            "--failover-command",
+            f"echo failed over >> {failovers}",
+        ]
     )
     out = capsys.readouterr().out
     assert status == 0, out
     assert "OK: no two holders, tokens grew, no stale write accepted" in out
     assert "  2 workers ready; running 8 s" in out
     assert "  5 s: " in out, "a progress line at least every 5 s"
+    ran = failovers.read_text().splitlines()
+    assert ran, "the nemesis ran the failover command"
+    assert f"{len(ran)} failover" in out
+
+
+def test_a_failover_command_that_fails_stops_the_check_in_one_line(tmp_path: Path):
+    checked = leaselock(
+        "check", "--url", f"sqlite:///{tmp_path / 'locks.db'}", "--seconds", "20",
+        "--failover-command", "echo no replica to promote >&2; exit 4",
+    )  # fmt: skip
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    assert "exited 4: no replica to promote; fix the command" in checked.stderr
+    assert len(checked.stderr.strip().splitlines()) == 1

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import subprocess
 from typing import Any, Final
 
+from .._errors import LocksConfigurationError
 from ..testing.check import check_store
 from ._arguments import add_url_argument
 from ._operate import out
 
 __all__ = ["EXIT_INCONCLUSIVE", "add_check_command"]
+
+FAILOVER_TIMEOUT_S: Final = 60.0
 
 EXIT_PASSED: Final = 0
 EXIT_FAILED: Final = 1
@@ -47,7 +52,44 @@ def add_check_command(commands: Any) -> None:  # noqa: ANN401 -- argparse's subp
         metavar="MODULE:FACTORY",
         help="check your own store: a callable that takes the URL and returns it",
     )
+    check.add_argument(
+        "--failover-command",
+        metavar="COMMAND",
+        help=(
+            "a shell command that makes your highly available store fail over (promote a "
+            "replica, kill the leader), run by the nemesis between faults; the URL must reach "
+            "whichever server leads (redis+sentinel://, a multi-host postgresql:// URL with "
+            "target_session_attrs=read-write, every etcd member). The run then needs a failover "
+            "to pass"
+        ),
+    )
     check.set_defaults(run=_run)
+
+
+def _fail_over(command: str) -> None:
+    """Run the user's failover command; a failure stops the check, saying what it printed."""
+    try:
+        # the user's own command line, as they would type it: a shell is what they expect
+        done = subprocess.run(  # noqa: S602
+            command,
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=FAILOVER_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise LocksConfigurationError(
+            f"--failover-command {command!r} did not end within {FAILOVER_TIMEOUT_S:g} s; make "
+            "it return once the failover has begun"
+        ) from None
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise LocksConfigurationError(
+            f"--failover-command {command!r} exited {done.returncode}"
+            + (f": {said[-1]}" if said else "")
+            + "; fix the command, or leave --failover-command out"
+        )
 
 
 def _run(arguments: argparse.Namespace) -> int:
@@ -57,12 +99,14 @@ def _run(arguments: argparse.Namespace) -> int:
         "pausing holders past their ttl and killing workers...",
         flush=True,
     )
+    command: str | None = arguments.failover_command
     result = check_store(
         arguments.url,
         factory=arguments.store,
         seconds=arguments.seconds,
         workers=arguments.workers,
         ttl=arguments.ttl,
+        failover=None if command is None else functools.partial(_fail_over, command),
         progress=lambda line: out(f"  {line}", flush=True),
     )
     out(result.summary())
