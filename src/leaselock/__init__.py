@@ -41,6 +41,7 @@ from ._event_types import TickSkipped as TickSkipped
 from ._events import Events as Events
 from ._events import EventStream as EventStream
 from ._fencing import FencingGuard as FencingGuard
+from ._jobs import JobDecorator as JobDecorator
 from ._jobs import JobStatus as JobStatus
 from ._jobs import RunInfo as RunInfo
 from ._jobs import current_run as current_run
@@ -49,6 +50,9 @@ from ._jobs import on_one_instance as on_one_instance
 from ._jobs import without_overlapping as without_overlapping
 from ._locks import Locks as Locks
 from .integrations.sqlalchemy import fenced_update as fenced_update
+from .stores._capabilities import LockInfo as LockInfo
+from .stores._capabilities import RunRecord as RunRecord
+from .stores._job_control import JobPause as JobPause
 from .sync import SyncLock as SyncLock
 from .sync import SyncLocks as SyncLocks
 
@@ -62,9 +66,11 @@ __all__ = [
     "EventType",
     "Events",
     "FencingGuard",
+    "JobDecorator",
     "JobFailing",
     "JobMissed",
     "JobOverdue",
+    "JobPause",
     "JobRecovered",
     "JobStatus",
     "LeadershipAcquired",
@@ -74,6 +80,7 @@ __all__ = [
     "LockAcquired",
     "LockError",
     "LockHandedBack",
+    "LockInfo",
     "LockLost",
     "LockLostError",
     "LockNotAcquiredError",
@@ -86,6 +93,7 @@ __all__ = [
     "RunAbandoned",
     "RunEnded",
     "RunInfo",
+    "RunRecord",
     "RunStarted",
     "RunTrigger",
     "SyncLock",

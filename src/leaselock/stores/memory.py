@@ -13,7 +13,7 @@ from typing import final
 from .._clock import Clock, SystemClock
 from ._capabilities import JobRecord, LockInfo, RunRecord, with_run
 from ._job_control import JobPause, JobState, RunStart, RunStartAnswer, pause_matches
-from ._protocol import Acquired, AcquireResult, Grant, NotAcquired, Queued, Renewal
+from ._protocol import Acquired, AcquireResult, Grant, NotAcquired, Queued, Renewal, WaitingLine
 
 __all__ = ["InMemoryLockStore"]
 
@@ -119,7 +119,7 @@ class InMemoryLockStore:
             return True
 
     @asynccontextmanager
-    async def wait_in_line(self, on_grant: Callable[[Grant], None]) -> AsyncIterator[_MemoryLine]:
+    async def wait_in_line(self, on_grant: Callable[[Grant], None]) -> AsyncIterator[WaitingLine]:
         """Wait in keys' lines while entered; ``on_grant`` hears each grant on this loop.
 
         Leaving gives up every place the line still has.

@@ -37,6 +37,7 @@ from ._protocol import (
     Queued,
     ReleaseFollower,
     Renewal,
+    WaitingLine,
 )
 from ._sqlite_jobs import CREATE_JOBS, SQLiteJobControl, add_missing_columns
 from ._sqlite_line import (
@@ -496,9 +497,7 @@ class SQLiteLockStore:
             self._announcer.send(grant_payload(pending.grant), Path(pending.line))
 
     @asynccontextmanager
-    async def wait_in_line(
-        self, on_grant: Callable[[Grant], None]
-    ) -> AsyncIterator[SQLiteWaitingLine]:
+    async def wait_in_line(self, on_grant: Callable[[Grant], None]) -> AsyncIterator[WaitingLine]:
         """Wait in keys' lines while entered; ``on_grant`` hears each grant on this loop.
 
         The lines are rows of ``<table>_line`` in the file; a release hands its key to the
