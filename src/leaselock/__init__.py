@@ -43,7 +43,11 @@ from ._events import EventStream as EventStream
 from ._fencing import FencingGuard as FencingGuard
 from ._jobs import JobDecorator as JobDecorator
 from ._jobs import JobStatus as JobStatus
+from ._jobs import OnOneInstanceOptions as OnOneInstanceOptions
 from ._jobs import RunInfo as RunInfo
+from ._jobs import SyncOnOneInstanceOptions as SyncOnOneInstanceOptions
+from ._jobs import SyncWithoutOverlappingOptions as SyncWithoutOverlappingOptions
+from ._jobs import WithoutOverlappingOptions as WithoutOverlappingOptions
 from ._jobs import current_run as current_run
 from ._jobs import leader_election as leader_election
 from ._jobs import on_one_instance as on_one_instance
@@ -89,6 +93,7 @@ __all__ = [
     "LockStoreError",
     "Locks",
     "LocksConfigurationError",
+    "OnOneInstanceOptions",
     "RenewalFailing",
     "RunAbandoned",
     "RunEnded",
@@ -98,9 +103,12 @@ __all__ = [
     "RunTrigger",
     "SyncLock",
     "SyncLocks",
+    "SyncOnOneInstanceOptions",
+    "SyncWithoutOverlappingOptions",
     "SystemClock",
     "TickSkipped",
     "TimerHandle",
+    "WithoutOverlappingOptions",
     "current_lock",
     "current_run",
     "fenced_update",

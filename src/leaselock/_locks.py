@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Final, Literal, TypeVar, final, overload
+from typing import Any, Final, TypeVar, Unpack, final, overload
 
 from ._clock import Clock, SystemClock
 from ._durations import MIN_REAL_TTL_MS, Duration, check_ttl_floor, parse_ttl, parse_wait
@@ -26,7 +26,8 @@ from ._jobs import (
     JobDecorator,
     JobRuntime,
     JobStatus,
-    Overlap,
+    OnOneInstanceOptions,
+    WithoutOverlappingOptions,
     election_decorator,
     job_decorator,
 )
@@ -434,15 +435,7 @@ class Locks:
         self,
         key: str | None = None,
         ttl: Duration | None = None,
-        *,
-        owner_idle: Duration | None = None,
-        cancel_on_loss: bool = False,
-        expect_every: Duration | None = None,
-        alert_after_failures: int | None = None,
-        pause_after_failures: int | None = None,
-        catch_up: Literal["latest"] | None = None,
-        catch_up_window: Duration | None = None,
-        recover: bool = False,
+        **options: Unpack[OnOneInstanceOptions],
     ) -> JobDecorator:
         """Run the decorated job on ONE instance of the application.
 
@@ -458,61 +451,20 @@ class Locks:
                 that must never run twice: a rename changes the default.
             ttl: the lease length (default: this ``Locks``' ttl). A crashed owner costs up to
                 ``ttl`` of ticks; they are not caught up.
-            owner_idle: hand the lease back, logged at INFO, when no tick came for this long
-                (default: three times the interval between the ticks it saw), so another
-                instance takes over from one whose scheduler stopped while its process lives.
-            cancel_on_loss: cancel an async run when its lock is lost; it then raises
-                :class:`LockLostError`.
-            expect_every: a dead-man's switch. Every run's end is recorded in the store
-                (:meth:`job_status`); when no run succeeded anywhere for ``expect_every`` plus
-                a tenth of it, every instance whose scheduler ticks the job emits
-                :class:`JobOverdue` and a WARNING (again each ``expect_every`` while it lasts),
-                and :class:`JobRecovered` once a run succeeds.
-            alert_after_failures: after this many runs in a row raised (default 3), a
-                ``job-failing`` event (ERROR), once per streak.
-            pause_after_failures: after this many runs in a row raised, pause the job in the
-                store (:meth:`pause`): every instance skips it until an operator resumes it.
-            catch_up: ``"latest"``: a tick skipped because another instance owns the job is
-                looked at again once that owner's lease would have expired; if the owner never
-                started it (it died), the job runs once now (``trigger="catch-up"``, and a
-                ``job-missed`` event): never once per missed tick.
-            catch_up_window: how old a missed tick may be to be caught up (default
-                ``expect_every``; one of the two is needed with ``catch_up``).
-            recover: a run whose instance died is run again at once by an instance that
-                skipped a tick meanwhile (``trigger="recover"``, ``current_run().abandoned``
-                the dead run), rather than at the next tick.
+            **options: see :class:`OnOneInstanceOptions` (owner_idle, cancel_on_loss,
+                expect_every, alert_after_failures, pause_after_failures, catch_up,
+                catch_up_window, recover).
 
         Raises:
             LocksConfigurationError: a bad argument (now), or a key conflict (at start).
         """
-        return job_decorator(
-            "on_one_instance",
-            key,
-            ttl,
-            self._runtime,
-            owner_idle=owner_idle,
-            cancel_on_loss=cancel_on_loss,
-            expect_every=expect_every,
-            alert_after_failures=alert_after_failures,
-            pause_after_failures=pause_after_failures,
-            catch_up=catch_up,
-            catch_up_window=catch_up_window,
-            recover=recover,
-        )
+        return job_decorator("on_one_instance", key, ttl, self._runtime, **options)
 
     def without_overlapping(
         self,
         key: str | None = None,
         ttl: Duration | None = None,
-        *,
-        min_hold: Duration | None = None,
-        max_run: Duration | None = None,
-        cancel_on_loss: bool = False,
-        expect_every: Duration | None = None,
-        alert_after_failures: int | None = None,
-        pause_after_failures: int | None = None,
-        overlap: Overlap = "skip",
-        recover: bool = False,
+        **options: Unpack[WithoutOverlappingOptions],
     ) -> JobDecorator:
         """Never let the decorated job overlap itself, on any instance.
 
@@ -525,46 +477,14 @@ class Locks:
         Args:
             key: the job's key (default: the function's ``__qualname__``).
             ttl: the run lock's lease length (default: this ``Locks``' ttl).
-            min_hold: keep the run lock at least this long after the run started, even if it
-                ended sooner (ShedLock's ``lockAtLeastFor``): the same tick fired by several
-                schedulers (one Celery beat per replica) then runs once, and the others skip
-                it. Keep it below the interval between ticks.
-            max_run: a cap on a run (ShedLock's ``lockAtMostFor``): past it, the run's signal
-                aborts with ``detected_by="max_run"``, its run lock is released so the next
-                tick can start, and a WARNING names the job and how long it ran.
-            cancel_on_loss: cancel an async run when its lock is lost, its cap included; it
-                then raises :class:`LockLostError`.
-            expect_every: a dead-man's switch, as for :meth:`on_one_instance`.
-            alert_after_failures: as for :meth:`on_one_instance`.
-            pause_after_failures: as for :meth:`on_one_instance`.
-            overlap: what a tick that finds a run in progress does: ``"skip"`` (the default);
-                ``"buffer_one"``: one more run right after the running one, on its instance
-                (many ticks meanwhile make one run); ``"replace"``: the tick's run takes the
-                run lock with a greater token, the running run's signal aborts
-                (``detected_by="replaced"`` in this process, ``"renewal"`` on another instance,
-                at its next renewal), an async run is cancelled, and its late writes are refused
-                by fencing.
-            recover: as for :meth:`on_one_instance`: a tick skipped while a run was in
-                progress is looked at again after the run lock's ttl, and a run that never ended
-                runs again.
+            **options: see :class:`WithoutOverlappingOptions` (min_hold, max_run,
+                cancel_on_loss, expect_every, alert_after_failures, pause_after_failures,
+                overlap, recover).
 
         Raises:
             LocksConfigurationError: a bad argument (now), or a key conflict (at start).
         """
-        return job_decorator(
-            "without_overlapping",
-            key,
-            ttl,
-            self._runtime,
-            min_hold=min_hold,
-            max_run=max_run,
-            cancel_on_loss=cancel_on_loss,
-            expect_every=expect_every,
-            alert_after_failures=alert_after_failures,
-            pause_after_failures=pause_after_failures,
-            overlap=overlap,
-            recover=recover,
-        )
+        return job_decorator("without_overlapping", key, ttl, self._runtime, **options)
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:
         """Elect one leader for ``key`` among every instance.

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from datetime import datetime
 from types import TracebackType
-from typing import Literal, TypeVar, final
+from typing import TypeVar, Unpack, final
 
 from ._clock import Clock
 from ._durations import Duration, parse_wait
@@ -22,7 +22,15 @@ from ._errors import LockNotAcquiredError, LocksConfigurationError
 from ._event_log import EventLog
 from ._events import Events
 from ._forks import process_generation, refuse_if_forked
-from ._jobs import CURRENT_RUNTIME, F, JobDecorator, JobStatus, Overlap
+from ._jobs import (
+    CURRENT_RUNTIME,
+    F,
+    JobDecorator,
+    JobStatus,
+    SyncOnOneInstanceOptions,
+    SyncWithoutOverlappingOptions,
+    job_decorator,
+)
 from ._locks import Locks, runtime_of
 from ._threads import Portal
 from .stores._capabilities import LockInfo
@@ -313,60 +321,32 @@ class SyncLocks:
         self,
         key: str | None = None,
         ttl: Duration | None = None,
-        *,
-        owner_idle: Duration | None = None,
-        expect_every: Duration | None = None,
-        alert_after_failures: int | None = None,
-        pause_after_failures: int | None = None,
-        catch_up: Literal["latest"] | None = None,
-        catch_up_window: Duration | None = None,
-        recover: bool = False,
+        **options: Unpack[SyncOnOneInstanceOptions],
     ) -> JobDecorator:
         """Bind a job to run on ONE instance; see :meth:`leaselock.Locks.on_one_instance`.
 
         A sync job runs in the thread that calls it (a ``BackgroundScheduler`` worker, a Celery
-        worker) while its lease is renewed on the loop thread.
+        worker) while its lease is renewed on the loop thread. Its options are those of
+        :class:`~leaselock.SyncOnOneInstanceOptions`.
         """
-        return self._locks.on_one_instance(
-            key,
-            ttl,
-            owner_idle=owner_idle,
-            expect_every=expect_every,
-            alert_after_failures=alert_after_failures,
-            pause_after_failures=pause_after_failures,
-            catch_up=catch_up,
-            catch_up_window=catch_up_window,
-            recover=recover,
+        return job_decorator(
+            "on_one_instance", key, ttl, runtime_of(self._locks), sync=True, **options
         )
 
     def without_overlapping(
         self,
         key: str | None = None,
         ttl: Duration | None = None,
-        *,
-        min_hold: Duration | None = None,
-        max_run: Duration | None = None,
-        expect_every: Duration | None = None,
-        alert_after_failures: int | None = None,
-        pause_after_failures: int | None = None,
-        overlap: Overlap = "skip",
-        recover: bool = False,
+        **options: Unpack[SyncWithoutOverlappingOptions],
     ) -> JobDecorator:
         """Bind a job that never overlaps itself; see ``Locks.without_overlapping``.
 
         A thread cannot be cancelled: past ``max_run`` the run's signal aborts and its lock is
-        given up; check ``current_lock().signal`` between steps.
+        given up; check ``current_lock().signal`` between steps. Its options are those of
+        :class:`~leaselock.SyncWithoutOverlappingOptions`.
         """
-        return self._locks.without_overlapping(
-            key,
-            ttl,
-            min_hold=min_hold,
-            max_run=max_run,
-            expect_every=expect_every,
-            alert_after_failures=alert_after_failures,
-            pause_after_failures=pause_after_failures,
-            overlap=overlap,
-            recover=recover,
+        return job_decorator(
+            "without_overlapping", key, ttl, runtime_of(self._locks), sync=True, **options
         )
 
     def leader_election(self, key: str, ttl: Duration | None = None) -> Callable[[F], F]:

@@ -44,3 +44,12 @@ async def locks_give_locks(locks: Locks) -> None:
 def threads_give_sync_locks(locks: SyncLocks) -> None:
     assert_type(locks.acquire("k"), SyncLock | None)
     assert_type(locks.with_lock("k", lambda: 3), int)
+
+
+def job_options_are_checked_by_name_and_type(locks: Locks, threads: SyncLocks) -> None:
+    locks.on_one_instance(key="k", owner_idle="5m", catch_up="latest", cancel_on_loss=True)
+    locks.on_one_instance(key="k", owner_idel="5m")  # type: ignore[call-arg]
+    threads.without_overlapping(key="k", max_run="1h", overlap="buffer_one")
+    # a thread cannot be cancelled: the sync form has no cancel_on_loss
+    threads.without_overlapping(key="k", cancel_on_loss=True)  # type: ignore[call-arg]
+    leaselock.without_overlapping(overlap="sometimes")  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ import pytest
 
 import leaselock
 from helpers import Instances
-from leaselock import Event, LockLostError, Locks, LocksConfigurationError, current_lock
+from leaselock import Event, LockLostError, Locks, LocksConfigurationError, SyncLocks, current_lock
 from leaselock.stores import InMemoryLockStore
 from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
 
@@ -586,3 +586,35 @@ async def test_a_run_longer_than_min_hold_releases_its_lock_when_it_ends(store, 
 def test_min_hold_is_checked_as_a_duration():
     with pytest.raises(LocksConfigurationError, match="min_hold=-1 is negative"):
         leaselock.without_overlapping(min_hold=-1)
+
+
+@pytest.mark.parametrize(
+    ("decorate", "message"),
+    [
+        (
+            lambda: leaselock.on_one_instance(key="k", owner_idel="5m"),
+            (
+                r"on_one_instance\(\) takes no option 'owner_idel'; it takes key, ttl and "
+                r"alert_after_failures, cancel_on_loss, catch_up"
+            ),
+        ),
+        (
+            lambda: Locks().without_overlapping(key="k", overlaps="skip"),
+            r"without_overlapping\(\) takes no option 'overlaps'",
+        ),
+        (
+            lambda: SyncLocks().without_overlapping(key="k", cancel_on_loss=True),
+            (
+                r"SyncLocks.without_overlapping\(\) takes no option 'cancel_on_loss'; a thread "
+                r"cannot be cancelled"
+            ),
+        ),
+        (
+            lambda: SyncLocks().on_one_instance(key="k", catch_up="all"),
+            r"catch_up='all'; pass \"latest\"",
+        ),
+    ],
+)
+def test_an_option_a_decorator_does_not_take_is_refused_naming_those_it_does(decorate, message):
+    with pytest.raises(LocksConfigurationError, match=message):
+        decorate()

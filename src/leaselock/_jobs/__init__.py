@@ -7,6 +7,12 @@ It imports the engine and the ground floor, never the facade: :class:`JobRuntime
 from ._current import RunInfo, current_run
 from ._decorators import F, JobDecorator, job_decorator, on_one_instance, without_overlapping
 from ._election import election_decorator, leader_election
+from ._options import (
+    OnOneInstanceOptions,
+    SyncOnOneInstanceOptions,
+    SyncWithoutOverlappingOptions,
+    WithoutOverlappingOptions,
+)
 from ._runtime import CURRENT_RUNTIME, JobRuntime, current_runtime, resolve_runtime
 from ._spec import Overlap
 from ._status import JobStatus
@@ -17,8 +23,12 @@ __all__ = [
     "JobDecorator",
     "JobRuntime",
     "JobStatus",
+    "OnOneInstanceOptions",
     "Overlap",
     "RunInfo",
+    "SyncOnOneInstanceOptions",
+    "SyncWithoutOverlappingOptions",
+    "WithoutOverlappingOptions",
     "current_run",
     "current_runtime",
     "election_decorator",

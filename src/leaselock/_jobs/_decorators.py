@@ -12,13 +12,19 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Coroutine
-from typing import Any, Literal, ParamSpec, Protocol, TypeVar, cast, overload
+from typing import Any, ParamSpec, Protocol, TypeVar, Unpack, cast, overload
 
 from .._durations import Duration, parse_ttl, parse_wait
 from .._errors import LocksConfigurationError
 from .._keys import refuse_function_as_key, validate_key
+from ._options import (
+    AnyJobOptions,
+    OnOneInstanceOptions,
+    WithoutOverlappingOptions,
+    checked_options,
+)
 from ._runtime import JobRuntime, resolve_runtime
-from ._spec import JOB_ATTRIBUTE, OVERLAPS, JobKind, JobOptions, JobSpec, Overlap
+from ._spec import JOB_ATTRIBUTE, OVERLAPS, JobKind, JobOptions, JobSpec
 
 __all__ = [
     "F",
@@ -55,53 +61,22 @@ def job_decorator(
     ttl: Duration | None,
     runtime: JobRuntime | None,
     *,
-    min_hold: Duration | None = None,
-    max_run: Duration | None = None,
-    owner_idle: Duration | None = None,
-    cancel_on_loss: bool = False,
-    expect_every: Duration | None = None,
-    alert_after_failures: int | None = None,
-    pause_after_failures: int | None = None,
-    overlap: Overlap = "skip",
-    catch_up: Literal["latest"] | None = None,
-    catch_up_window: Duration | None = None,
-    recover: bool = False,
+    sync: bool = False,
+    **options: Unpack[AnyJobOptions],
 ) -> JobDecorator:
-    """Return the decorator of ``kind`` (``runtime`` given: the bound form)."""
+    """Return the decorator of ``kind`` (``runtime`` given: the bound form).
+
+    ``options`` are the ones ``kind`` takes (``sync``: its ``SyncLocks`` form), documented in
+    :mod:`._options`.
+
+    Raises:
+        LocksConfigurationError: a bad key, ttl or option.
+    """
     refuse_function_as_key(key, f"@{'locks' if runtime is not None else 'leaselock'}.{kind}", "()")
+    checked_options(kind, options, sync=sync)
     checked_key = None if key is None else validate_key(key)
     ttl_ms = None if ttl is None else parse_ttl(ttl)
-    if not isinstance(cancel_on_loss, bool):
-        raise LocksConfigurationError(f"cancel_on_loss={cancel_on_loss!r}; pass True or False")
-    if catch_up not in {None, "latest"}:
-        raise LocksConfigurationError(
-            f'catch_up={catch_up!r}; pass "latest" (run the most recent tick its dead owner '
-            "missed, once) or None"
-        )
-    if not isinstance(recover, bool):
-        raise LocksConfigurationError(f"recover={recover!r}; pass True or False")
-    if overlap not in OVERLAPS:
-        raise LocksConfigurationError(
-            f'overlap={overlap!r}; pass "skip" (a tick during a run is skipped), "buffer_one" '
-            '(one more run right after it) or "replace" (the running run is stopped)'
-        )
-    options = JobOptions(
-        min_hold_ms=None if min_hold is None else parse_wait(min_hold, name="min_hold"),
-        max_run_ms=None if max_run is None else parse_ttl(max_run, name="max_run"),
-        owner_idle_ms=None if owner_idle is None else parse_ttl(owner_idle, name="owner_idle"),
-        cancel_on_loss=cancel_on_loss,
-        expect_every_ms=(
-            None if expect_every is None else parse_ttl(expect_every, name="expect_every")
-        ),
-        alert_after_failures=_failures(alert_after_failures, "alert_after_failures"),
-        pause_after_failures=_failures(pause_after_failures, "pause_after_failures"),
-        overlap=overlap,
-        catch_up=catch_up == "latest",
-        catch_up_window_ms=(
-            None if catch_up_window is None else parse_ttl(catch_up_window, name="catch_up_window")
-        ),
-        recover=recover,
-    )
+    parsed = _parsed(options)
 
     def decorate(function: F) -> F:
         spec = getattr(function, JOB_ATTRIBUTE, None)
@@ -111,12 +86,56 @@ def job_decorator(
             _check_decoratable(kind, function, has_key=checked_key is not None)
             spec = JobSpec(function)
             wrapper = cast("F", _wrap(spec))
-        spec.add(kind, checked_key, ttl_ms, options)
+        spec.add(kind, checked_key, ttl_ms, parsed)
         if runtime is not None:
             runtime.bind_job(spec)
         return wrapper
 
     return cast("JobDecorator", decorate)
+
+
+def _parsed(options: AnyJobOptions) -> JobOptions:
+    """Check each option and return them parsed; an option left out has its default."""
+    cancel_on_loss = options.get("cancel_on_loss", False)
+    if not isinstance(cancel_on_loss, bool):
+        raise LocksConfigurationError(f"cancel_on_loss={cancel_on_loss!r}; pass True or False")
+    catch_up = options.get("catch_up")
+    if catch_up not in {None, "latest"}:
+        raise LocksConfigurationError(
+            f'catch_up={catch_up!r}; pass "latest" (run the most recent tick its dead owner '
+            "missed, once) or None"
+        )
+    recover = options.get("recover", False)
+    if not isinstance(recover, bool):
+        raise LocksConfigurationError(f"recover={recover!r}; pass True or False")
+    overlap = options.get("overlap", "skip")
+    if overlap not in OVERLAPS:
+        raise LocksConfigurationError(
+            f'overlap={overlap!r}; pass "skip" (a tick during a run is skipped), "buffer_one" '
+            '(one more run right after it) or "replace" (the running run is stopped)'
+        )
+    min_hold = options.get("min_hold")
+    max_run = options.get("max_run")
+    owner_idle = options.get("owner_idle")
+    expect_every = options.get("expect_every")
+    catch_up_window = options.get("catch_up_window")
+    return JobOptions(
+        min_hold_ms=None if min_hold is None else parse_wait(min_hold, name="min_hold"),
+        max_run_ms=None if max_run is None else parse_ttl(max_run, name="max_run"),
+        owner_idle_ms=None if owner_idle is None else parse_ttl(owner_idle, name="owner_idle"),
+        cancel_on_loss=cancel_on_loss,
+        expect_every_ms=(
+            None if expect_every is None else parse_ttl(expect_every, name="expect_every")
+        ),
+        alert_after_failures=_failures(options.get("alert_after_failures"), "alert_after_failures"),
+        pause_after_failures=_failures(options.get("pause_after_failures"), "pause_after_failures"),
+        overlap=overlap,
+        catch_up=catch_up == "latest",
+        catch_up_window_ms=(
+            None if catch_up_window is None else parse_ttl(catch_up_window, name="catch_up_window")
+        ),
+        recover=recover,
+    )
 
 
 def _failures(count: object, name: str) -> int | None:
@@ -163,17 +182,7 @@ def _wrap(spec: JobSpec) -> Callable[..., Any]:
 
 
 def on_one_instance(
-    key: str | None = None,
-    ttl: Duration | None = None,
-    *,
-    owner_idle: Duration | None = None,
-    cancel_on_loss: bool = False,
-    expect_every: Duration | None = None,
-    alert_after_failures: int | None = None,
-    pause_after_failures: int | None = None,
-    catch_up: Literal["latest"] | None = None,
-    catch_up_window: Duration | None = None,
-    recover: bool = False,
+    key: str | None = None, ttl: Duration | None = None, **options: Unpack[OnOneInstanceOptions]
 ) -> JobDecorator:
     """Mark a job that runs on ONE instance; bound by ``locks.register`` or the current Locks.
 
@@ -185,62 +194,21 @@ def on_one_instance(
         key: the job's key; defaults to the function's ``__qualname__``. Set it on any job
             that must never run twice: a rename changes the default.
         ttl: the lease length (default: the ``Locks`` ttl).
-        owner_idle: hand the lease back when no tick came for this long (default: three times
-            the interval between the ticks seen), so another instance's scheduler takes over
-            from one that stopped firing.
-        cancel_on_loss: cancel an async run when its lock is lost; it then raises
-            :class:`~leaselock.LockLostError`.
-        expect_every: a dead-man's switch: when no run succeeded anywhere for this long (plus
-            a tenth of it), every running instance that sees the job's ticks reports a
-            ``job-overdue`` event and a WARNING, and ``job-recovered`` when one succeeds again.
-        alert_after_failures: after this many runs in a row raised (default 3), a
-            ``job-failing`` event (ERROR), once per streak.
-        pause_after_failures: after this many runs in a row raised, pause the job in the store
-            (every instance skips it) until an operator resumes it.
-        catch_up: ``"latest"``: a tick skipped because its owner runs it is looked at again once
-            the owner's lease would have expired; if the owner never started it (it died), the
-            job runs once now (``trigger="catch-up"``), never once per missed tick.
-        catch_up_window: how old a missed tick may be to be caught up (default:
-            ``expect_every``; one of the two is needed with ``catch_up``).
-        recover: a run whose instance died is run again at once, by the instance that skipped
-            a tick meanwhile (``trigger="recover"``; ``current_run().abandoned`` is the dead
-            run, ``previous_token`` its token), instead of at the next tick.
+        **options: see :class:`~leaselock.OnOneInstanceOptions`.
 
     Raises:
         LocksConfigurationError: a bad argument.
 
     .. versionadded:: 0.1
-    .. versionchanged:: 0.2 ``owner_idle``, ``cancel_on_loss``, ``expect_every``,
-       ``alert_after_failures``, ``pause_after_failures``.
+    .. versionchanged:: 0.2 the options of :class:`~leaselock.OnOneInstanceOptions`.
     """
-    return job_decorator(
-        "on_one_instance",
-        key,
-        ttl,
-        None,
-        owner_idle=owner_idle,
-        cancel_on_loss=cancel_on_loss,
-        expect_every=expect_every,
-        alert_after_failures=alert_after_failures,
-        pause_after_failures=pause_after_failures,
-        catch_up=catch_up,
-        catch_up_window=catch_up_window,
-        recover=recover,
-    )
+    return job_decorator("on_one_instance", key, ttl, None, **options)
 
 
 def without_overlapping(
     key: str | None = None,
     ttl: Duration | None = None,
-    *,
-    min_hold: Duration | None = None,
-    max_run: Duration | None = None,
-    cancel_on_loss: bool = False,
-    expect_every: Duration | None = None,
-    alert_after_failures: int | None = None,
-    pause_after_failures: int | None = None,
-    overlap: Overlap = "skip",
-    recover: bool = False,
+    **options: Unpack[WithoutOverlappingOptions],
 ) -> JobDecorator:
     """Mark a job that never overlaps itself; bound by ``locks.register`` or the current Locks.
 
@@ -250,42 +218,12 @@ def without_overlapping(
     Args:
         key: the job's key (default: the function's ``__qualname__``).
         ttl: the run lock's lease length (default: the ``Locks`` ttl).
-        min_hold: keep the run lock at least this long after the run STARTED (ShedLock's
-            ``lockAtLeastFor``), so the same tick fired by several schedulers (a Celery beat
-            per replica) runs once. Set it below the interval between ticks.
-        max_run: a cap on a run (ShedLock's ``lockAtMostFor``): past it, the run's signal aborts
-            (``detected_by="max_run"``), its run lock is released so the next tick can start,
-            and a WARNING names the job.
-        cancel_on_loss: cancel an async run when its lock is lost (its cap included); it then
-            raises :class:`~leaselock.LockLostError`.
-        expect_every: a dead-man's switch, as for :func:`on_one_instance`.
-        alert_after_failures: as for :func:`on_one_instance`.
-        pause_after_failures: as for :func:`on_one_instance`.
-        overlap: what a tick that finds a run in progress does: ``"skip"`` (the default);
-            ``"buffer_one"``: one more run starts right after the running one ends, on its
-            instance (ticks meanwhile make one run, not a backlog); ``"replace"``: the tick
-            takes the run lock with a greater token, the running run's signal aborts
-            (``detected_by="replaced"`` when it runs in this process, ``"renewal"`` when
-            elsewhere, at its next renewal), an async run is cancelled, and its late writes are
-            refused by fencing. Both need a store that keeps job control (every shipped one).
-        recover: as for :func:`on_one_instance`: a tick skipped while a run was in progress
-            is looked at again after the run lock's ttl; if that run never ended, it runs again.
+        **options: see :class:`~leaselock.WithoutOverlappingOptions`.
+
+    Raises:
+        LocksConfigurationError: a bad argument.
 
     .. versionadded:: 0.1
-    .. versionchanged:: 0.2 ``min_hold``, ``max_run``, ``cancel_on_loss``, ``expect_every``,
-       ``alert_after_failures``, ``pause_after_failures``.
+    .. versionchanged:: 0.2 the options of :class:`~leaselock.WithoutOverlappingOptions`.
     """
-    return job_decorator(
-        "without_overlapping",
-        key,
-        ttl,
-        None,
-        min_hold=min_hold,
-        max_run=max_run,
-        cancel_on_loss=cancel_on_loss,
-        expect_every=expect_every,
-        alert_after_failures=alert_after_failures,
-        pause_after_failures=pause_after_failures,
-        overlap=overlap,
-        recover=recover,
-    )
+    return job_decorator("without_overlapping", key, ttl, None, **options)
