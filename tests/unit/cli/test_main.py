@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib.metadata
+from pathlib import Path
 
 import pytest
 
+from leaselock import LocksConfigurationError
 from leaselock._cli import main
+from leaselock._cli._check import _fail_over as fail_over
 
 
 def test_version_prints_the_installed_release(capsys: pytest.CaptureFixture[str]):
@@ -50,3 +53,16 @@ def test_a_check_that_cannot_run_exits_2_with_one_line(
     assert error.startswith("leaselock check: ")
     assert message in error
     assert len(error.strip().splitlines()) == 1
+
+
+def test_a_failover_command_that_fails_stops_the_check_naming_its_exit_and_last_line():
+    with pytest.raises(
+        LocksConfigurationError,
+        match=r"exited 4: no replica to promote; fix the command, or leave --failover-command out",
+    ):
+        fail_over("echo starting; echo no replica to promote >&2; exit 4")
+
+
+def test_a_failover_command_runs_in_a_shell_as_the_user_wrote_it(tmp_path: Path):
+    fail_over(f"cd {tmp_path} && echo promoted > failover.log")
+    assert (tmp_path / "failover.log").read_text() == "promoted\n"
