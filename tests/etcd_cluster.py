@@ -1,0 +1,582 @@
+"""A throwaway three-member etcd cluster on loopback, for failover tests, without pytest.
+
+:func:`etcd_cluster` starts three members of one cluster from the local ``etcd`` binary
+(Debian: ``apt-get install etcd-server``), bootstrapped statically (``--initial-cluster``), on
+free TCP ports of 127.0.0.1, with their data in a temporary directory removed at exit. The
+:class:`EtcdCluster` it yields finds the leader (``/v3/maintenance/status`` of each member),
+kills a member with SIGKILL and starts it again on its own data (as many times as a run
+wants), and cuts a member off from the others.
+
+**Partitions without root.** Every member advertises a peer URL that is a relay of this
+module's (:class:`PeerRelays`) in front of its real peer port, so every byte of peer traffic
+crosses a relay. On loopback every connection comes from 127.0.0.1, so a relay tells which
+member dialed a connection by the process that owns its other end (``/proc``). Cutting a
+link holds every byte of it, both ways, and leaves new connections unanswered, as a network
+partition does: nothing is closed, and etcd's own timeouts find out. Client traffic does not
+cross the relays: a client still reaches an isolated member, the case a store must survive.
+
+Anything that makes a cluster impossible to get raises :class:`servers.ServerUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from servers import ServerUnavailable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine, Iterator, Sequence
+
+__all__ = ["EtcdCluster", "FailoverCycle", "Member", "PeerRelays", "etcd_cluster"]
+
+_HOST: Final = "127.0.0.1"
+_MEMBERS: Final = 3
+# etcd's defaults: a leader is missed after 1 s without a heartbeat
+HEARTBEAT_MS: Final = 100
+ELECTION_MS: Final = 1000
+_START_TIMEOUT: Final = 30.0
+# a leader is elected within a few election timeouts, even on a loaded machine
+_LEADER_TIMEOUT: Final = 30.0
+_STOP_TIMEOUT: Final = 10.0
+_POLL_INTERVAL: Final = 0.05
+_STATUS_TIMEOUT: Final = 1.0
+_PORT_ATTEMPTS: Final = 3
+_LOG_TAIL_CHARS: Final = 2000
+_CHUNK: Final = 65536
+
+
+@dataclass
+class Member:
+    """One member: its name, its client URL, its ports, and its process while it runs."""
+
+    name: str
+    client_port: int
+    peer_port: int
+    relay_port: int
+    data_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    member_id: int = 0
+
+    @property
+    def client_url(self) -> str:
+        """The client URL (``http://127.0.0.1:PORT``), which clients reach directly."""
+        return f"http://{_HOST}:{self.client_port}"
+
+    @property
+    def advertised_peer_url(self) -> str:
+        """The peer URL the others dial: this member's relay."""
+        return f"http://{_HOST}:{self.relay_port}"
+
+    @property
+    def running(self) -> bool:
+        """Whether its process runs."""
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class _Link:
+    """Whether two members reach each other; while cut, every byte between them waits."""
+
+    open: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class PeerRelays:
+    """TCP relays in front of each member's peer port, on an event loop of their own thread.
+
+    Each connection is told to come from the member whose process owns its other end; a cut
+    link holds the bytes of its connections both ways, and holds new ones unconnected.
+    """
+
+    def __init__(self, count: int) -> None:
+        """Bind one relay port per member now (their targets come with :meth:`start`)."""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="etcd peer relays", daemon=True
+        )
+        self._listeners = [socket.create_server((_HOST, 0)) for _ in range(count)]
+        self.ports = [listener.getsockname()[1] for listener in self._listeners]
+        self._targets: list[int] = [0] * count
+        self._pids: dict[int, int] = {}
+        self._links: dict[frozenset[int], _Link] = {}
+        self._servers: list[asyncio.Server] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, targets: Sequence[int]) -> None:
+        """Relay member ``i``'s relay port to its real peer port ``targets[i]``."""
+        self._targets = list(targets)
+        self._thread.start()
+        self._run(self._serve_all())
+
+    def member_started(self, index: int, pid: int) -> None:
+        """Tell the relays that process ``pid`` is member ``index`` (after every start)."""
+        self._pids[pid] = index
+
+    def cut(self, first: int, second: int) -> None:
+        """Hold every byte between two members, both ways, until :meth:`heal`."""
+        self._run(self._set(frozenset((first, second)), is_open=False))
+
+    def heal(self) -> None:
+        """Let every byte held by a cut through, and every link carry traffic again."""
+        self._run(self._heal_all())
+
+    def close(self) -> None:
+        """Close the relays and every connection through them."""
+        if self._thread.is_alive():
+            self._run(self._close_all())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.run_until_complete(self._loop.shutdown_default_executor())
+        for listener in self._listeners:
+            listener.close()
+        self._loop.close()
+
+    def _run(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def _link(self, pair: frozenset[int]) -> _Link:
+        link = self._links.get(pair)
+        if link is None:
+            link = self._links[pair] = _Link()
+            link.open.set()
+        return link
+
+    async def _set(self, pair: frozenset[int], *, is_open: bool) -> None:
+        link = self._link(pair)
+        if is_open:
+            link.open.set()
+        else:
+            link.open.clear()
+
+    async def _heal_all(self) -> None:
+        for link in self._links.values():
+            link.open.set()
+
+    async def _serve_all(self) -> None:
+        for index, listener in enumerate(self._listeners):
+            server = await asyncio.start_server(
+                functools.partial(self._serve, index), sock=listener
+            )
+            self._servers.append(server)
+
+    async def _close_all(self) -> None:
+        for server in self._servers:
+            server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _serve(
+        self, target: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        # closing the relays cancels this; it ends quietly, since asyncio's server asks a
+        # cancelled handler for its exception (and logs the CancelledError it gets)
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._relay(target, reader, writer)
+
+    async def _relay(
+        self, target: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            dialer = await asyncio.to_thread(self._dialer, writer.get_extra_info("peername"))
+            link = self._link(frozenset((dialer, target))) if dialer is not None else None
+            if link is not None:
+                await link.open.wait()
+            try:
+                upstream_reader, upstream_writer = await asyncio.open_connection(
+                    _HOST, self._targets[target]
+                )
+            except OSError:
+                return
+            await asyncio.gather(
+                self._pipe(reader, upstream_writer, link),
+                self._pipe(upstream_reader, writer, link),
+            )
+        finally:
+            writer.close()
+
+    def _dialer(self, peer: tuple[str, int] | None) -> int | None:
+        """The member whose process owns the other end of a connection from ``peer``."""
+        if peer is None:
+            return None
+        sockets = _sockets_on_port(peer[1])
+        for pid, index in list(self._pids.items()):
+            with contextlib.suppress(OSError):
+                for descriptor in Path(f"/proc/{pid}/fd").iterdir():
+                    with contextlib.suppress(OSError):
+                        if str(descriptor.readlink()) in sockets:
+                            return index
+        return None
+
+    @staticmethod
+    async def _pipe(
+        source: asyncio.StreamReader, sink: asyncio.StreamWriter, link: _Link | None
+    ) -> None:
+        try:
+            while chunk := await source.read(_CHUNK):
+                if link is not None:
+                    await link.open.wait()
+                sink.write(chunk)
+                await sink.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            sink.close()
+
+
+class EtcdCluster:
+    """Three members of one etcd cluster, and the faults a test makes them suffer."""
+
+    def __init__(self, executable: str, workdir: Path) -> None:
+        """Choose ports and directories; :meth:`start` starts the members."""
+        self._executable = executable
+        self._workdir = workdir
+        self._token = f"leaselock-{uuid.uuid4().hex[:12]}"
+        self.relays = PeerRelays(_MEMBERS)
+        self.members = [
+            Member(
+                name=f"member-{index + 1}",
+                client_port=_free_port(),
+                peer_port=_free_port(),
+                relay_port=self.relays.ports[index],
+                data_dir=workdir / f"member-{index + 1}",
+                log_path=workdir / f"member-{index + 1}.log",
+            )
+            for index in range(_MEMBERS)
+        ]
+
+    @property
+    def url(self) -> str:
+        """The store URL of every member: ``etcd://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3``."""
+        return "etcd://" + ",".join(f"{_HOST}:{member.client_port}" for member in self.members)
+
+    @property
+    def client_urls(self) -> list[str]:
+        """Each member's client URL, in member order."""
+        return [member.client_url for member in self.members]
+
+    def start(self) -> None:
+        """Start every member at once (a new cluster needs a majority to elect a leader)."""
+        self.relays.start([member.peer_port for member in self.members])
+        for index in range(_MEMBERS):
+            self._spawn(index)
+        for index in range(_MEMBERS):
+            self.wait_healthy(index)
+        for member in self.members:
+            member.member_id = int(_status(member.client_url)["header"]["member_id"])
+
+    def _spawn(self, index: int) -> None:
+        member = self.members[index]
+        initial = ",".join(f"{m.name}={m.advertised_peer_url}" for m in self.members)
+        argv = [
+            self._executable,
+            "--name", member.name,
+            "--data-dir", str(member.data_dir),
+            "--listen-client-urls", member.client_url,
+            "--advertise-client-urls", member.client_url,
+            "--listen-peer-urls", f"http://{_HOST}:{member.peer_port}",
+            "--initial-advertise-peer-urls", member.advertised_peer_url,
+            "--initial-cluster", initial,
+            "--initial-cluster-state", "new",
+            "--initial-cluster-token", self._token,
+            "--heartbeat-interval", str(HEARTBEAT_MS),
+            "--election-timeout", str(ELECTION_MS),
+            "--logger", "zap",
+            "--log-outputs", "stderr",
+            "--log-level", "warn",
+        ]  # fmt: skip
+        try:
+            with member.log_path.open("ab") as log:
+                member.process = subprocess.Popen(  # noqa: S603 - fixed argv of a binary we located
+                    argv,
+                    cwd=self._workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except OSError as error:
+            raise ServerUnavailable(f"could not start {self._executable}: {error}") from error
+        self.relays.member_started(index, member.process.pid)
+
+    def wait_healthy(self, index: int) -> None:
+        """Wait until member ``index`` runs and sees a leader (its ``/health`` says true).
+
+        Raises:
+            ServerUnavailable: it exited, or did not become healthy in time.
+        """
+        member = self.members[index]
+        deadline = time.perf_counter() + _START_TIMEOUT
+        while not _healthy(member.client_url):
+            if not member.running:
+                raise ServerUnavailable(
+                    f"etcd {member.name} exited during start-up:\n{_log_tail(member.log_path)}"
+                )
+            if time.perf_counter() > deadline:
+                raise ServerUnavailable(
+                    f"etcd {member.name} did not become healthy within {_START_TIMEOUT:.0f}s:\n"
+                    f"{_log_tail(member.log_path)}"
+                )
+            _pause()
+
+    def leader(self, among: Sequence[int] | None = None) -> int:
+        """Return the index of the leader that a majority of the running members agree on.
+
+        Waits for one (an election in progress); ``among`` limits which members may be it.
+
+        Raises:
+            AssertionError: no leader within the timeout.
+        """
+        candidates = range(_MEMBERS) if among is None else among
+        deadline = time.perf_counter() + _LEADER_TIMEOUT
+        while time.perf_counter() < deadline:
+            votes: dict[int, int] = {}
+            for member in self.members:
+                if not member.running:
+                    continue
+                with contextlib.suppress(OSError, ValueError, KeyError):
+                    leader_id = int(_status(member.client_url)["leader"])
+                    votes[leader_id] = votes.get(leader_id, 0) + 1
+            for leader_id, count in votes.items():
+                index = self._index_of(leader_id)
+                if count * 2 > _MEMBERS and index in candidates and self.members[index].running:
+                    return index
+            _pause()
+        raise AssertionError(f"no leader among members {list(candidates)} in {_LEADER_TIMEOUT}s")
+
+    def _index_of(self, member_id: int) -> int:
+        for index, member in enumerate(self.members):
+            if member.member_id == member_id:
+                return index
+        return -1
+
+    def kill(self, index: int) -> None:
+        """SIGKILL member ``index`` (no shutdown, no flush beyond what etcd already synced)."""
+        process = self.members[index].process
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGKILL)
+        process.wait()
+
+    def restart(self, index: int) -> None:
+        """Start a stopped member again on its own data; return once it sees a leader."""
+        self._spawn(index)
+        self.wait_healthy(index)
+
+    def kill_leader_and_restart(self) -> None:
+        """Kill the leader, wait until the others elect a new one, then restart the old one.
+
+        The failover of ``check_store(failover=...)``: every call is a change of leader, and the
+        cluster has all three members again when it returns, ready for the next.
+        """
+        old = self.leader()
+        self.kill(old)
+        self.leader(among=[index for index in range(_MEMBERS) if index != old])
+        self.restart(old)
+
+    def isolate(self, index: int) -> None:
+        """Cut member ``index`` off from the other members (clients still reach it)."""
+        for other in range(_MEMBERS):
+            if other != index:
+                self.relays.cut(index, other)
+
+    def heal(self) -> None:
+        """Undo every cut."""
+        self.relays.heal()
+
+    def has_leader(self, index: int) -> bool:
+        """Whether member ``index`` answers and names a leader."""
+        try:
+            return int(str(_status(self.members[index].client_url).get("leader", 0))) != 0
+        except (OSError, ValueError):
+            return False
+
+    def isolate_leader_then_heal(self) -> None:
+        """Cut the leader off until the others elect a new one and it knows it is alone; heal.
+
+        A failover of ``check_store(failover=...)``: for a while the old leader still believes
+        it leads, and clients that reach it are refused or held, never granted.
+        """
+        old = self.leader()
+        self.isolate(old)
+        try:
+            self.leader(among=[index for index in range(_MEMBERS) if index != old])
+            self._await(lambda: not self.has_leader(old), f"{self.members[old].name} alone")
+        finally:
+            self.heal()
+        self.await_all_healthy()
+
+    def isolate_follower_then_heal(self) -> None:
+        """Cut a follower off until it knows it is alone (it names no leader); heal."""
+        leader = self.leader()
+        follower = next(index for index in range(_MEMBERS) if index != leader)
+        self.isolate(follower)
+        try:
+            self._await(
+                lambda: not self.has_leader(follower), f"{self.members[follower].name} alone"
+            )
+        finally:
+            self.heal()
+        self.await_all_healthy()
+
+    def await_all_healthy(self) -> None:
+        """Wait until every member runs, sees a leader, and a majority agrees on it."""
+        for index in range(_MEMBERS):
+            self.wait_healthy(index)
+        self.leader()
+
+    def _await(self, condition: Callable[[], bool], what: str) -> None:
+        deadline = time.perf_counter() + _LEADER_TIMEOUT
+        while not condition():
+            if time.perf_counter() > deadline:
+                raise AssertionError(f"not within {_LEADER_TIMEOUT}s: {what}")
+            _pause()
+
+    def stop(self) -> None:
+        """Stop every member, then the relays."""
+        for member in self.members:
+            if member.process is not None:
+                _stop(member.process)
+        self.relays.close()
+
+
+class FailoverCycle:
+    """A failover for ``check_store(failover=...)`` that takes turns among the cluster's faults.
+
+    Each call makes the next fault of ``kinds`` (``"kill"``: the leader is killed and
+    restarted; ``"isolate-leader"``, ``"isolate-follower"``: a member is cut off, then healed)
+    and counts it in :attr:`made`.
+    """
+
+    def __init__(self, cluster: EtcdCluster, kinds: Sequence[str] = ("kill",)) -> None:
+        """Make ``kinds`` in turn on ``cluster``."""
+        self._cluster = cluster
+        self._kinds = tuple(kinds)
+        self.made: collections.Counter[str] = collections.Counter()
+
+    def __call__(self) -> None:
+        """Make the next fault; return once the cluster has all three members again."""
+        kind = self._kinds[sum(self.made.values()) % len(self._kinds)]
+        faults = {
+            "kill": self._cluster.kill_leader_and_restart,
+            "isolate-leader": self._cluster.isolate_leader_then_heal,
+            "isolate-follower": self._cluster.isolate_follower_then_heal,
+        }
+        faults[kind]()
+        self.made[kind] += 1
+
+
+@contextlib.contextmanager
+def etcd_cluster() -> Iterator[EtcdCluster]:
+    """Yield a started three-member cluster of throwaway etcd servers; stop it at exit.
+
+    Raises:
+        ServerUnavailable: there is no ``etcd`` binary, or the cluster did not start.
+    """
+    executable = shutil.which("etcd")
+    if executable is None:
+        raise ServerUnavailable(
+            "there is no etcd binary on PATH to start a throwaway cluster; "
+            "install one (apt-get install etcd-server)"
+        )
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        workdir = Path(tempfile.mkdtemp(prefix="leaselock-etcd-cluster-"))
+        cluster = EtcdCluster(executable, workdir)
+        try:
+            try:
+                cluster.start()
+            except ServerUnavailable:
+                # a port taken between choosing and binding it: try others
+                if attempt == _PORT_ATTEMPTS:
+                    raise
+                continue
+            yield cluster
+            return
+        finally:
+            cluster.stop()
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _sockets_on_port(port: int) -> set[str]:
+    """The ``socket:[inode]`` links of the TCP sockets whose local port is ``port`` (Linux)."""
+    sockets = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    sockets.add(f"socket:[{fields[9]}]")
+    return sockets
+
+
+def _pause() -> None:
+    time.sleep(_POLL_INTERVAL)  # noqa: TID251 -- polling real servers, whose time is real
+
+
+def _status(client_url: str) -> dict[str, Any]:
+    """POST /v3/maintenance/status: the member's id (``header.member_id``) and ``leader``."""
+    request = urllib.request.Request(  # noqa: S310 - our own http URL
+        f"{client_url}/v3/maintenance/status", data=b"{}", method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=_STATUS_TIMEOUT) as answer:  # noqa: S310
+        status: dict[str, Any] = json.loads(answer.read())
+    return status
+
+
+def _healthy(client_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{client_url}/health", timeout=_STATUS_TIMEOUT) as answer:  # noqa: S310 - our own http URL
+            health = json.loads(answer.read())
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+    return isinstance(health, dict) and health.get("health") == "true"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((_HOST, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=_STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
+    except OSError as error:
+        return f"(no log: {error})"
