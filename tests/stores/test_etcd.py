@@ -643,9 +643,10 @@ class Faults(httpx.AsyncBaseTransport):
 
     ``lost[path]`` is ``"before"`` (the call never reaches etcd: a timeout), ``"late"`` (it
     reaches etcd 1.5 s late, as through a slow network) or ``"after"`` (etcd applies it, its
-    answer never comes: a timeout). ``members`` names the hosts of the endpoints the store was
-    given: each of them is ``etcd_url``; ``unreachable`` ones time out connecting, and
-    ``lose_member`` times out the next call sent to it.
+    answer never comes: a timeout); ``lost_once[path]`` is the same for the next call only.
+    ``members`` names the hosts of the endpoints the store was given: each of them is
+    ``etcd_url``; ``unreachable`` ones time out connecting, and ``lose_member`` times out the
+    next call sent to it.
     """
 
     def __init__(self, etcd_url: str, members: tuple[str, ...] = ()) -> None:
@@ -653,6 +654,7 @@ class Faults(httpx.AsyncBaseTransport):
         self._etcd = httpx.URL(etcd_url)
         self._members = members
         self.lost: dict[str, str] = {}
+        self.lost_once: dict[str, str] = {}
         self.unreachable: set[str] = set()
         self.lose_member: str | None = None
         self.asked: list[tuple[str, str]] = []
@@ -667,12 +669,13 @@ class Faults(httpx.AsyncBaseTransport):
                 self.lose_member = None
                 raise httpx.ReadTimeout("no answer", request=request)
             request.url = request.url.copy_with(host=self._etcd.host, port=self._etcd.port)
-        if self.lost.get(path) == "before":
+        lost = self.lost_once.pop(path, None) or self.lost.get(path)
+        if lost == "before":
             raise httpx.ConnectTimeout("never sent", request=request)
-        if self.lost.get(path) == "late":
+        if lost == "late":
             await wait_for_real(1_500)
         response = await self._inner.handle_async_request(request)
-        if self.lost.get(path) == "after":
+        if lost == "after":
             await response.aread()
             raise httpx.ReadTimeout("answer lost", request=request)
         return response
@@ -754,7 +757,7 @@ async def test_a_lock_moved_by_a_renewal_whose_answer_was_lost_is_renewed_later(
     faults = Faults(etcd_url)
     async with (
         httpx.AsyncClient(transport=faults, trust_env=False) as client,
-        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
+        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix, timeout="1s")) as store,
     ):
         assert isinstance(await store.acquire("k", "o_k", ONE_MINUTE_MS), Acquired)
         assert isinstance(await store.acquire("j", "o_j", ONE_MINUTE_MS), Acquired)
@@ -787,10 +790,9 @@ async def test_a_member_that_times_out_connecting_is_skipped_for_the_next(
         assert ("member-b", "/v3/kv/txn") in faults.asked
 
 
-@pytest.mark.etcd
-async def test_a_member_that_timed_out_is_not_asked_again_until_the_others_fail(
-    etcd_url: str, prefix: str
-) -> None:
+@contextlib.asynccontextmanager
+async def two_members(etcd_url: str, prefix: str) -> AsyncIterator[tuple[Faults, EtcdLockStore]]:
+    """A store given two members, ``member-a`` and ``member-b``: both are ``etcd_url``."""
     faults = Faults(etcd_url, members=("member-a", "member-b"))
     async with (
         httpx.AsyncClient(transport=faults, trust_env=False) as client,
@@ -801,13 +803,60 @@ async def test_a_member_that_timed_out_is_not_asked_again_until_the_others_fail(
         ) as store,
     ):
         faults.asked.clear()
+        yield faults, store
+
+
+@pytest.mark.etcd
+async def test_a_read_a_member_did_not_answer_is_asked_of_the_next_member_at_once(
+    etcd_url: str, prefix: str
+) -> None:
+    async with two_members(etcd_url, prefix) as (faults, store):
         faults.lose_member = "member-a"
-        with pytest.raises(LockStoreError, match="did not answer"):
-            await store.read_lock("k")
-        # never resent: it may have reached the member
-        assert faults.asked == [("member-a", "/v3/kv/range")]
         assert await store.read_lock("k") is None
-        assert faults.asked[1:] == [("member-b", "/v3/kv/range")]
+        assert faults.asked == [("member-a", "/v3/kv/range"), ("member-b", "/v3/kv/range")]
+        # later calls go to the member that answered
+        assert await store.read_lock("k") is None
+        assert faults.asked[2:] == [("member-b", "/v3/kv/range")]
+
+
+@pytest.mark.etcd
+async def test_a_break_whose_answer_was_lost_is_not_sent_again(etcd_url: str, prefix: str) -> None:
+    async with two_members(etcd_url, prefix) as (faults, store):
+        faults.lose_member = "member-a"
+        with pytest.raises(LockStoreError, match="not sent again, since it may have been applied"):
+            await store.break_lock("k")
+        # sent again, it would answer that nothing held the key it may have just freed
+        assert faults.asked == [("member-a", "/v3/kv/deleterange")]
+
+
+@pytest.mark.etcd
+async def test_an_acquire_whose_answer_was_lost_is_sent_again_and_knows_its_own_write(
+    etcd_url: str, prefix: str
+) -> None:
+    async with two_members(etcd_url, prefix) as (faults, store):
+        faults.lost_once["/v3/kv/txn"] = "after"
+        taken = await store.acquire("k", "owner", ONE_MINUTE_MS)
+        assert isinstance(taken, Acquired)
+        (kv,) = await lock_kvs(etcd_url, prefix)
+        assert base64.b64decode(kv["value"]).decode() == "owner"
+        assert taken.fencing_token == int(kv["create_revision"])
+        assert [path for _, path in faults.asked].count("/v3/kv/txn") == 2
+        assert await store.renew("k", "owner", ONE_MINUTE_MS) is True
+        # the owner asking again is still refused: only a resent txn is told its own write
+        assert await store.acquire("k", "owner", ONE_MINUTE_MS) == NotAcquired(holder="owner")
+
+
+@pytest.mark.etcd
+async def test_an_acquire_sent_again_to_a_key_another_owner_took_is_refused(
+    etcd_url: str, prefix: str
+) -> None:
+    async with (
+        two_members(etcd_url, prefix) as (faults, store),
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as other,
+    ):
+        assert isinstance(await other.acquire("k", "other", ONE_MINUTE_MS), Acquired)
+        faults.lost_once["/v3/kv/txn"] = "after"
+        assert await store.acquire("k", "owner", ONE_MINUTE_MS) == NotAcquired(holder="other")
 
 
 @pytest.mark.etcd

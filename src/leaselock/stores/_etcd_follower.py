@@ -3,6 +3,11 @@
 A lock's key is deleted when it is released, broken, or when its lease expires; each deletion
 wakes the followers of that key, and only them: a process watches the keys it waits on, so
 what it receives does not grow with the size of the fleet.
+
+A watch outlives the member it runs on: when its stream breaks (the member died, or lost its
+leader and ended the stream), it is opened again on the next member from the revision after
+the last one it heard, so a deletion made meanwhile is still heard. Where etcd has compacted
+that revision away, the waiters are woken once, since a deletion may have been missed.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Final, final
 
 from .._errors import LockStoreError
-from ._etcd_gateway import EtcdGateway
+from ._etcd_gateway import EtcdGateway, as_int
 from ._followed_keys import FollowedKeys
 
 __all__ = ["EtcdReleaseFollower"]
@@ -106,6 +111,7 @@ class EtcdReleaseFollower:
     async def _watch(self, key: str, established: asyncio.Future[None]) -> None:
         """Hear ``key``'s deletions until cancelled; after a broken stream, watch again."""
         failures = 0
+        position = _Position()
 
         def created() -> None:
             nonlocal failures
@@ -117,30 +123,41 @@ class EtcdReleaseFollower:
 
         while True:
             try:
-                await self._stream(key, created)
+                await self._stream(key, created, position)
             except LockStoreError as error:
                 if not established.done():
+                    # following() returns, and warns; the watch goes on trying meanwhile
                     established.set_exception(error)
-                    return
                 failures += 1
                 if failures == 1:
                     _log.info(
                         "%s lost its watch of %r (%s); watching again", self._store, key, error
                     )
             if failures > 1:
-                # the server is away: do not spin; waiters poll meanwhile
+                # the cluster is away: do not spin; waiters poll meanwhile
                 await asyncio.sleep(REWATCH_PAUSE_S)  # noqa: TID251 -- reconnect pacing
 
-    async def _stream(self, key: str, created: Callable[[], None]) -> None:
-        async with self._gateway.watch(self._prefix + key) as messages:
+    async def _stream(self, key: str, created: Callable[[], None], position: _Position) -> None:
+        async with self._gateway.watch(self._prefix + key, position.next_revision) as messages:
             async for message in messages:
                 if message.get("created"):
+                    if position.next_revision is None:
+                        # a watch from now starts after the revision its creation answers
+                        position.next_revision = (
+                            as_int(message.get("header", {}).get("revision")) + 1
+                        )
                     created()
                 if message.get("canceled"):
+                    if as_int(message.get("compact_revision")) > 0:
+                        # what happened since the last revision heard is gone: wake the
+                        # waiters, in case it was a deletion, and watch from now on
+                        position.next_revision = None
+                        self._heard(key)
                     raise LockStoreError(
                         f"etcd cancelled the watch: {message.get('cancel_reason', 'no reason')}"
                     )
                 for event in message.get("events", ()):
+                    position.heard(as_int(event.get("kv", {}).get("mod_revision")))
                     if event.get("type") == "DELETE":
                         self._heard(key)
         raise LockStoreError("etcd closed the watch stream")
@@ -150,3 +167,17 @@ class EtcdReleaseFollower:
             self._on_release(key)
         except Exception:  # noqa: BLE001 -- one bad callback must not stop the watch
             _log.exception("A release callback of %s failed", self._store)
+
+
+@final
+class _Position:
+    """Where a watch resumes after its stream broke: the first revision not heard yet."""
+
+    __slots__ = ("next_revision",)
+
+    def __init__(self) -> None:
+        self.next_revision: int | None = None
+
+    def heard(self, revision: int) -> None:
+        if self.next_revision is None or revision >= self.next_revision:
+            self.next_revision = revision + 1

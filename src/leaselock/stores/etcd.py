@@ -9,6 +9,8 @@ their own under ``<prefix>runs/`` (``_etcd_runs`` says how one transaction keeps
 
 Talks to etcd 3.4 or later through etcd's own gRPC JSON gateway (``POST /v3/...`` on the client
 URL) with httpx: no gRPC stack, and nothing between leaselock and etcd but an HTTP client.
+Given several members, a call moves to the next one when a member dies, loses its leader or
+holds the call (``_etcd_gateway`` says when a call may be sent again, and when not).
 """
 
 from __future__ import annotations
@@ -91,7 +93,9 @@ class EtcdLockStore:
     Args:
         endpoints: the client URL (``http(s)://host:port``) of one or more members of the
             cluster. A call goes to the member that answered last, and moves to the next one
-            when it cannot connect.
+            when that one is down, has no leader, or does not answer: a leader's death or a
+            member cut off from the others costs an election (about a second with etcd's
+            defaults), not the lock (``docs/stores/etcd.md`` says what is promised).
         client: an ``httpx.AsyncClient`` of the application (TLS settings, client
             certificates); it stays the application's: the store never closes it. Without
             one, the store makes its own at :meth:`open`, on the loop that opens it, and
@@ -99,8 +103,9 @@ class EtcdLockStore:
         prefix: the start of every key this store writes; ends with ``/``, and has no
             ``locks`` or ``runs`` segment. Stores with different prefixes never see each
             other's locks or runs.
-        timeout: the bound of every call to etcd (connecting, sending, waiting for the
-            answer); the engine bounds its calls too.
+        timeout: the bound of every call to etcd, all its attempts on every member
+            included; an attempt that may be resent gets a third of it. The engine bounds its
+            calls too.
 
     Raises:
         LocksConfigurationError: httpx is missing, or an argument is unusable.
@@ -241,7 +246,10 @@ class EtcdLockStore:
         """Take ``key`` for ``owner`` for ``ttl_ms`` if no live lock holds it.
 
         One transaction when the key is held; one more call (a lease grant before, or a
-        keep-alive after) when it is taken.
+        keep-alive after) when it is taken. A transaction whose answer was lost (its member
+        died, or held it for a leader that died) is sent again to the next member; if the
+        first had been applied, the second finds the key held by this very owner, and the
+        acquire answers the token the first created.
         """
         gateway = self._ready()
         loop = asyncio.get_running_loop()
@@ -249,15 +257,25 @@ class EtcdLockStore:
             since = loop.time()
             cohort = await self._cohort(lease_seconds(ttl_ms), since)
             try:
-                answer = await gateway.call(
+                answer, resent = await gateway.resent_call(
                     "kv/txn", acquire_txn(self._key_prefix + key, owner, cohort.lease_id)
                 )
             except LeaseGoneError:
                 self._book.forget(cohort)
                 continue
-            if not answer.get("succeeded"):
-                return NotAcquired(holder=_holder(answer))
-            token = self._token(answer)
+            if answer.get("succeeded"):
+                token = self._token(answer)
+            else:
+                kv = _ranged(answer)
+                if kv is None:
+                    return NotAcquired(holder=None)
+                if not (resent and _written_by(kv, owner, cohort.lease_id)):
+                    return NotAcquired(holder=decoded(kv.get("value")))
+                # the gateway sent the txn again after an attempt whose answer was lost, and
+                # that attempt had been applied (the engine's owners are fresh for every
+                # acquire, but a caller asking twice is refused: hence `resent`): the key is
+                # this call's, and its token the revision that created it
+                token = self._checked_token(as_int(kv.get("create_revision")))
             self._book.joined(cohort, key, owner, loop.time())
             if await self._refreshed(cohort, since):
                 return Acquired(token)
@@ -273,7 +291,11 @@ class EtcdLockStore:
         return renewed
 
     async def release(self, key: str, owner: str) -> bool:
-        """Free ``key`` if ``owner`` holds a live lock on it; the deletion wakes its watchers."""
+        """Free ``key`` if ``owner`` holds a live lock on it; the deletion wakes its watchers.
+
+        An attempt whose answer was lost is sent again: if it had freed the key, the second
+        answers ``False``, as for a lock that had expired, never a ``True`` it cannot prove.
+        """
         answer = await self._ready().call("kv/txn", release_txn(self._key_prefix + key, owner))
         self._book.left(key, owner)
         return bool(answer.get("succeeded"))
@@ -543,13 +565,18 @@ class EtcdLockStore:
         answer = await self._ready().call(
             "kv/deleterange",
             {"key": encoded_bytes(start), "range_end": encoded_bytes(prefix_end(start))},
+            # sent again, it would answer fewer deletions than were made
+            resend=False,
         )
         return int(answer.get("deleted", 0))
 
     async def break_lock(self, key: str) -> LockInfo | None:
         """Free ``key`` whoever holds it (its watchers hear it); return what held it, if any."""
         answer = await self._ready().call(
-            "kv/deleterange", {"key": encoded(self._key_prefix + key), "prev_kv": True}
+            "kv/deleterange",
+            {"key": encoded(self._key_prefix + key), "prev_kv": True},
+            # sent again, it would answer that nothing held the key it had just freed
+            resend=False,
         )
         # whoever held it, and whether its lease is still there: the key is gone
         self._book.gone(key)
@@ -717,13 +744,21 @@ def _version(text: str) -> tuple[int, ...]:
         return ()
 
 
-def _holder(answer: dict[str, Any]) -> str | None:
-    """The owner in a failed acquire's range, or ``None`` if the key went meanwhile."""
+def _ranged(answer: dict[str, Any]) -> dict[str, Any] | None:
+    """The key in a failed acquire's range, or ``None`` if it went meanwhile."""
     for response in answer.get("responses", ()):
         kvs = response.get("response_range", {}).get("kvs") or []
         if kvs:
-            return decoded(kvs[0].get("value"))
+            kv: dict[str, Any] = kvs[0]
+            return kv
     return None
+
+
+def _written_by(kv: dict[str, Any] | None, owner: str, lease_id: int) -> bool:
+    """Whether the key a failed acquire read is that acquire's own earlier write."""
+    return (
+        kv is not None and decoded(kv.get("value")) == owner and as_int(kv.get("lease")) == lease_id
+    )
 
 
 def _chunks(renewals: Sequence[Renewal], indexes: Sequence[int]) -> list[list[int]]:

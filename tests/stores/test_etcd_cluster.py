@@ -1,0 +1,243 @@
+"""EtcdLockStore on a three-member cluster: a leader killed, a member cut off, and the locks hold.
+
+Raft makes every write of the store linearizable, and etcd extends every lease when a new
+leader takes over; what these tests prove is the store's side of it: a keep-alive that fails
+on one member moves to another before the holder's deadline, a watch outlives its member, and
+nothing a cut-off member is asked for is ever granted. The cluster is a throwaway one of this
+module's own (``tests/etcd_cluster.py``); every test leaves it whole again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+
+from etcd_cluster import EtcdCluster, etcd_cluster
+from helpers import wait_for_real
+from leaselock import Locks, LockStoreError
+from leaselock.stores import Acquired, NotAcquired
+from leaselock.stores.etcd import EtcdLockStore
+from servers import ServerUnavailable
+
+pytestmark = pytest.mark.etcd
+
+RUN_PREFIX = f"leaselock-test-{uuid.uuid4().hex[:12]}/"
+
+
+@pytest.fixture(scope="module")
+def cluster(request: pytest.FixtureRequest) -> Iterator[EtcdCluster]:
+    """Three members of one cluster, started for this module."""
+    try:
+        with etcd_cluster() as started:
+            yield started
+    except ServerUnavailable as unavailable:
+        if request.config.getoption("--require-servers"):
+            pytest.fail(f"--require-servers: no throwaway etcd cluster: {unavailable}")
+        pytest.skip(f"no throwaway etcd cluster: {unavailable}")
+
+
+@pytest.fixture(autouse=True)
+def whole(cluster: EtcdCluster) -> Iterator[None]:
+    """After each test: every link healed, every member running and following one leader."""
+    yield
+    cluster.heal()
+    for index, member in enumerate(cluster.members):
+        if not member.running:
+            cluster.restart(index)
+    cluster.await_all_healthy()
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix of this test's own."""
+    return f"{RUN_PREFIX}{uuid.uuid4().hex[:8]}/"
+
+
+@contextlib.asynccontextmanager
+async def opened(store: EtcdLockStore) -> AsyncIterator[EtcdLockStore]:
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+def others(cluster: EtcdCluster, index: int) -> list[str]:
+    """The client URLs of every member but ``index``."""
+    return [url for other, url in enumerate(cluster.client_urls) if other != index]
+
+
+async def gone_from(cluster: EtcdCluster, key: str) -> bool:
+    async with httpx.AsyncClient(trust_env=False) as client:
+        answer = await client.post(
+            f"{cluster.client_urls[cluster.leader()]}/v3/kv/range",
+            json={"key": base64.b64encode(key.encode()).decode()},
+        )
+    return not answer.json().get("kvs")
+
+
+# --- a lock held across changes of leader ---------------------------------------------------
+
+
+async def test_a_lock_held_through_two_leader_kills_stays_held_and_is_never_lost(
+    cluster: EtcdCluster, prefix: str
+) -> None:
+    ttl_ms = 4_000
+    leader = cluster.leader()
+    # the store talks to the leader first: its keep-alives die with it
+    endpoints = [cluster.client_urls[leader], *others(cluster, leader)]
+    lost: list[object] = []
+    async with Locks(store=EtcdLockStore(endpoints, prefix=prefix), ttl=f"{ttl_ms}ms") as locks:
+        locks.events.subscribe(lost.append, "lock-lost")
+        lock = await locks.acquire("k")
+        assert lock is not None
+        # each takes an election and a restart: longer, together, than the ttl
+        for _ in range(2):
+            await asyncio.to_thread(cluster.kill_leader_and_restart)
+        # a lock none of whose renewals got through since the last change is lost by now
+        await wait_for_real(ttl_ms + 500)
+        assert lock.held
+        assert lost == []
+        async with opened(EtcdLockStore.from_url(cluster.url, prefix=prefix)) as other:
+            taken = await other.acquire("k", "intruder", ttl_ms)
+            assert isinstance(taken, NotAcquired)
+            assert taken.holder == lock.owner
+            info = await other.read_lock("k")
+            assert info is not None
+            assert info.fencing_token == lock.fencing_token
+        await lock.release()
+
+
+async def test_an_acquire_through_a_killed_leader_moves_to_another_member(
+    cluster: EtcdCluster, prefix: str
+) -> None:
+    leader = cluster.leader()
+    endpoints = [cluster.client_urls[leader], *others(cluster, leader)]
+    async with opened(EtcdLockStore(endpoints, prefix=prefix)) as store:
+        first = await store.acquire("before", "o1", 60_000)
+        assert isinstance(first, Acquired)
+        cluster.kill(leader)
+        after = await store.acquire("after", "o2", 60_000)
+        assert isinstance(after, Acquired)
+        assert after.fencing_token > first.fencing_token
+        assert await store.release("after", "o2") is True
+
+
+# --- a member cut off from the others --------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["leader", "follower"])
+async def test_a_cut_off_member_grants_nothing_it_is_asked_for(
+    cluster: EtcdCluster, prefix: str, role: str
+) -> None:
+    leader = cluster.leader()
+    cut = leader if role == "leader" else (leader + 1) % 3
+    async with opened(
+        EtcdLockStore(cluster.client_urls[cut], prefix=prefix, timeout="3s")
+    ) as alone:
+        cluster.isolate(cut)
+        with pytest.raises(LockStoreError):
+            await alone.acquire("free", "o", 60_000)
+    cluster.heal()
+    cluster.await_all_healthy()
+    assert await gone_from(cluster, f"{prefix}locks/free")
+
+
+@pytest.mark.parametrize("role", ["leader", "follower"])
+async def test_a_store_pointed_first_at_a_cut_off_member_is_refused_a_held_key_by_the_others(
+    cluster: EtcdCluster, prefix: str, role: str
+) -> None:
+    leader = cluster.leader()
+    cut = leader if role == "leader" else (leader + 1) % 3
+    async with (
+        opened(EtcdLockStore(others(cluster, cut), prefix=prefix)) as holder,
+        opened(
+            EtcdLockStore([cluster.client_urls[cut], *others(cluster, cut)], prefix=prefix)
+        ) as contender,
+    ):
+        held = await holder.acquire("held", "holder", 60_000)
+        assert isinstance(held, Acquired)
+        cluster.isolate(cut)
+        refused = await contender.acquire("held", "contender", 60_000)
+        assert refused == NotAcquired(holder="holder")
+        free = await contender.acquire("free", "contender", 60_000)
+        assert isinstance(free, Acquired)
+        assert free.fencing_token > held.fencing_token
+        assert await contender.renew("free", "contender", 60_000) is True
+        assert await holder.renew("held", "holder", 60_000) is True
+
+
+async def test_a_lock_renewed_through_a_cut_off_leader_is_taken_only_after_its_deadline(
+    cluster: EtcdCluster, prefix: str
+) -> None:
+    """The old leader may still believe it leads; etcd's new leader extends every lease."""
+    ttl_ms = 3_000
+    leader = cluster.leader()
+    loop = asyncio.get_running_loop()
+    async with (
+        opened(EtcdLockStore(cluster.client_urls[leader], prefix=prefix, timeout="1s")) as holder,
+        opened(EtcdLockStore(others(cluster, leader), prefix=prefix, timeout="1s")) as contender,
+    ):
+        sent = loop.time()
+        assert isinstance(await holder.acquire("k", "holder", ttl_ms), Acquired)
+        deadline = sent + ttl_ms / 1000
+        cluster.isolate(leader)
+        taken_at: float | None = None
+
+        async def renew_while_it_confirms() -> None:
+            nonlocal deadline
+            while taken_at is None:
+                sent = loop.time()
+                with contextlib.suppress(LockStoreError):
+                    if await holder.renew("k", "holder", ttl_ms):
+                        deadline = max(deadline, sent + ttl_ms / 1000)
+                await wait_for_real(200)
+
+        renewing = asyncio.get_running_loop().create_task(renew_while_it_confirms())
+        try:
+            async with asyncio.timeout(30):
+                while taken_at is None:
+                    with contextlib.suppress(LockStoreError):
+                        if isinstance(await contender.acquire("k", "contender", ttl_ms), Acquired):
+                            taken_at = loop.time()
+                    await wait_for_real(100)
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+        assert taken_at > deadline, f"taken {deadline - taken_at:.2f} s before the deadline"
+
+
+# --- release wake-ups across a member's loss --------------------------------------------------
+
+
+@pytest.mark.parametrize("fault", ["kill", "isolate"])
+async def test_a_watch_whose_member_is_lost_hears_the_release_made_meanwhile(
+    cluster: EtcdCluster, prefix: str, fault: str
+) -> None:
+    leader = cluster.leader()
+    lost = (leader + 1) % 3
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    async with (
+        opened(EtcdLockStore(others(cluster, lost), prefix=prefix)) as holder,
+        opened(
+            EtcdLockStore([cluster.client_urls[lost], *others(cluster, lost)], prefix=prefix)
+        ) as waiter,
+        waiter.follow_releases(heard.put_nowait) as follower,
+    ):
+        assert isinstance(await holder.acquire("k", "holder", 60_000), Acquired)
+        async with follower.following("k"):
+            if fault == "kill":
+                cluster.kill(lost)
+            else:
+                cluster.isolate(lost)
+            # released while the watch's member is gone: the watch, opened again on another
+            # member from the last revision it heard, hears the deletion it missed
+            assert await holder.release("k", "holder") is True
+            assert await asyncio.wait_for(heard.get(), 20) == "k"
