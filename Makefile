@@ -14,14 +14,9 @@ UV := $(shell command -v uv 2>/dev/null)
 COVERAGE_FLOOR ?= 90
 # the test helpers that mypy --strict checks with the package (test bodies are not annotated)
 TEST_HELPERS := tests/helpers.py tests/servers.py tests/store_benches.py tests/process_worker.py \
-<<<<<<< HEAD
-	tests/check_stores.py tests/mysql_server.py tests/etcd_server.py \
-	tests/doc_blocks.py tests/doc_typecheck.py tests/doc_runs.py tests/doc_servers.py \
-	tests/doc_context.pyi
-=======
 	tests/check_stores.py tests/mysql_server.py tests/etcd_server.py tests/etcd_cluster.py \
-	tests/etcd_relays.py
->>>>>>> i33-etcd
+	tests/etcd_relays.py tests/doc_blocks.py tests/doc_typecheck.py tests/doc_runs.py \
+	tests/doc_servers.py tests/doc_context.pyi
 
 .PHONY: test lint typecheck coverage pytest demo bench clean
 
