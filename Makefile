@@ -86,6 +86,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_renewals.py
 	$(BIN)/python benchmarks/bench_election_takeover.py
 	$(BIN)/python benchmarks/fleet.py
+	$(BIN)/python benchmarks/bench_simulate.py --processes 2
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build/doc_blocks
