@@ -394,3 +394,14 @@ def test_a_report_says_what_it_injected_and_how_to_replay_it():
         "replay: simulate(fenced_export, seed=5, faults=Faults(pauses=1, kills=0, restarts=0, "
         "outages=0, slow_store=0, lost_answers=0))"
     )
+
+
+def test_the_docs_page_shows_what_its_program_prints():
+    # the failing seed, its report and its digest on docs/simulate.md are what a run prints
+    page = (TESTS.parent / "docs" / "simulate.md").read_text()
+    program = page.split("```python\n", 1)[1].split("```", 1)[0]
+    shown = page.split("```text\n", 1)[1].split("```", 1)[0]
+    finished = subprocess.run(  # noqa: S603 -- our own interpreter and docs
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert finished.stdout == shown
