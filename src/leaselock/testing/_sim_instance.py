@@ -7,7 +7,6 @@ import contextvars
 import dataclasses
 import functools
 import inspect
-import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
@@ -26,8 +25,6 @@ from ._sim_world import World
 __all__ = ["Life", "Setup", "SimulatedInstance"]
 
 T = TypeVar("T")
-
-_log = logging.getLogger("leaselock.testing")
 
 # owner ids are 128 random bits, fresh every run: the trace names the instance instead
 _OWNER_ID: Final = re.compile(r"\b[0-9a-f]{32}@")
@@ -110,7 +107,7 @@ class SimulatedInstance:
         for every seed.
 
         Raises:
-            LocksConfigurationError: another kind of object has that name.
+            LocksConfigurationError: ``name`` is not a string.
         """
         return self._world.shared(name, make)
 
