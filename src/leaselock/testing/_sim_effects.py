@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, final
 
 from .._engine import current_lock
@@ -80,19 +80,23 @@ class Effect:
     fenced: bool
     accepted: bool
 
-    def __str__(self) -> str:
-        """Describe the access in one line."""
+    @property
+    def action(self) -> str:
+        """What the instance did, in words: ``"wrote 7 to 'exported' (fenced token 5, ...)"``."""
         what = f"wrote {self.value!r} to" if self.kind == "write" else "read"
         token = "" if self.fencing_token is None else f" token {self.fencing_token}"
         fenced = "fenced" if self.fenced else "unfenced"
         lock = "" if self.lock_key is None else f" under {self.lock_key!r}"
         tick = "" if self.tick is None else f", tick {self.tick}"
         refused = "" if self.accepted else " -> REFUSED (stale token)"
-        return f"{self.instance} {what} {self.resource!r} ({fenced}{token}{lock}{tick}){refused}"
+        return f"{what} {self.resource!r} ({fenced}{token}{lock}{tick}){refused}"
+
+    def __str__(self) -> str:
+        """Describe the access in one line: the instance, then :attr:`action`."""
+        return f"{self.instance} {self.action}"
 
 
 @final
-@dataclass(eq=False)
 class SimulatedResource:
     """A resource the simulated fleet shares: a table, an outbox, an accounting API.
 
@@ -112,11 +116,15 @@ class SimulatedResource:
     .. versionadded:: 0.3
     """
 
-    name: str
-    _trace: Trace = field(repr=False)
-    _effects: list[Effect] = field(repr=False)
-    _values: list[object] = field(default_factory=list, repr=False)
-    _highest: int | None = field(default=None, repr=False)
+    __slots__ = ("_effects", "_highest", "_trace", "_values", "name")
+
+    def __init__(self, name: str, trace: Trace, effects: list[Effect]) -> None:
+        """Make the resource ``name`` of one run (internal: ask the instance for it)."""
+        self.name = name
+        self._trace = trace
+        self._effects = effects
+        self._values: list[object] = []
+        self._highest: int | None = None
 
     @property
     def values(self) -> tuple[object, ...]:
@@ -142,8 +150,12 @@ class SimulatedResource:
         Raises:
             LocksConfigurationError: ``fencing_token`` is not a fencing token.
         """
-        accepted = self._admit(fencing_token)
-        if self._access("write", value, fencing_token, accepted=accepted) and accepted:
+        token = None if fencing_token is None else checked_token(fencing_token)
+        if not self._counts():
+            return False
+        accepted = self._admit(token)
+        self._record("write", value, token, accepted=accepted)
+        if accepted:
             self._values.append(value)
         return accepted
 
@@ -153,27 +165,30 @@ class SimulatedResource:
         Raises:
             LocksConfigurationError: ``fencing_token`` is not a fencing token.
         """
-        self._admit(fencing_token)
-        self._access("read", None, fencing_token, accepted=True)
+        token = None if fencing_token is None else checked_token(fencing_token)
+        if self._counts():
+            self._admit(token)
+            self._record("read", None, token, accepted=True)
         return tuple(self._values)
 
-    def _admit(self, fencing_token: int | None) -> bool:
-        if fencing_token is None:
+    def _counts(self) -> bool:
+        """Whether an access now counts: not after the run, nor from an instance that is gone."""
+        actor = CURRENT_ACTOR.get()
+        # a killed process does nothing more: only the teardown after the run gets here
+        return not self._trace.closed and (actor is None or not actor.gone)
+
+    def _admit(self, token: int | None) -> bool:
+        if token is None:
             return True
-        token = checked_token(fencing_token)
         if self._highest is not None and token < self._highest:
             return False
         self._highest = token
         return True
 
-    def _access(
+    def _record(
         self, kind: Literal["write", "read"], value: object, token: int | None, *, accepted: bool
-    ) -> bool:
-        """Record the access; ``False`` when it must not count (a gone instance, or the end)."""
+    ) -> None:
         actor = CURRENT_ACTOR.get()
-        if self._trace.closed or (actor is not None and actor.gone):
-            # a killed process writes nothing: only the teardown after the run reaches here
-            return False
         lock = current_lock()
         effect = Effect(
             resource=self.name,
@@ -188,5 +203,8 @@ class SimulatedResource:
             accepted=accepted,
         )
         self._effects.append(effect)
-        self._trace.record(effect.instance, str(effect).partition(" ")[2])
-        return True
+        self._trace.record(effect.instance, effect.action)
+
+    def __repr__(self) -> str:
+        """Name the resource and count its values."""
+        return f"SimulatedResource({self.name!r}, values={len(self._values)})"

@@ -42,7 +42,7 @@ class InvariantViolation:
     rule: str
     detail: str
     effects: tuple[Effect, ...] = ()
-    trace: tuple[TraceEvent, ...] = field(default=(), compare=True)
+    trace: tuple[TraceEvent, ...] = ()
 
     def __str__(self) -> str:
         """Return the rule and the detail."""
@@ -57,13 +57,14 @@ class SimulationRecord:
     Attributes:
         effects: every access to a :class:`SimulatedResource`, in the order it happened.
         trace: every event of the run, in order.
+        objects: the run's shared objects, by name (see :meth:`shared`).
 
     .. versionadded:: 0.3
     """
 
     effects: tuple[Effect, ...]
-    trace: tuple[TraceEvent, ...]
-    _shared: Mapping[str, object] = field(repr=False)
+    trace: tuple[TraceEvent, ...] = ()
+    objects: Mapping[str, object] = field(default_factory=dict, repr=False)
 
     def writes(self, resource: str | None = None) -> tuple[Effect, ...]:
         """Return the accepted writes, to ``resource`` or to any."""
@@ -81,13 +82,13 @@ class SimulationRecord:
         Raises:
             LocksConfigurationError: no instance made one of that name.
         """
-        if name not in self._shared:
-            made = ", ".join(map(repr, self._shared)) or "none"
+        if name not in self.objects:
+            made = ", ".join(map(repr, self.objects)) or "none"
             raise LocksConfigurationError(
                 f"the run has no shared object {name!r} (it has {made}); make it in the setup "
                 f"with instance.shared({name!r}, factory)"
             )
-        return self._shared[name]
+        return self.objects[name]
 
 
 Check = Callable[[SimulationRecord], Iterable["InvariantViolation | str"]]

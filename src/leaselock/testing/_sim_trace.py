@@ -8,7 +8,7 @@ from typing import Final, final
 
 from .._clock import Clock
 
-__all__ = ["FLEET", "Trace", "TraceEvent"]
+__all__ = ["FLEET", "Trace", "TraceEvent", "digest"]
 
 FLEET: Final = "fleet"
 """The trace's name for what happens to the fleet as a whole: the store's faults, the start."""

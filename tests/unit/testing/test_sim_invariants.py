@@ -28,7 +28,7 @@ def write(value, token, at_ms, *, instance="instance-1", key="job", kind="write"
 
 
 def record(*effects):
-    return SimulationRecord(effects=effects, trace=(), _shared={})
+    return SimulationRecord(effects=effects)
 
 
 def test_values_written_twice_by_the_same_two_runs_are_one_violation():
@@ -105,4 +105,4 @@ def test_something_not_callable_is_no_invariant():
 
 def test_a_record_names_the_shared_objects_it_has_when_asked_for_another():
     with pytest.raises(LocksConfigurationError, match="it has 'orders'"):
-        SimulationRecord(effects=(), trace=(), _shared={"orders": []}).shared("stock")
+        SimulationRecord(effects=(), objects={"orders": []}).shared("stock")
