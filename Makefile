@@ -13,10 +13,22 @@ UV := $(shell command -v uv 2>/dev/null)
 # the share of branches and lines the tests must reach (coverage of this package only)
 COVERAGE_FLOOR ?= 90
 # the test helpers that mypy --strict checks with the package (test bodies are not annotated)
-TEST_HELPERS := tests/helpers.py tests/servers.py tests/store_benches.py tests/process_worker.py \
-	tests/check_stores.py tests/mysql_server.py tests/etcd_server.py tests/etcd_cluster.py \
-	tests/etcd_relays.py tests/doc_blocks.py tests/doc_typecheck.py tests/doc_runs.py \
-	tests/doc_servers.py tests/doc_context.pyi
+TEST_HELPERS := \
+	tests/check_stores.py \
+	tests/doc_blocks.py \
+	tests/doc_context.pyi \
+	tests/doc_runs.py \
+	tests/doc_servers.py \
+	tests/doc_typecheck.py \
+	tests/etcd_cluster.py \
+	tests/etcd_relays.py \
+	tests/etcd_server.py \
+	tests/helpers.py \
+	tests/mysql_server.py \
+	tests/process_worker.py \
+	tests/servers.py \
+	tests/sim_jobs.py \
+	tests/store_benches.py
 
 .PHONY: test lint typecheck coverage pytest demo bench clean
 
@@ -86,6 +98,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_renewals.py
 	$(BIN)/python benchmarks/bench_election_takeover.py
 	$(BIN)/python benchmarks/fleet.py
+	$(BIN)/python benchmarks/bench_simulate.py --processes 2
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build/doc_blocks

@@ -4,6 +4,10 @@ Every wait, deadline and renewal reads an injected :class:`Clock`. Timed work is
 scheduled with :meth:`Clock.call_at`, never a sleeping task, so that a test clock
 (:class:`leaselock.testing.ManualClock`) can run each piece of work, store calls included, in
 order and to its end.
+
+Wall-clock time (events' ``at``, run records) is for people and decides nothing; it too is read
+here only, through :func:`utc_now`, so that a simulation (``leaselock.testing.simulate``) can
+give the code it runs a wall clock of its own and never touch the system's.
 """
 
 from __future__ import annotations
@@ -11,14 +15,50 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import UTC, datetime
 from typing import Protocol, final, runtime_checkable
 
-__all__ = ["Clock", "SystemClock", "TimerCallback", "TimerHandle"]
+__all__ = [
+    "Clock",
+    "SystemClock",
+    "TimerCallback",
+    "TimerHandle",
+    "WallTimeSource",
+    "utc_now",
+    "wall_time_from",
+]
 
 TimerCallback = Callable[[], Awaitable[None]]
+WallTimeSource = Callable[[], datetime]
+"""Reads the wall-clock time: an aware UTC datetime."""
 
 _log = logging.getLogger("leaselock")
+
+# where the code running now reads wall time; None: the system's. A context variable, so the
+# tasks a simulation starts inherit its wall clock and nothing else in the process does
+_WALL_TIME: ContextVar[WallTimeSource | None] = ContextVar("leaselock.wall_time", default=None)
+
+
+def utc_now() -> datetime:
+    """Return the wall-clock time, UTC: the system's, or the one :func:`wall_time_from` set.
+
+    For people (events' ``at``, run records); no decision of leaselock's reads it.
+    """
+    read = _WALL_TIME.get()
+    return datetime.now(UTC) if read is None else read()
+
+
+@contextmanager
+def wall_time_from(read: WallTimeSource) -> Iterator[None]:
+    """Make :func:`utc_now` return ``read()`` inside, for this context and the tasks it starts."""
+    token = _WALL_TIME.set(read)
+    try:
+        yield
+    finally:
+        _WALL_TIME.reset(token)
 
 
 @runtime_checkable

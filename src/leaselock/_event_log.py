@@ -30,10 +30,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Final, final
 
+from ._clock import utc_now
 from ._errors import LocksConfigurationError
 from ._event_types import Event
 
@@ -139,7 +140,7 @@ class EventLog:
         """
         if self._quiet:
             # wall-clock time, as in every event: it is for people, and for the timeline
-            self._append({"type": "renewed", "at": datetime.now(UTC).isoformat(), "by": self._by})
+            self._append({"type": "renewed", "at": utc_now().isoformat(), "by": self._by})
         self._quiet = True
 
     def _open(self) -> None:

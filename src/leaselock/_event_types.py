@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import ClassVar, Literal, TypeAlias, final
 
+from ._clock import utc_now
 from ._errors import DetectedBy
 from ._keys import instance_label
 
@@ -68,7 +69,7 @@ never ran (``catch_up="latest"``); or a run whose instance died, run again (``re
 
 def _utc_now() -> datetime:
     # wall-clock time is for people reading events; every decision reads the injected Clock
-    return datetime.now(UTC)
+    return utc_now()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import heapq
+import itertools
 from types import TracebackType
 from typing import final
 
@@ -40,13 +41,16 @@ class _State(enum.Enum):
 class StoreCallBounds:
     """Deadlines for store calls on one clock, watched by a single timer."""
 
-    __slots__ = ("_answered", "_armed_at_ms", "_clock", "_entries", "_timer")
+    __slots__ = ("_answered", "_armed_at_ms", "_clock", "_entries", "_seq", "_timer")
 
     def __init__(self, clock: Clock) -> None:
         """Watch deadlines on ``clock``; no timer is armed before the first bound."""
         self._clock = clock
-        # (deadline, id, bound), heaped; the id keeps equal deadlines from comparing bounds
+        # (deadline, seq, bound), heaped; the sequence number keeps equal deadlines from
+        # comparing bounds, and expires them in the order they were armed (an id would order
+        # them by memory address, and a seeded simulation would not replay)
         self._entries: list[tuple[int, int, bounded]] = []
+        self._seq = itertools.count()
         # how many entries belong to calls already answered
         self._answered = 0
         self._armed_at_ms: int | None = None
@@ -76,7 +80,7 @@ class StoreCallBounds:
         if self._answered > _SWEEP_AFTER and self._answered * 2 > len(self._entries):
             self._sweep()
         deadline_ms = bound.deadline_ms
-        heapq.heappush(self._entries, (deadline_ms, id(bound), bound))
+        heapq.heappush(self._entries, (deadline_ms, next(self._seq), bound))
         if self._armed_at_ms is None or deadline_ms < self._armed_at_ms:
             self._arm(deadline_ms)
 

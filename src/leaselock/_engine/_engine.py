@@ -129,9 +129,11 @@ class LockEngine:
             on_renewed=on_renewed,
             telemetry=telemetry,
         )
-        self._held: set[Lease] = set()
-        self._background: set[asyncio.Task[None]] = set()
-        self._waiters: set[Waiter | QueuedWait] = set()
+        # dicts as ordered sets: close() goes through them in the order they came, so a seeded
+        # simulation replays the same shutdown (a set's order is its members' memory addresses)
+        self._held: dict[Lease, None] = {}
+        self._background: dict[asyncio.Task[None], None] = {}
+        self._waiters: dict[Waiter | QueuedWait, None] = {}
         # the waits in the store's lines, by owner id: where each grant goes
         self._queued: dict[str, QueuedWait] = {}
         self._line: CheckedLine | None = None
@@ -224,11 +226,11 @@ class LockEngine:
             last_error=first.error,
             hear_releases=self.hearing_releases,
         )
-        self._waiters.add(waiter)
+        self._waiters[waiter] = None
         try:
             won = await waiter.wait(signal)
         finally:
-            self._waiters.discard(waiter)
+            self._waiters.pop(waiter, None)
         return None if won is None else self._adopt(key, ttl_ms, won)
 
     async def _wait_in_line(
@@ -250,12 +252,12 @@ class LockEngine:
             spawn=self.spawn,
             release=functools.partial(self._release_quietly, key, owner),
         )
-        self._waiters.add(wait)
+        self._waiters[wait] = None
         self._queued[owner] = wait
         try:
             won = await wait.wait(signal)
         finally:
-            self._waiters.discard(wait)
+            self._waiters.pop(wait, None)
             del self._queued[owner]
         return None if won is None else self._adopt(key, ttl_ms, won)
 
@@ -363,7 +365,7 @@ class LockEngine:
             next_renew_ms=won.sent_at_ms + renew_interval_ms(lives_ms),
             clock=self._clock,
         )
-        self._held.add(lease)
+        self._held[lease] = None
         if self.telemetry is not None:
             self.telemetry.held_changed(1)
         if self._events.heard(LockAcquired.level):
@@ -471,7 +473,7 @@ class LockEngine:
 
     def _stop_holding(self, lease: Lease) -> None:
         if lease in self._held:
-            self._held.discard(lease)
+            del self._held[lease]
             if self.telemetry is not None:
                 self.telemetry.held_changed(-1)
 
@@ -554,16 +556,16 @@ class LockEngine:
             waiter.give_up()
         if self._acquiring:
             self._acquires_done.clear()
-            await self._within_close_wait({asyncio.ensure_future(self._acquires_done.wait())})
+            await self._within_close_wait([asyncio.ensure_future(self._acquires_done.wait())])
         for lease in list(self._held):
             self.lose(lease, "shutdown")
         self._renewal.close()
-        await self._within_close_wait({asyncio.ensure_future(self._exit_stack.aclose())})
+        await self._within_close_wait([asyncio.ensure_future(self._exit_stack.aclose())])
         if self._background:
-            await self._within_close_wait(set(self._background))
+            await self._within_close_wait(list(self._background))
         self._bounds.close()
 
-    async def _within_close_wait(self, work: set[asyncio.Future[Any]]) -> None:
+    async def _within_close_wait(self, work: list[asyncio.Future[Any]]) -> None:
         over = asyncio.get_running_loop().create_future()
 
         async def time_is_up() -> None:
@@ -586,8 +588,10 @@ class LockEngine:
                 "this process expires after its ttl",
                 CLOSE_WAIT_MS,
             )
-        for future in pending:
-            future.cancel()
+        # in the order given, not the set's: cancelling wakes each in turn
+        for future in work:
+            if future in pending:
+                future.cancel()
 
     @contextmanager
     def hearing_releases(
@@ -629,9 +633,12 @@ class LockEngine:
     def spawn(self, work: Coroutine[None, None, None]) -> asyncio.Task[None]:
         """Run ``work`` in a task the engine keeps until it ends, and awaits at close."""
         task = asyncio.get_running_loop().create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._background[task] = None
+        task.add_done_callback(self._forget_background)
         return task
+
+    def _forget_background(self, task: asyncio.Task[None]) -> None:
+        self._background.pop(task, None)
 
     def lock(self, lease: Lease) -> Lock:
         """Return the public handle of ``lease``, which releases through this engine."""

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Final, final
 
-from .._clock import Clock
+from .._clock import Clock, utc_now
 from .._engine import OperatorStore
 from .._errors import LocksConfigurationError, LockStoreError
 from .._event_types import RunTrigger
@@ -39,7 +39,7 @@ class WallTime:
     def __init__(self, clock: Clock) -> None:
         """Anchor wall time to ``clock`` now."""
         self._clock = clock
-        now = datetime.now(UTC)
+        now = utc_now()
         # whole milliseconds, as stores keep them: a time read back equals the one written
         self._started_wall = now.replace(microsecond=now.microsecond // 1000 * 1000)
         self._started_ms = clock.now_ms()

@@ -130,7 +130,8 @@ class JobRuns:
         self._default_ttl_ms = default_ttl_ms
         self._leases: dict[str, _OwnedLease] = {}
         self._guards: dict[str, asyncio.Lock] = {}
-        self._active: set[JobRun] = set()
+        # an ordered set: shutdown gives up runs in the order they began
+        self._active: dict[JobRun, None] = {}
         self._idle = asyncio.Event()
         self._idle.set()
         self._closing = False
@@ -234,7 +235,7 @@ class JobRuns:
         if run_lease is not None and spec.max_run_ms is not None:
             run.cap = self._clock.call_at(run.started_ms + spec.max_run_ms, self._capper(run))
         self._skips.ran(spec)
-        self._active.add(run)
+        self._active[run] = None
         self._idle.clear()
         return run
 
@@ -394,7 +395,7 @@ class JobRuns:
                 if run.span is not None:
                     telemetry.end_span(run.span, error, lost=outcome == "lost")
         finally:
-            self._active.discard(run)
+            self._active.pop(run, None)
             if not self._active:
                 self._idle.set()
         return buffered and run.spec.overlap == "buffer_one" and not self._closing

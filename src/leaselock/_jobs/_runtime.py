@@ -101,7 +101,8 @@ class JobRuntime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runs: JobRuns | None = None
         self._campaigns: dict[ElectionSpec, Campaign] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        # an ordered set: close() cancels them in the order they started
+        self._tasks: dict[asyncio.Task[None], None] = {}
         self._calls: weakref.WeakKeyDictionary[JobSpec, _Call] = weakref.WeakKeyDictionary()
 
     # --- registration ----------------------------------------------------------------------
@@ -248,9 +249,12 @@ class JobRuntime:
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(self._forget_task)
         return task
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
 
     # --- job status --------------------------------------------------------------------------
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Final, final
 
-from .._clock import Clock
+from .._clock import Clock, utc_now
 from .._event_types import SkipReason, TickSkipped
 from .._events import Publisher
 from .._keys import holder_name
@@ -69,7 +69,7 @@ class Skips:
         now_ms = self._clock.now_ms()
         streak = self._streaks.get(spec.key)
         if streak is None or streak.reason != reason:
-            streak = _Streak(reason, 1, datetime.now(UTC), now_ms)
+            streak = _Streak(reason, 1, utc_now(), now_ms)
             self._streaks[spec.key] = streak
             loud = True
         else:

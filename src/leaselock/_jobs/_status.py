@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import final
 
+from .._clock import utc_now
 from .._engine import OperatorStore
 from .._keys import lease_key
 from ..stores._capabilities import JobRecord, LockInfo, RunRecord
@@ -78,7 +79,7 @@ async def job_statuses(
             for job in jobs
         )
     )
-    now = datetime.now(UTC)
+    now = utc_now()
     return [
         replace(
             status,
