@@ -22,12 +22,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 import redis.asyncio
 import redis.exceptions
 
 from helpers import unique_key, until_real
-from leaselock import LockStoreError
+from leaselock import Locks, LockStoreError
 from leaselock.stores import Acquired, NotAcquired
+from leaselock.stores._redis_tokens import TOKEN_GAP
 from leaselock.stores.redis import RedisLockStore
 from leaselock.testing.check import CheckResult, check_store
 from leaselock.testing.history import HistoryReport
@@ -153,6 +155,33 @@ async def test_with_min_replicas_a_grant_no_replica_acknowledged_in_time_is_not_
 
 
 @pytest.mark.redis
+async def test_with_min_replicas_a_waiter_in_line_takes_its_grant_once_a_replica_has_it(
+    replicated: ReplicatedRedis,
+) -> None:
+    url = f"{replicated.primary_url}?min_replicas=1&replica_timeout=500ms"
+    prefix, key = f"{unique_key('line')}:", unique_key("key")
+    async with (
+        Locks(store=RedisLockStore.from_url(url, prefix=prefix), ttl="30s") as first,
+        Locks(store=RedisLockStore.from_url(url, prefix=prefix), ttl="30s") as second,
+    ):
+        held = await first.acquire(key)
+        assert held is not None
+        waiting = asyncio.create_task(second.acquire(key, wait="10s"))
+        await until_real(lambda: replicated_line_length(replicated, prefix, key) == 1)
+        await held.release()
+        taken = await waiting
+        assert taken is not None
+        assert taken.fencing_token > held.fencing_token
+        await taken.release()
+
+
+def replicated_line_length(replicated: ReplicatedRedis, prefix: str, key: str) -> int:
+    """How many wait in ``key``'s line, as the replica has it."""
+    with redis.Redis.from_url(replicated.replica_url) as raw:
+        return int(raw.zcard(f"{prefix}line\x00{key}"))
+
+
+@pytest.mark.redis
 async def test_min_replicas_from_the_url_query(replicated: ReplicatedRedis) -> None:
     url = f"{replicated.primary_url}?min_replicas=1&replica_timeout=150ms"
     async with opened(RedisLockStore.from_url(url, prefix=f"{unique_key('query')}:")) as store:
@@ -165,31 +194,37 @@ async def test_min_replicas_from_the_url_query(replicated: ReplicatedRedis) -> N
 async def test_a_sentinel_store_follows_the_primary_through_failovers(
     request: pytest.FixtureRequest,
 ) -> None:
+    prefix = f"{unique_key('sentinel')}:"
     with servers(request), sentinel_redis() as group:
-        store = RedisLockStore.from_url(group.url, prefix=f"{unique_key('sentinel')}:")
+        store = RedisLockStore.from_url(group.url, prefix=prefix)
         async with opened(store):
             tokens = []
+            # after SENTINEL FAILOVER the old primary still serves, until Sentinel demotes it:
+            # the store hears the Sentinels' announcement and moves at once
             for failover in (group.sentinel_failover, group.kill_failover):
-                key = unique_key("key")
-                taken = await store.acquire(key, "me", ONE_MINUTE_MS)
+                taken = await store.acquire(unique_key("key"), "me", ONE_MINUTE_MS)
                 assert isinstance(taken, Acquired)
                 tokens.append(taken.fencing_token)
                 primary = group.primary_port()
                 await asyncio.to_thread(failover)
                 assert group.primary_port() != primary
+                key = unique_key("after")
                 found: list[int] = []
 
-                async def taken_on_the_new_primary(found: list[int] = found) -> bool:
-                    # READONLY from the demoted primary, or its closed connection, fails a call;
-                    # the next one asks the Sentinels again
+                async def taken_there(key: str = key, found: list[int] = found) -> bool:
+                    # a call that meets the old primary's closed connection fails; the next one
+                    # asks the Sentinels again
                     with contextlib.suppress(LockStoreError, redis.exceptions.RedisError):
-                        answer = await store.acquire(unique_key("after"), "me", ONE_MINUTE_MS)
+                        answer = await store.acquire(key, "me", ONE_MINUTE_MS)
                         if isinstance(answer, Acquired):
                             found.append(answer.fencing_token)
                     return bool(found)
 
-                await until_real(taken_on_the_new_primary, within_s=30)
+                await until_real(taken_there, within_s=30)
                 tokens += found
+                new_primary = f"redis://127.0.0.1:{group.primary_port()}/0"
+                async with redis.asyncio.Redis.from_url(new_primary) as raw:
+                    assert await raw.get(f"{prefix}lock:{key}") == b"me"
     assert tokens == sorted(tokens)
     assert len(set(tokens)) == len(tokens)
 
@@ -221,15 +256,37 @@ def table_row(name: str, result: CheckResult) -> str:
     )
 
 
+def regressions_within_a_reign(report: HistoryReport) -> list[tuple[int, int]]:
+    """Pairs (earlier token, later lower token) drawn under one master's counter move.
+
+    Each master moves the counter up by TOKEN_GAP at its first draw, so ``token // TOKEN_GAP``
+    tells which master's reign a token is from. A lower token from an earlier reign, later, is
+    a deposed primary still serving in a split brain (its writes lose to the new holder's); a
+    lower token from the same reign would be the counter itself going back.
+    """
+    found = []
+    highest = 0
+    for lease in sorted(report.leases, key=lambda lease: lease.start_ns):
+        token = lease.fencing_token
+        if token < highest and token // TOKEN_GAP >= highest // TOKEN_GAP:
+            found.append((highest, token))
+        highest = max(highest, token)
+    return found
+
+
 def assert_fencing_held(result: CheckResult) -> None:
-    """What holds without min_replicas: tokens grow, none twice, no stale write accepted.
+    """What holds without min_replicas: no token twice, no stale write accepted.
 
     A lease lost to a failover (the replica promoted before it heard of the grant) makes two
-    holders, each for less than one ttl: fencing orders their writes.
+    holders, each for less than one ttl: fencing orders their writes. A deposed primary that
+    still serves a client for a moment (a split brain) hands out tokens of its reign, below the
+    new primary's: those acquisitions come later with lower tokens, and their writes are refused
+    once the new holder has written. Within one reign, tokens never go back.
     """
     summary = result.summary()
     rules = {violation.rule for violation in result.report.violations}
-    assert rules <= {"two live leases"}, summary
+    assert rules <= {"two live leases", "tokens went back"}, summary
+    assert regressions_within_a_reign(result.report) == [], summary
     assert all(window < TTL_NS for window in two_holder_windows_ns(result.report)), summary
     assert not result.missing, summary
 
@@ -243,6 +300,7 @@ def run_check(url: str, failover: object, tmp_path: Path) -> CheckResult:
 
 @pytest.mark.redis
 @pytest.mark.nemesis
+@pytest.mark.timeout(SECONDS + 120)
 @pytest.mark.parametrize("min_replicas", [1, 0], ids=["min_replicas=1", "asynchronous"])
 def test_fencing_holds_through_sentinel_failovers(
     min_replicas: int, tmp_path: Path, request: pytest.FixtureRequest
@@ -264,6 +322,7 @@ def test_fencing_holds_through_sentinel_failovers(
 
 @pytest.mark.redis_cluster
 @pytest.mark.nemesis
+@pytest.mark.timeout(SECONDS + 120)
 def test_fencing_holds_through_redis_cluster_failovers(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -67,6 +67,7 @@ from ._redis_scripts import Script, script
 from ._redis_sentinel import (
     DEFAULT_REPLICA_TIMEOUT,
     SENTINEL_SCHEMES,
+    PrimaryFollower,
     ReplicationWait,
     replication_wait,
     sentinel_target,
@@ -211,6 +212,7 @@ class RedisLockStore:
         "_pauses_key",
         "_pipe",
         "_prefix",
+        "_primary_follower",
         "_replication",
         "_runs_key",
         "_sentinel",
@@ -482,6 +484,7 @@ class RedisLockStore:
         # the Sentinel client behind a client this store made, closed with it
         self._sentinel: Any = None
         self._replication = replication
+        self._primary_follower: PrimaryFollower | None = None
         self._opens = 0
         self._pipe: RedisCommandPipe | None = None
         self._server = "" if client is None else _describe(client.connection_pool)
@@ -498,6 +501,9 @@ class RedisLockStore:
         counter must never go back. Where ``CONFIG`` is not allowed (managed services), that
         check is skipped and logged at DEBUG.
 
+        Behind Sentinel, it also subscribes to the Sentinels' announcements of a new primary,
+        and moves the command connection there as soon as one is made.
+
         Raises:
             LockStoreError: the server could not be reached, or refused to load the scripts.
         """
@@ -507,9 +513,27 @@ class RedisLockStore:
             return
         try:
             await self._prepare(client)
+            pool = client.connection_pool
+            if isinstance(pool, redis.asyncio.sentinel.SentinelConnectionPool):
+                follower = self._primary_follower = PrimaryFollower(
+                    pool,
+                    self._primary_moved,
+                    alive_s=float(
+                        pool.connection_kwargs.get("socket_timeout")
+                        or DEFAULT_SOCKET_TIMEOUTS["socket_timeout"]
+                    ),
+                    store=repr(self),
+                )
+                await follower.start()
         except BaseException:
             await self.aclose()
             raise
+
+    def _primary_moved(self) -> None:
+        """Move the command connection: the Sentinels announced a new primary."""
+        pipe = self._pipe
+        if pipe is not None and pipe.loop is asyncio.get_running_loop():
+            pipe.reconnect("the Sentinels announced a new primary; asking them again")
 
     async def aclose(self) -> None:
         """Undo one :meth:`open`; the last one closes the store's command connection.
@@ -522,6 +546,9 @@ class RedisLockStore:
         self._opens -= 1
         if self._opens:
             return
+        follower, self._primary_follower = self._primary_follower, None
+        if follower is not None:
+            await follower.aclose()
         pipe, self._pipe = self._pipe, None
         if pipe is not None and pipe.loop is asyncio.get_running_loop():
             await pipe.aclose()
@@ -751,8 +778,12 @@ class RedisLockStore:
         return reply, int(acknowledged)
 
     def _unreplicated(self, what: str, acknowledged: int) -> LockStoreError:
-        pipe = self._pipe
-        if self._sentinel is not None and pipe is not None:
+        pipe, client = self._pipe, self._client
+        if (
+            pipe is not None
+            and client is not None
+            and isinstance(client.connection_pool, redis.asyncio.sentinel.SentinelConnectionPool)
+        ):
             # a primary without its replicas may be one a failover left behind: the next
             # connection asks the Sentinels where the primary is now
             pipe.reconnect("too few replicas acknowledged; asking the Sentinels again")
