@@ -226,6 +226,10 @@ class _Nemesis:
         self.holding.mkdir(exist_ok=True)
         self.ready.mkdir(exist_ok=True)
         with contextlib.closing(sqlite3.connect(self.job.files / "resource.db")) as connection:
+            # a holder paused in the middle of its write keeps the file's write lock: in WAL mode
+            # the nemesis still reads the token, where a rollback journal blocked it until its
+            # 30 s timeout failed the run
+            connection.execute("PRAGMA journal_mode=WAL")
             connection.execute(f"CREATE TABLE {_RESOURCE} (key TEXT PRIMARY KEY, token INTEGER)")
             connection.execute(f"INSERT INTO {_RESOURCE} VALUES (?, 0)", (self.job.key,))  # noqa: S608 -- a constant table name
             connection.commit()
