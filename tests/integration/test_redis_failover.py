@@ -250,7 +250,7 @@ def table_row(name: str, result: CheckResult) -> str:
     windows = two_holder_windows_ns(result.report)
     longest = f"{max(windows) / 1e6:.0f} ms" if windows else "-"
     return (
-        f"| {name} | {result.faults['failovers']} | {len(result.report.leases)} | "
+        f"| {name} | {result.faults['failovers']} | {result.report.acquisitions} | "
         f"{len(windows)} (longest {longest}) | {rules.count('tokens went back')} | "
         f"{rules.count('a token given twice')} | {rules.count('a stale fenced write accepted')} |"
     )
