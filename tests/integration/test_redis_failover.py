@@ -10,7 +10,7 @@ The step-by-step tests hold a replica back by hand; the torture runs (leaselock.
 check, as `leaselock check` runs it) go through Sentinel's failovers (``SENTINEL FAILOVER`` and
 a kill of the primary, in turns) and Redis Cluster's (``CLUSTER FAILOVER`` and a kill of the
 key's master) while workers pause, die and write with their tokens. Run the torture longer
-with LEASELOCK_FAILOVER_SECONDS=240 (about 20 failovers).
+with LEASELOCK_FAILOVER_SECONDS=260 (about 20 failovers).
 """
 
 from __future__ import annotations
@@ -306,7 +306,7 @@ def test_fencing_holds_through_sentinel_failovers(
     min_replicas: int, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     if min_replicas == 0 and "LEASELOCK_FAILOVER_SECONDS" not in os.environ:
-        pytest.skip("the asynchronous run is the long one (LEASELOCK_FAILOVER_SECONDS=240)")
+        pytest.skip("the asynchronous run is the long one (LEASELOCK_FAILOVER_SECONDS=260)")
     with servers(request), sentinel_redis() as group:
         query = f"?min_replicas={min_replicas}&replica_timeout=250ms" if min_replicas else ""
         result = run_check(group.url + query, group.failover, tmp_path)
