@@ -26,6 +26,7 @@ TEST_HELPERS := \
 	tests/helpers.py \
 	tests/mysql_server.py \
 	tests/process_worker.py \
+	tests/redis_replicas.py \
 	tests/servers.py \
 	tests/sim_jobs.py \
 	tests/store_benches.py

@@ -146,7 +146,9 @@ def scripts_cycle(pipe: RedisCommandPipe, store: RedisLockStore) -> Cycle:
     owner = secrets.token_hex(16)
 
     async def cycle() -> None:
-        token = await pipe.execute("EVALSHA", ACQUIRE.sha, 2, keys[0], keys[4], owner, TTL_MS)
+        token = await pipe.execute(
+            "EVALSHA", ACQUIRE.sha, 3, keys[0], keys[4], keys[7], owner, TTL_MS
+        )
         released = await pipe.execute("EVALSHA", RELEASE.sha, len(keys), *keys, owner, *args)
         if not isinstance(token, int) or released != 1:
             raise RuntimeError(f"scripts cycle failed: token {token!r}, released {released!r}")

@@ -27,6 +27,7 @@ from leaselock.stores import (
     _redis_subscription,
 )
 from leaselock.stores._redis_follower import subscribe_fix
+from leaselock.stores._redis_tokens import TOKEN_GAP
 from leaselock.stores.redis import RedisLockStore
 from leaselock.testing import ManualClock
 from redis_connections import user_without
@@ -156,17 +157,20 @@ async def test_keys_of_every_kind_stay_apart_from_each_other_and_from_the_counte
     owners = {key: unique_key("owner") for key in keys}
     async with opened(RedisLockStore.from_url(redis_url, prefix=prefix)) as store:
         results = [await store.acquire(key, owners[key], ONE_MINUTE_MS) for key in keys]
-        # one counter, counting on: no lock key overwrote it
-        assert results == [Acquired(n) for n in range(1, len(keys) + 1)]
+        # one counter, counting on: no lock key overwrote it (its first draw moved it past
+        # whatever a master before this one could have handed out)
+        assert results == [Acquired(TOKEN_GAP + n) for n in range(1, len(keys) + 1)]
         for key in keys:
             assert not isinstance(await store.acquire(key, "someone else", ONE_MINUTE_MS), Acquired)
         async with redis.asyncio.Redis.from_url(redis_url) as raw:
             stored = [key async for key in raw.scan_iter(match=prefix + "*", count=1000)]
-            assert len(stored) == len(keys) + 1
-            assert await raw.get(prefix + "fencing-token") == str(len(keys)).encode()
+            assert len(stored) == len(keys) + 2
+            assert await raw.get(prefix + "fencing-token") == str(TOKEN_GAP + len(keys)).encode()
         for key in keys:
             assert await store.release(key, owners[key]) is True
-        assert await store.acquire(keys[0], "next owner", ONE_MINUTE_MS) == Acquired(len(keys) + 1)
+        assert await store.acquire(keys[0], "next owner", ONE_MINUTE_MS) == Acquired(
+            TOKEN_GAP + len(keys) + 1
+        )
 
 
 @pytest.mark.redis
@@ -182,10 +186,10 @@ async def test_discard_prefix_deletes_every_key_of_its_prefix_and_no_other(
         for n in range(3):
             assert isinstance(await store.acquire(f"k{n}*?", "me", ONE_MINUTE_MS), Acquired)
         assert isinstance(await other.acquire("k0*?", "me", ONE_MINUTE_MS), Acquired)
-        assert await store.discard_prefix() == 4  # three locks and the counter
+        assert await store.discard_prefix() == 5  # three locks, the counter and its source
         assert [key async for key in raw.scan_iter(match=prefix + "*")] == []
         assert await other.read_lock("k0*?") is not None
-        assert await raw.get(neighbour + "fencing-token") == b"1"
+        assert await raw.get(neighbour + "fencing-token") == str(TOKEN_GAP + 1).encode()
 
 
 @pytest.mark.redis
@@ -242,11 +246,11 @@ def test_option_values_of_the_wrong_type_are_refused_when_the_store_is_made(
 
 
 def test_from_url_bounds_socket_waits_unless_told_otherwise() -> None:
-    store = RedisLockStore.from_url("redis://localhost")
-    assert store._options["socket_timeout"] == 5.0
-    assert store._options["socket_connect_timeout"] == 5.0
+    settings = RedisLockStore.from_url("redis://localhost")._connected().get_connection_kwargs()
+    assert settings["socket_timeout"] == 5.0
+    assert settings["socket_connect_timeout"] == 5.0
     patient = RedisLockStore.from_url("redis://localhost", socket_timeout=30)
-    assert patient._options["socket_timeout"] == 30
+    assert patient._connected().get_connection_kwargs()["socket_timeout"] == 30
 
 
 @pytest.mark.parametrize(

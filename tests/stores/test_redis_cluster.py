@@ -15,6 +15,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from leaselock import Locks, LocksConfigurationError, LockStoreError
 from leaselock.stores import Acquired, LockStore, RedisClusterLockStore, Renewal
+from leaselock.stores._redis_tokens import TOKEN_GAP
 from leaselock.testing.pytest import LockStoreContractTests
 
 pytestmark = pytest.mark.redis_cluster
@@ -65,8 +66,8 @@ async def test_discard_prefix_deletes_every_key_of_its_prefix_on_every_master(
     keys = [f"job-{n}" for n in range(20)]
     for key in keys:
         assert isinstance(await store.acquire(key, "me", LONG_TTL_MS), Acquired)
-    # each key's lock and its own counter
-    assert await store.discard_prefix() == 2 * len(keys)
+    # each key's lock, counter and counter's source
+    assert await store.discard_prefix() == 3 * len(keys)
     client = RedisCluster.from_url(redis_cluster_url)
     try:
         assert [name async for name in client.scan_iter(match=f"{prefix}*")] == []
@@ -109,11 +110,13 @@ async def test_each_key_counts_its_own_tokens_and_read_lock_tells_the_last(
             assert info.owner == "me"
             assert info.fencing_token == result.fencing_token
             assert await store.release(key, "me")
-    assert tokens == {"a": [1, 2, 3], "b": [1, 2, 3]}
+    # each counter's first draw moved it past what a master before could have handed out
+    first = [TOKEN_GAP + 1, TOKEN_GAP + 2, TOKEN_GAP + 3]
+    assert tokens == {"a": first, "b": first}
     freed = await store.read_lock("a")
     assert freed is not None
     assert not freed.live
-    assert freed.fencing_token == 3
+    assert freed.fencing_token == TOKEN_GAP + 3
     assert await store.read_lock("never-taken") is None
 
 
@@ -171,7 +174,7 @@ async def test_two_instances_take_turns_and_hear_each_others_releases(
     ):
         one, two = await asyncio.gather(worker("first", first), worker("second", second))
     assert overlaps == 0
-    assert sorted(one + two) == list(range(1, 41))
+    assert sorted(one + two) == list(range(TOKEN_GAP + 1, TOKEN_GAP + 41))
 
 
 def test_a_prefix_with_a_brace_is_refused_naming_the_fix() -> None:

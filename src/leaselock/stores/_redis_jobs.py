@@ -23,6 +23,7 @@ from ._job_control import (
 from ._protocol import Acquired, NotAcquired
 from ._redis_keyspace import text
 from ._redis_scripts import KEEP_NEWER_RUN, script
+from ._redis_tokens import DRAW
 
 __all__ = [
     "END_RUN",
@@ -45,9 +46,11 @@ _UNSET_TAIL: Final = "null}"
 
 START_RUN: Final = script(
     "start_run",
-    """
+    DRAW
+    + """
 -- KEYS[1] = pauses hash, KEYS[2] = jobs hash, KEYS[3] = runs hash,
--- KEYS[4] = run lock key, KEYS[5] = fencing-token counter (both absent: no lock to take)
+-- KEYS[4] = run lock key, KEYS[5] = fencing-token counter, KEYS[6] = the counter's source
+-- (all three absent: no lock to take)
 -- ARGV[1] = job, ARGV[2] = owner, ARGV[3] = ttl_ms, ARGV[4] = the open run as JSON up to its
 -- token, ARGV[5] = the run's token when no lock is taken ('' for none), ARGV[6] = '1' to ignore
 -- pauses, ARGV[7] = now as epoch ms (the caller's wall clock, that of a pause's until_ms),
@@ -82,7 +85,7 @@ if ARGV[6] ~= '1' then
   end
 end
 local token = ARGV[5]
-if #KEYS == 5 then
+if #KEYS == 6 then
   if ARGV[8] == 'replace' then
     redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
   elseif not redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3], 'NX') then
@@ -91,7 +94,7 @@ if #KEYS == 5 then
     end
     return {'busy', redis.call('GET', KEYS[4]), false, false, open_before, last, failures}
   end
-  token = string.format('%d', redis.call('INCR', KEYS[5]))
+  token = string.format('%d', draw(KEYS[5], KEYS[6]))
 end
 if token == '' then
   token = 'null'

@@ -18,6 +18,7 @@ place, so a line whose waiters all died goes away on its own.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
@@ -27,6 +28,7 @@ from ._protocol import Acquired, Grant, Queued
 from ._redis_keyspace import text
 from ._redis_scripts import script
 from ._redis_subscription import RedisSubscription
+from ._redis_tokens import DRAW
 from ._redis_turns import ANNOUNCE
 
 if TYPE_CHECKING:
@@ -48,7 +50,9 @@ _log = logging.getLogger("leaselock.stores.redis")
 _LINE_SEGMENTS: Final = ("line\x00", "place\x00", "granted\x00")
 _GRANTED_NAME: Final = "granted"
 
-_LINES: Final = """
+_LINES: Final = (
+    DRAW
+    + """
 local function now_ms()
   local time = redis.call('TIME')
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -71,19 +75,20 @@ local function first_live(line, places, now)
   end
 end
 
--- grant(lock, granted, counter, owner, left, ticket, id, prefix, key): owner holds the lock
--- for left ms with a new token, remembered in granted for as long, and its line hears of it
-local function grant(lock, granted, counter, owner, left, ticket, id, prefix, key)
+-- grant(lock, granted, counter, source, owner, left, ticket, id, prefix, key): owner holds
+-- the lock for left ms with a new token, remembered in granted for as long, and its line
+-- hears of it
+local function grant(lock, granted, counter, source, owner, left, ticket, id, prefix, key)
   redis.call('SET', lock, owner, 'PX', left)
-  local token = string.format('%d', redis.call('INCR', counter))
+  local token = string.format('%d', draw(counter, source))
   redis.call('SET', granted, token .. ' ' .. owner, 'PX', left)
   redis.call('PUBLISH', prefix .. '\\0' .. id,
              token .. '\\0' .. ticket .. '\\0' .. key .. '\\0' .. owner)
 end
 
--- hand_on(lock, line, places, granted, counter, prefix, key, now) -> whether the freed lock
--- went to the first live place of its line
-local function hand_on(lock, line, places, granted, counter, prefix, key, now)
+-- hand_on(lock, line, places, granted, counter, source, prefix, key, now) -> whether the
+-- freed lock went to the first live place of its line
+local function hand_on(lock, line, places, granted, counter, source, prefix, key, now)
   local first, place = first_live(line, places, now)
   if not first then
     return false
@@ -91,20 +96,22 @@ local function hand_on(lock, line, places, granted, counter, prefix, key, now)
   redis.call('ZREM', line, first)
   redis.call('HDEL', places, first)
   local expires, ticket, id = string.match(place, '^(%d+) (%d+) (.+)$')
-  grant(lock, granted, counter, first, string.format('%d', tonumber(expires) - now), ticket, id,
-        prefix, key)
+  grant(lock, granted, counter, source, first, string.format('%d', tonumber(expires) - now),
+        ticket, id, prefix, key)
   return true
 end
 
 """
+)
 
 _FREE: Final = """
 -- free(first): free KEYS[1]: hand it on, else delete it and announce the release
--- (KEYS[1..7] and ARGV[first..] as for RELEASE; ARGV[first - 3..first - 1] = release channel,
+-- (KEYS[1..8] and ARGV[first..] as for RELEASE; ARGV[first - 3..first - 1] = release channel,
 -- caller's key, grant channel prefix)
 local function free(first)
   local channel, key, prefix = ARGV[first - 3], ARGV[first - 2], ARGV[first - 1]
-  if not hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], prefix, key, now_ms()) then
+  if not hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[8], prefix, key,
+                 now_ms()) then
     redis.call('DEL', KEYS[1])
     announce(KEYS[6], KEYS[7], channel, key, first)
   end
@@ -113,7 +120,8 @@ end
 
 _KEYS_HEADER: Final = """
 -- KEYS[1] = lock key, KEYS[2] = its line, KEYS[3] = its places, KEYS[4] = its last grant,
--- KEYS[5] = fencing-token counter, KEYS[6] = its turns' queue, KEYS[7] = the followers alive"""
+-- KEYS[5] = fencing-token counter, KEYS[6] = its turns' queue, KEYS[7] = the followers alive,
+-- KEYS[8] = the counter's source"""
 
 RELEASE: Final = script(
     "release",
@@ -179,7 +187,7 @@ QUEUE: Final = script(
     _LINES
     + """
 -- KEYS[1] = lock key, KEYS[2] = its line, KEYS[3] = its places, KEYS[4] = its last grant,
--- KEYS[5] = fencing-token counter
+-- KEYS[5] = fencing-token counter, KEYS[6] = the counter's source
 -- ARGV[1] = owner, ARGV[2] = ttl_ms, ARGV[3] = queue_ms, ARGV[4] = ticket, ARGV[5] = line id,
 -- ARGV[6] = grant channel prefix, ARGV[7] = the caller's key
 -- -> {1, token}: owner holds the key: it was free with no live place ahead (taken now, for
@@ -204,11 +212,11 @@ if not holder then
     redis.call('ZREM', KEYS[2], owner)
     redis.call('HDEL', KEYS[3], owner)
     redis.call('SET', KEYS[1], owner, 'PX', ARGV[2])
-    local token = redis.call('INCR', KEYS[5])
+    local token = draw(KEYS[5], KEYS[6])
     redis.call('SET', KEYS[4], string.format('%d', token) .. ' ' .. owner, 'PX', ARGV[3])
     return {1, token}
   end
-  hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[6], ARGV[7], now)
+  hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[6], ARGV[7], now)
   holder = first
 end
 local place = string.format('%d', now + tonumber(ARGV[3])) .. ' ' .. ARGV[4] .. ' ' .. ARGV[5]
@@ -226,7 +234,23 @@ return {0, holder}
 """,
 )
 
-LINE_SCRIPTS: Final = (RELEASE, BREAK_LOCK, LEAVE, QUEUE)
+CONFIRM_GRANT: Final = script(
+    "confirm_grant",
+    """
+-- KEYS[1] = lock key, KEYS[2] = its last grant
+-- ARGV[1] = owner, ARGV[2] = the grant's token
+-- -> 1 if owner holds the live lock by that grant, its expiry written again as it is: a write
+--    of this connection, after the grant's, that a WAIT behind this script then counts; else 0
+if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('GET', KEYS[2]) == ARGV[2] .. ' ' ..
+   ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], redis.call('PTTL', KEYS[1]))
+  return 1
+end
+return 0
+""",
+)
+
+LINE_SCRIPTS: Final = (RELEASE, BREAK_LOCK, LEAVE, QUEUE, CONFIRM_GRANT)
 
 
 def line_keys(prefix: str, key: str) -> tuple[str, str, str]:
@@ -252,16 +276,19 @@ class RedisWaitingLine:
         grant_prefix: :func:`grant_channel` of the store; this line hears ``<it> NUL <id>``.
         run: runs a store script (the store's ``_run``: EVALSHA, loading it if needed).
         release_args: for a key, the keys and the arguments after the owner of its release
-            (``LEAVE`` takes the same; ``QUEUE`` the first five keys).
+            (``LEAVE`` takes the same; ``QUEUE`` the first five keys and the eighth).
         on_grant: called on this loop for each grant heard, in the turn of the loop it arrives.
         store: how to name the store in log lines.
     """
 
     __slots__ = (
+        "_confirming",
         "_grant_prefix",
+        "_min_replicas",
         "_on_grant",
         "_release_args",
         "_run",
+        "_run_replicated",
         "_store",
         "_subscription",
         "id",
@@ -277,9 +304,15 @@ class RedisWaitingLine:
         release_args: Callable[[str], tuple[Sequence[str], Sequence[str | int]]],
         on_grant: Callable[[Grant], None],
         store: str,
+        min_replicas: int = 0,
+        run_replicated: Callable[..., Awaitable[tuple[Any, int]]] | None = None,
     ) -> None:
         """Hear nothing, and open nothing, until the first queue call."""
         self.id = secrets.token_hex(8)
+        self._min_replicas = min_replicas
+        self._run_replicated = run_replicated
+        # grants heard, being confirmed as replicated before the waiter is told
+        self._confirming: set[asyncio.Task[None]] = set()
         self._grant_prefix = grant_prefix
         self._run = run
         self._release_args = release_args
@@ -304,10 +337,9 @@ class RedisWaitingLine:
         """
         await self._subscription.subscribed()
         keys, _ = self._release_args(key)
-        reply = await self._run(
-            QUEUE,
-            5,
+        keys_and_args = (
             *keys[:5],
+            keys[7],
             owner,
             ttl_ms,
             queue_ms,
@@ -316,7 +348,14 @@ class RedisWaitingLine:
             self._grant_prefix,
             key,
         )
-        taken, value = reply
+        if self._run_replicated is None or not self._min_replicas:
+            taken, value = await self._run(QUEUE, 6, *keys_and_args)
+        else:
+            (taken, value), acknowledged = await self._run_replicated(QUEUE, 6, *keys_and_args)
+            if taken == 1 and acknowledged < self._min_replicas:
+                # owner holds the key, but a failover could lose it: not told yet. Its next
+                # queue call asks again; leaving releases it
+                return Queued(holder=owner)
         if taken == 1:
             return Acquired(int(value))
         return Queued(holder=None if value is None else text(value))
@@ -329,6 +368,10 @@ class RedisWaitingLine:
 
     async def aclose(self) -> None:
         """Stop hearing grants and close the subscription's connection."""
+        for confirming in self._confirming:
+            confirming.cancel()
+        if self._confirming:
+            await asyncio.wait(self._confirming)
         await self._subscription.aclose()
 
     def _heard(self, message: str) -> None:
@@ -336,7 +379,32 @@ class RedisWaitingLine:
         if grant is None:
             _log.warning("%s heard a grant it cannot read: %r", self._store, message)
             return
-        self._on_grant(grant)
+        if self._run_replicated is None or not self._min_replicas:
+            self._on_grant(grant)
+            return
+        # published as the grant was made, before any replica had it: told once they have
+        confirming = asyncio.get_running_loop().create_task(self._confirm(grant))
+        self._confirming.add(confirming)
+        confirming.add_done_callback(self._confirming.discard)
+
+    async def _confirm(self, grant: Grant) -> None:
+        """Tell the waiter of ``grant`` once ``min_replicas`` replicas hold it; else never.
+
+        A grant not confirmed stays with its owner: the waiter's next queue call answers it
+        (confirmed then), or its leaving releases it.
+        """
+        assert self._run_replicated is not None  # noqa: S101 -- only called with it
+        keys, _ = self._release_args(grant.key)
+        lock, granted = keys[0], keys[3]
+        try:
+            held, acknowledged = await self._run_replicated(
+                CONFIRM_GRANT, 2, lock, granted, grant.owner, grant.fencing_token
+            )
+        except Exception as error:  # noqa: BLE001 -- the waiter's next queue call asks again
+            _log.debug("%s could not confirm a grant of %r: %s", self._store, grant.key, error)
+            return
+        if held == 1 and acknowledged >= self._min_replicas:
+            self._on_grant(grant)
 
 
 def _parse_grant(data: str) -> Grant | None:

@@ -112,6 +112,38 @@ class RedisCommandPipe:
             packed(args, connection.encoding, connection.encoding_errors), self.loop.time()
         )
 
+    async def execute_then(
+        self, first: tuple[str | int | bytes, ...], then: tuple[str | int | bytes, ...]
+    ) -> tuple[Any, Any]:
+        """Send two commands in one write, back to back on the connection; return both replies.
+
+        For a command that must follow another on the same connection, with nothing between
+        them and no round trip more: ``WAIT`` after a script counts that script's writes.
+
+        Returns:
+            Both replies; an error reply of the first (``NOSCRIPT``) comes back as its
+            exception, so the second's reply is still read.
+
+        Raises:
+            redis.exceptions.ResponseError: the second command's error reply.
+            redis.exceptions.ConnectionError: as for :meth:`execute`.
+        """
+        connection = self._connection
+        while connection is None or not connection.open or self._stalled():
+            await self._connected()
+            connection = self._connection
+        encoding, errors = connection.encoding, connection.encoding_errors
+        now = self.loop.time()
+        # one write: nothing another caller sends can come between the two
+        first_reply, then_reply = connection.send_both(
+            packed(first, encoding, errors) + packed(then, encoding, errors), now
+        )
+        try:
+            answer: Any = await first_reply
+        except redis.exceptions.ResponseError as error:
+            answer = error
+        return answer, await then_reply
+
     async def aclose(self) -> None:
         """Close the connection; replies still awaited fail, and later calls are refused."""
         self._closed = True
@@ -127,6 +159,14 @@ class RedisCommandPipe:
         self._drop(error)
         if self._closing:
             await asyncio.wait(self._closing)
+
+    def reconnect(self, why: str) -> None:
+        """Drop the connection, failing the replies still awaited; the next call opens another.
+
+        For a server that answers but should not be the one answered by: a Sentinel's
+        connection asks again where the primary is.
+        """
+        self._drop(redis.exceptions.ConnectionError(f"{self._name}: {why}"))
 
     def _stalled(self) -> bool:
         """Whether the oldest reply has been awaited past the stall limit (the socket is dead)."""
@@ -269,6 +309,20 @@ class _CommandConnection(asyncio.Protocol):
         self._pending.append((reply, now))
         self._transport.write(command)
         return reply
+
+    def send_both(
+        self, commands: bytes, now: float
+    ) -> tuple[asyncio.Future[Any], asyncio.Future[Any]]:
+        """Write two commands packed together; return their replies, in order, to await."""
+        loop = asyncio.get_running_loop()
+        first: asyncio.Future[Any] = loop.create_future()
+        then: asyncio.Future[Any] = loop.create_future()
+        # a caller that stops waiting after the first leaves the second's failure unread
+        then.add_done_callback(retrieved)
+        self._pending.append((first, now))
+        self._pending.append((then, now))
+        self._transport.write(commands)
+        return first, then
 
     def oldest_sent_at(self) -> float | None:
         """When the oldest command still owed a reply was written, on the loop's clock."""

@@ -15,6 +15,8 @@ __all__ = ["URL_FORMS", "store_from_url"]
 URL_FORMS = (
     "postgresql://user:password@host:5432/database, mysql://user:password@host:3306/database "
     "(mariadb:// too), redis://host:6379/0 (rediss:// for TLS), "
+    "redis+sentinel://sentinel1:26379,sentinel2:26379,sentinel3:26379/<service>[/db] (Redis "
+    "behind Sentinel; ?min_replicas=1 waits for a replica on any Redis URL), "
     "redis+cluster://node:6379 (any node of a Redis Cluster), etcd://host:2379 (several members: "
     "etcd://h1:2379,h2:2379; etcd+https:// for TLS), or sqlite:///path/to/locks.db"
 )
@@ -34,9 +36,10 @@ def store_from_url(
 
     Args:
         url: ``postgresql://`` (or ``postgres://``), ``mysql://`` (or ``mariadb://``),
-            ``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://`` or
-            ``rediss+cluster://`` (any node of a Redis Cluster), ``etcd://`` (``etcd+https://``
-            for TLS), or ``sqlite:///path``.
+            ``redis://``, ``rediss://``, ``unix://``, ``redis+sentinel://`` or
+            ``rediss+sentinel://`` (the Sentinels of a Redis primary, and its service name),
+            ``redis+cluster://`` or ``rediss+cluster://`` (any node of a Redis Cluster),
+            ``etcd://`` (``etcd+https://`` for TLS), or ``sqlite:///path``.
         factory: a callable taking the URL and returning a store, as ``"package.module:name"``:
             your own store, checked the same way.
         prefix: the key prefix of a Redis, Redis Cluster or etcd store (default: the store's
@@ -74,7 +77,15 @@ def store_from_url(
             # a reader deletes nothing either: no pruning, however long a watch runs
             prune_after=None if read_only else DEFAULT_PRUNE_AFTER,
         )
-    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
+    if scheme in (
+        "redis",
+        "rediss",
+        "unix",
+        "redis+sentinel",
+        "rediss+sentinel",
+        "redis+cluster",
+        "rediss+cluster",
+    ):
         return _redis_store(url, scheme, prefix)
     if scheme in ("mysql", "mariadb", "mysql+asyncmy", "mariadb+asyncmy"):
         from .mysql import MySQLLockStore  # noqa: PLC0415 -- the driver is optional
@@ -100,15 +111,19 @@ def store_from_url(
 
 
 def _redis_store(url: str, scheme: str, prefix: str | None) -> LockStore:
-    """A Redis store for ``url``; a ``+cluster`` scheme names any node of a Redis Cluster."""
-    options = {} if prefix is None else {"prefix": prefix}
+    """A Redis store for ``url``; ``+cluster``: a Redis Cluster; ``+sentinel``: its Sentinels."""
     if scheme.endswith("+cluster"):
         from .redis_cluster import RedisClusterLockStore  # noqa: PLC0415 -- the driver is optional
 
-        return RedisClusterLockStore.from_url(url.replace("+cluster", "", 1), **options)
+        url = url.replace("+cluster", "", 1)
+        if prefix is None:
+            return RedisClusterLockStore.from_url(url)
+        return RedisClusterLockStore.from_url(url, prefix=prefix)
     from .redis import RedisLockStore  # noqa: PLC0415 -- the driver is optional
 
-    return RedisLockStore.from_url(url, **options)
+    if prefix is None:
+        return RedisLockStore.from_url(url)
+    return RedisLockStore.from_url(url, prefix=prefix)
 
 
 def _from_factory(factory: str, url: str) -> LockStore:

@@ -5,6 +5,9 @@ Every method is one Lua script run with EVALSHA (one round trip, atomic on the s
 - ``<prefix>lock:<key>``: the lock, holding its owner, with ``PX`` expiry measured by Redis;
 - ``<prefix>fencing-token``: the one counter every acquisition increments. No lock key can be
   equal to it: lock keys all start with ``<prefix>lock:``, the counter does not;
+- ``<prefix>fencing-source``: the replication id of the master that drew the last token; a
+  master with another id (a promoted replica) first moves the counter up by ``2**32``, so
+  tokens never go back across a failover (see ``_redis_tokens``);
 - channel ``<prefix>released@db<n>:<key>``: a release publishes its key there, so waiters in
   other processes wake at once, and only the processes that wait on that key hear it (``<n>``
   is the database number: pub/sub spans every database);
@@ -24,7 +27,9 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, final
+from urllib.parse import urlsplit
 
+from .._durations import Duration
 from .._errors import LocksConfigurationError, LockStoreError
 from ._capabilities import (
     JobRecord,
@@ -59,7 +64,17 @@ from ._redis_line import (
 from ._redis_pipe import RedisCommandPipe
 from ._redis_runs import RECORD_RUN, read_job_records, record_run_args
 from ._redis_scripts import Script, script
+from ._redis_sentinel import (
+    DEFAULT_REPLICA_TIMEOUT,
+    SENTINEL_SCHEMES,
+    PrimaryFollower,
+    ReplicationWait,
+    replication_wait,
+    sentinel_target,
+    without_replication_params,
+)
 from ._redis_settings import DEFAULT_PREFIX, DEFAULT_SOCKET_TIMEOUTS, check_options, check_prefix
+from ._redis_tokens import DRAW, SOURCE_NAME
 from ._redis_turns import QUEUE_SCRIPTS, ReleaseQueue, queue_name
 
 if TYPE_CHECKING:
@@ -68,6 +83,7 @@ if TYPE_CHECKING:
 try:
     import hiredis
     import redis.asyncio
+    import redis.asyncio.sentinel
     import redis.exceptions
 except ImportError:  # the extra is not installed: constructing the store says which to install
     _HAVE_DRIVER = False
@@ -93,14 +109,15 @@ SCAN_BATCH: Final = 1000
 
 ACQUIRE: Final = script(
     "acquire",
-    """
--- KEYS[1] = lock key, KEYS[2] = fencing-token counter
+    DRAW
+    + """
+-- KEYS[1] = lock key, KEYS[2] = fencing-token counter, KEYS[3] = the counter's source
 -- ARGV[1] = owner, ARGV[2] = ttl_ms
 -- -> the new fencing token (an integer) if the key was free (no live lock), else the live
 --    lock's owner (a string; false if it expired meanwhile)
 -- SET NX sees an expired key as absent: Redis expires keys on access, on its own clock
 if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then
-  return redis.call('INCR', KEYS[2])
+  return draw(KEYS[2], KEYS[3])
 end
 return redis.call('GET', KEYS[1])
 """,
@@ -184,35 +201,56 @@ class RedisLockStore:
         "_channel",
         "_client",
         "_counter_key",
+        "_counter_source",
         "_followers_key",
         "_grant_prefix",
         "_in_turn",
         "_jobs_key",
         "_lock_prefix",
+        "_make_client",
         "_opens",
-        "_options",
         "_pauses_key",
         "_pipe",
         "_prefix",
+        "_primary_follower",
+        "_replication",
         "_runs_key",
+        "_sentinel",
         "_server",
-        "_url",
     )
 
-    def __init__(self, client: redis.asyncio.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        min_replicas: int = 0,
+        replica_timeout: Duration = DEFAULT_REPLICA_TIMEOUT,
+    ) -> None:
         """Keep locks through ``client``, which stays yours: the store never closes it.
 
         Args:
             client: a ``redis.asyncio.Redis`` client, with ``decode_responses`` on or off. Bind
                 it to the event loop the locks run on (redis.asyncio connections belong to the
                 loop they were first used on); :meth:`from_url` creates its client at
-                :meth:`open` instead, on the loop that opens it.
+                :meth:`open` instead, on the loop that opens it. A client from a Sentinel's
+                ``master_for`` follows the primary across failovers.
             prefix: the start of every key and channel name this store uses; ends with ``:``.
                 Stores with different prefixes never see each other's locks or counter.
+            min_replicas: how many replicas must have received a grant or a renewal before its
+                holder is told (``WAIT`` on the same connection, right after the script: still
+                one round trip). 0, the default, waits for none: an asynchronous failover can
+                then lose a grant (two holders for at most one ttl; tokens never go back).
+            replica_timeout: how long ``WAIT`` waits; a grant that fewer replicas received by
+                then is released and counts as not acquired, and such a renewal as not
+                confirmed (retried until the holder's deadline).
 
         Raises:
             LocksConfigurationError: the driver is missing, ``client`` is not an async Redis
-                client, or ``prefix`` is unusable.
+                client, or ``prefix``, ``min_replicas`` or ``replica_timeout`` is unusable.
+
+        .. versionchanged:: 0.4
+           ``min_replicas`` and ``replica_timeout``.
         """
         _require_driver()
         if not isinstance(client, redis.asyncio.Redis):
@@ -224,40 +262,75 @@ class RedisLockStore:
         self._setup(
             prefix,
             client=client,
-            url=None,
-            options={},
+            make_client=None,
+            replication=replication_wait(min_replicas, replica_timeout),
             database=_database(client.connection_pool.connection_kwargs),
         )
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = DEFAULT_PREFIX, **options: object
+        cls,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        min_replicas: int | None = None,
+        replica_timeout: Duration | None = None,
+        **options: object,
     ) -> RedisLockStore:
         """Create a store that owns its connection pool, made at :meth:`open` on the running loop.
 
         The pool is a ``redis.asyncio.BlockingConnectionPool``: when all its connections are
         busy, callers wait for one (up to ``timeout`` seconds) instead of failing. It is closed
-        when the last :meth:`aclose` leaves.
+        when the last :meth:`aclose` leaves. A ``redis+sentinel://`` URL is
+        :meth:`from_sentinel`'s.
 
         Args:
-            url: ``redis://[[user]:[password]@]host[:port][/db]``, ``rediss://...`` (TLS) or
-                ``unix://path?db=0``.
+            url: ``redis://[[user]:[password]@]host[:port][/db]``, ``rediss://...`` (TLS),
+                ``unix://path?db=0``, or
+                ``redis+sentinel://[[user]:[password]@]host:port[,host:port...]/<service>[/db]``
+                (the Sentinels, and the name they know the primary by; ``rediss+sentinel://``
+                for TLS; ``sentinel_username`` and ``sentinel_password`` in the query for
+                Sentinels that ask for them). Any of them may end with
+                ``?min_replicas=1&replica_timeout=100ms``.
             prefix: as for the constructor.
-            **options: passed to ``BlockingConnectionPool.from_url``: ``max_connections``
-                (default 50), ``timeout`` (seconds to wait for a free connection, default 20),
-                ``socket_timeout``, ``decode_responses``, TLS options, ...
+            min_replicas: as for the constructor; the URL's, else 0.
+            replica_timeout: as for the constructor; the URL's, else 100 ms.
+            **options: passed to ``BlockingConnectionPool.from_url`` (to the data nodes'
+                connections behind Sentinel): ``max_connections`` (default 50), ``timeout``
+                (seconds to wait for a free connection, default 20), ``socket_timeout``,
+                ``decode_responses``, TLS options, ...
 
         Raises:
             LocksConfigurationError: the driver is missing, or ``url``, ``options`` or
                 ``prefix`` is unusable.
 
         .. versionadded:: 0.1
+        .. versionchanged:: 0.4
+           ``redis+sentinel://`` URLs, ``min_replicas`` and ``replica_timeout``.
         """
         _require_driver()
         if not isinstance(url, str):
             raise LocksConfigurationError(
                 f"url={url!r} is a {type(url).__name__}; pass a str such as "
                 '"redis://localhost:6379/0"'
+            )
+        url, asked = without_replication_params(url)
+        replication = replication_wait(
+            asked.get("min_replicas", 0) if min_replicas is None else min_replicas,
+            asked.get("replica_timeout", DEFAULT_REPLICA_TIMEOUT)
+            if replica_timeout is None
+            else replica_timeout,
+        )
+        if urlsplit(url).scheme in SENTINEL_SCHEMES:
+            target = sentinel_target(url)
+            return cls.from_sentinel(
+                target.sentinels,
+                target.service,
+                prefix=prefix,
+                min_replicas=replication.replicas,
+                replica_timeout=f"{replication.timeout_ms}ms",
+                sentinel_options=target.sentinel_options,
+                **{**target.options, **options},
             )
         check_options(options)
         options = {**DEFAULT_SOCKET_TIMEOUTS, **options}
@@ -275,11 +348,112 @@ class RedisLockStore:
         store._setup(  # noqa: SLF001 -- same class
             prefix,
             client=None,
-            url=url,
-            options=options,
+            make_client=lambda: (
+                redis.asyncio.Redis.from_pool(
+                    redis.asyncio.BlockingConnectionPool.from_url(url, **options)
+                ),
+                None,
+            ),
+            replication=replication,
             database=_database(pool.connection_kwargs),
         )
         store._server = _describe(pool)  # noqa: SLF001 -- same class
+        return store
+
+    @classmethod
+    def from_sentinel(
+        cls,
+        sentinels: Sequence[tuple[str, int]],
+        service_name: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        min_replicas: int = 0,
+        replica_timeout: Duration = DEFAULT_REPLICA_TIMEOUT,
+        sentinel_options: Mapping[str, object] | None = None,
+        **options: object,
+    ) -> RedisLockStore:
+        """Create a store on the primary that Redis Sentinel names, following it across failovers.
+
+        Made at :meth:`open` on the running loop, through redis-py's
+        ``redis.asyncio.sentinel.Sentinel``: every connection the store opens asks the
+        Sentinels where the primary is now. A connection answered ``READONLY`` (its server was
+        demoted), closed or stalled is dropped, and the next call asks again. Tokens never go
+        back across a failover: a promoted replica moves the counter past anything the old
+        primary could have handed out (see ``docs/stores/redis.md``); with ``min_replicas``, a
+        grant also survives one.
+
+        Args:
+            sentinels: ``(host, port)`` of each Sentinel.
+            service_name: the name the Sentinels know the primary by (``sentinel monitor``).
+            prefix: as for the constructor.
+            min_replicas: as for the constructor.
+            replica_timeout: as for the constructor.
+            sentinel_options: connection options for the Sentinels (``password``, ``ssl``,
+                ...); the socket timeouts of ``options`` by default.
+            **options: connection options for the primary's connections (``db``,
+                ``password``, ``socket_timeout``, ``decode_responses``, ``ssl``, ...).
+
+        Raises:
+            LocksConfigurationError: the driver is missing, or an argument is unusable.
+
+        .. versionadded:: 0.4
+        """
+        _require_driver()
+        given: object = sentinels
+        if (
+            isinstance(given, str)
+            or not sentinels
+            or not all(
+                isinstance(address, tuple)
+                and len(address) == 2  # noqa: PLR2004 -- host and port
+                and isinstance(address[0], str)
+                and isinstance(address[1], int)
+                for address in sentinels
+            )
+        ):
+            raise LocksConfigurationError(
+                f"sentinels={sentinels!r}; pass (host, port) pairs, such as "
+                '[("sentinel-1", 26379), ("sentinel-2", 26379), ("sentinel-3", 26379)]'
+            )
+        if not isinstance(service_name, str) or not service_name:
+            raise LocksConfigurationError(
+                f"service_name={service_name!r}; pass the name the Sentinels monitor the "
+                'primary under (sentinel monitor <name> ...), such as "mymaster"'
+            )
+        replication = replication_wait(min_replicas, replica_timeout)
+        check_options(options, "RedisLockStore.from_sentinel")
+        settings: dict[str, Any] = {**DEFAULT_SOCKET_TIMEOUTS, **options}
+        sentinel_settings = dict(
+            sentinel_options
+            if sentinel_options is not None
+            else {k: v for k, v in settings.items() if k.startswith("socket_")}
+        )
+        addresses = [(host, port) for host, port in sentinels]
+        try:
+            # builds no connection: it only checks the options now
+            redis.asyncio.Connection(**{k: v for k, v in settings.items() if k != "ssl"})
+        except (TypeError, ValueError) as error:
+            raise LocksConfigurationError(
+                f"RedisLockStore.from_sentinel: {error}; pass options that a "
+                "redis.asyncio connection accepts"
+            ) from None
+
+        def make_client() -> tuple[redis.asyncio.Redis, redis.asyncio.sentinel.Sentinel]:
+            sentinel = redis.asyncio.sentinel.Sentinel(
+                addresses, sentinel_kwargs=sentinel_settings, **settings
+            )
+            return sentinel.master_for(service_name, redis_class=redis.asyncio.Redis), sentinel
+
+        store = cls.__new__(cls)
+        store._setup(  # noqa: SLF001 -- same class
+            prefix,
+            client=None,
+            make_client=make_client,
+            replication=replication,
+            database=_database(settings),
+        )
+        where = ",".join(f"{host}:{port}" for host, port in addresses)
+        store._server = f"sentinel={where}, service={service_name!r}, db={_database(settings)}"  # noqa: SLF001 -- same class
         return store
 
     def _setup(
@@ -287,14 +461,15 @@ class RedisLockStore:
         prefix: str,
         *,
         client: redis.asyncio.Redis | None,
-        url: str | None,
-        options: Mapping[str, object],
+        make_client: Callable[[], tuple[redis.asyncio.Redis, Any]] | None,
+        replication: ReplicationWait,
         database: int,
     ) -> None:
         check_prefix(prefix)
         self._prefix = prefix
         self._lock_prefix = prefix + LOCKS_SEGMENT
         self._counter_key = prefix + COUNTER_NAME
+        self._counter_source = prefix + SOURCE_NAME
         # pub/sub is one namespace for every database of a server: the channel names the
         # database, or stores with one prefix on two databases would wake each other's waiters
         self._channel = f"{prefix}{CHANNEL_NAME}@db{database}"
@@ -305,8 +480,11 @@ class RedisLockStore:
         self._jobs_key = prefix + JOBS_NAME
         self._pauses_key = prefix + PAUSES_NAME
         self._client = client
-        self._url = url
-        self._options = dict(options)
+        self._make_client = make_client
+        # the Sentinel client behind a client this store made, closed with it
+        self._sentinel: Any = None
+        self._replication = replication
+        self._primary_follower: PrimaryFollower | None = None
         self._opens = 0
         self._pipe: RedisCommandPipe | None = None
         self._server = "" if client is None else _describe(client.connection_pool)
@@ -323,6 +501,9 @@ class RedisLockStore:
         counter must never go back. Where ``CONFIG`` is not allowed (managed services), that
         check is skipped and logged at DEBUG.
 
+        Behind Sentinel, it also subscribes to the Sentinels' announcements of a new primary,
+        and moves the command connection there as soon as one is made.
+
         Raises:
             LockStoreError: the server could not be reached, or refused to load the scripts.
         """
@@ -332,9 +513,27 @@ class RedisLockStore:
             return
         try:
             await self._prepare(client)
+            pool = client.connection_pool
+            if isinstance(pool, redis.asyncio.sentinel.SentinelConnectionPool):
+                follower = self._primary_follower = PrimaryFollower(
+                    pool,
+                    self._primary_moved,
+                    alive_s=float(
+                        pool.connection_kwargs.get("socket_timeout")
+                        or DEFAULT_SOCKET_TIMEOUTS["socket_timeout"]
+                    ),
+                    store=repr(self),
+                )
+                await follower.start()
         except BaseException:
             await self.aclose()
             raise
+
+    def _primary_moved(self) -> None:
+        """Move the command connection: the Sentinels announced a new primary."""
+        pipe = self._pipe
+        if pipe is not None and pipe.loop is asyncio.get_running_loop():
+            pipe.reconnect("the Sentinels announced a new primary; asking them again")
 
     async def aclose(self) -> None:
         """Undo one :meth:`open`; the last one closes the store's command connection.
@@ -347,21 +546,27 @@ class RedisLockStore:
         self._opens -= 1
         if self._opens:
             return
+        follower, self._primary_follower = self._primary_follower, None
+        if follower is not None:
+            await follower.aclose()
         pipe, self._pipe = self._pipe, None
         if pipe is not None and pipe.loop is asyncio.get_running_loop():
             await pipe.aclose()
-        if self._url is not None and self._client is not None:
+        if self._make_client is not None and self._client is not None:
             client, self._client = self._client, None
+            sentinel, self._sentinel = self._sentinel, None
             await client.aclose()
+            if sentinel is not None:
+                await sentinel.aclose()
 
     def _connected(self) -> redis.asyncio.Redis:
         """Return the client; a store from :meth:`from_url` makes it now, on the running loop."""
         client = self._client
         if client is None:
             # no await between the check and the assignment: concurrent first calls share it
-            assert self._url is not None  # noqa: S101 -- only from_url leaves the client unset
-            pool = redis.asyncio.BlockingConnectionPool.from_url(self._url, **self._options)
-            client = self._client = redis.asyncio.Redis.from_pool(pool)
+            assert self._make_client is not None  # noqa: S101 -- only from_url leaves it unset
+            client, self._sentinel = self._make_client()
+            self._client = client
         return client
 
     async def _prepare(self, client: redis.asyncio.Redis) -> None:
@@ -370,6 +575,8 @@ class RedisLockStore:
             pipe.script_load(lua.source)
         for parameter in ("save", "appendonly", "maxmemory-policy"):
             pipe.config_get(parameter)
+        # every script that draws a token reads it (see _redis_tokens)
+        pipe.info("replication")
         try:
             answers = await pipe.execute(raise_on_error=False)
         except redis.exceptions.RedisError as error:
@@ -377,13 +584,20 @@ class RedisLockStore:
                 f"{self!r} could not reach Redis: {type(error).__name__}: {error}. Check that "
                 "the server runs and the URL, password and TLS options are right"
             ) from error
-        loaded, config = answers[: len(_SCRIPTS)], answers[len(_SCRIPTS) :]
+        loaded, config = answers[: len(_SCRIPTS)], answers[len(_SCRIPTS) : -1]
         for lua, answer in zip(_SCRIPTS, loaded, strict=True):
             if isinstance(answer, Exception):
                 raise LockStoreError(
                     f"{self!r}: Redis refused to load the {lua.name} script: {answer}. "
                     "RedisLockStore needs SCRIPT LOAD and EVALSHA; allow them for this user"
                 )
+        replication = answers[-1]
+        if isinstance(replication, Exception) or "master_replid" not in replication:
+            raise LockStoreError(
+                f"{self!r}: INFO replication gave {replication!r}, without master_replid, which "
+                "every script that hands out a fencing token reads to tell a failover. Allow "
+                "INFO for this user (ACL: +info), on Redis 5 or later or Valkey"
+            )
         self._warn_if_counter_can_go_back(config)
 
     def _warn_if_counter_can_go_back(
@@ -420,10 +634,29 @@ class RedisLockStore:
     # --- the store contract --------------------------------------------------------------------
 
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-        """Take ``key`` for ``owner`` for ``ttl_ms`` if no live lock holds it; one round trip."""
-        reply = await self._run(
-            ACQUIRE, 2, self._lock_prefix + key, self._counter_key, owner, ttl_ms
+        """Take ``key`` for ``owner`` for ``ttl_ms`` if no live lock holds it; one round trip.
+
+        With ``min_replicas``, a key taken but not acknowledged by that many replicas within
+        ``replica_timeout`` is released again and counts as not acquired.
+        """
+        keys_and_args = (
+            self._lock_prefix + key,
+            self._counter_key,
+            self._counter_source,
+            owner,
+            ttl_ms,
         )
+        if not self._replication.replicas:
+            reply = await self._run(ACQUIRE, 3, *keys_and_args)
+        else:
+            reply, acknowledged = await self._run_replicated(ACQUIRE, 3, *keys_and_args)
+            if isinstance(reply, int) and acknowledged < self._replication.replicas:
+                # released on the server that granted it, before any reconnection
+                try:
+                    await self.release(key, owner)
+                finally:
+                    _log.warning("%s", self._unreplicated(f"the grant of {key!r}", acknowledged))
+                return NotAcquired()
         # an integer reply is an int whether or not the client decodes responses; the holder
         # comes back as bytes or str, or None when its lock expired in between
         if isinstance(reply, int):
@@ -431,8 +664,20 @@ class RedisLockStore:
         return NotAcquired(holder=None if reply is None else text(reply))
 
     async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
-        """Move the expiry to ``ttl_ms`` from now if ``owner`` holds a live lock on ``key``."""
-        renewed: int = await self._run(RENEW, 1, self._lock_prefix + key, owner, ttl_ms)
+        """Move the expiry to ``ttl_ms`` from now if ``owner`` holds a live lock on ``key``.
+
+        Raises:
+            LockStoreError: with ``min_replicas``, the renewal reached fewer replicas within
+                ``replica_timeout`` (a promoted replica would hold the older expiry); the
+                engine retries it until the holder's deadline.
+        """
+        keys_and_args = (self._lock_prefix + key, owner, ttl_ms)
+        if not self._replication.replicas:
+            renewed: int = await self._run(RENEW, 1, *keys_and_args)
+            return renewed == 1
+        renewed, acknowledged = await self._run_replicated(RENEW, 1, *keys_and_args)
+        if renewed == 1 and acknowledged < self._replication.replicas:
+            raise self._unreplicated(f"the renewal of {key!r}", acknowledged)
         return renewed == 1
 
     async def release(self, key: str, owner: str) -> bool:
@@ -455,6 +700,7 @@ class RedisLockStore:
             self._counter_key,
             queue_name(self._prefix, key),
             self._followers_key,
+            self._counter_source,
         ]
         return keys, [f"{self._channel}:{key}", key, self._grant_prefix, *self._own_followers(key)]
 
@@ -473,7 +719,11 @@ class RedisLockStore:
         return [len(following), *following, *left]
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
-        """Renew each lease as :meth:`renew` would, all in one script: one round trip."""
+        """Renew each lease as :meth:`renew` would, all in one script: one round trip.
+
+        Raises:
+            LockStoreError: as :meth:`renew`, for the whole batch.
+        """
         if not renewals:
             return []
         lock_prefix = self._lock_prefix
@@ -481,7 +731,12 @@ class RedisLockStore:
         args: list[str | int] = []
         for renewal in renewals:
             args += (renewal.owner, renewal.ttl_ms)
-        answers = await self._run(RENEW_MANY, len(keys), *keys, *args)
+        if not self._replication.replicas:
+            answers = await self._run(RENEW_MANY, len(keys), *keys, *args)
+            return [answer == 1 for answer in answers]
+        answers, acknowledged = await self._run_replicated(RENEW_MANY, len(keys), *keys, *args)
+        if 1 in answers and acknowledged < self._replication.replicas:
+            raise self._unreplicated(f"the renewal of {len(keys)} leases", acknowledged)
         return [answer == 1 for answer in answers]
 
     async def _run(self, script: Script, numkeys: int, *keys_and_args: str | int) -> Any:  # noqa: ANN401 -- a reply's type is its script's: an int, or a list of ints
@@ -495,6 +750,49 @@ class RedisLockStore:
             # a restart, a failover or SCRIPT FLUSH emptied the script cache
             await pipe.execute("SCRIPT", "LOAD", script.source)
             return await pipe.execute("EVALSHA", script.sha, numkeys, *keys_and_args)
+
+    async def _run_replicated(
+        self, script: Script, numkeys: int, *keys_and_args: str | int
+    ) -> tuple[Any, int]:
+        """Run ``script`` as :meth:`_run` does, then ``WAIT`` for ``min_replicas``.
+
+        ``WAIT`` goes right behind the script on the same connection, in the same write (one
+        round trip), and counts the replicas that acknowledged every write of that connection
+        so far: the script's included. Not allowed in a script, so never inside one.
+
+        Returns:
+            The script's reply and how many replicas acknowledged it.
+        """
+        pipe = self._pipe
+        if pipe is None or pipe.loop is not asyncio.get_running_loop():
+            pipe = self._new_pipe()
+        wait = ("WAIT", self._replication.replicas, self._replication.timeout_ms)
+        evalsha = ("EVALSHA", script.sha, numkeys, *keys_and_args)
+        reply, acknowledged = await pipe.execute_then(evalsha, wait)
+        if isinstance(reply, redis.exceptions.NoScriptError):
+            # a restart, a failover or SCRIPT FLUSH emptied the script cache
+            await pipe.execute("SCRIPT", "LOAD", script.source)
+            reply, acknowledged = await pipe.execute_then(evalsha, wait)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply, int(acknowledged)
+
+    def _unreplicated(self, what: str, acknowledged: int) -> LockStoreError:
+        pipe, client = self._pipe, self._client
+        if (
+            pipe is not None
+            and client is not None
+            and isinstance(client.connection_pool, redis.asyncio.sentinel.SentinelConnectionPool)
+        ):
+            # a primary without its replicas may be one a failover left behind: the next
+            # connection asks the Sentinels where the primary is now
+            pipe.reconnect("too few replicas acknowledged; asking the Sentinels again")
+        wait = self._replication
+        return LockStoreError(
+            f"{self!r}: {what} reached {acknowledged} replica(s) within {wait.timeout_ms} ms, "
+            f"fewer than min_replicas={wait.replicas}: a failover could lose it. Check that the "
+            "replicas run and keep up (INFO replication), or raise replica_timeout"
+        )
 
     def _new_pipe(self) -> RedisCommandPipe:
         """Make the command connection of the running loop, from the client's pool settings.
@@ -528,15 +826,18 @@ class RedisLockStore:
         await self._run(RECORD_RUN, 1, self._runs_key, *record_run_args(run))
 
     async def start_run(self, start: RunStart) -> RunStartAnswer:
-        """Start a run unless paused, taking its lock if asked: one script, one round trip."""
+        """Start a run unless paused, taking its lock if asked: one script, one round trip.
+
+        Raises:
+            LockStoreError: with ``min_replicas``, the run's lock was taken but reached fewer
+                replicas in time: it is released again, and the run not started.
+        """
         opened = start.open_run
         keys = [self._pauses_key, self._jobs_key, self._runs_key]
         if start.take_key is not None:
-            keys += [self._lock_prefix + start.take_key, self._counter_key]
+            keys += [self._lock_prefix + start.take_key, self._counter_key, self._counter_source]
         token = "" if opened.fencing_token is None else str(opened.fencing_token)
-        reply = await self._run(
-            START_RUN,
-            len(keys),
+        keys_and_args = (
             *keys,
             start.job,
             start.owner,
@@ -547,7 +848,18 @@ class RedisLockStore:
             epoch_ms(opened.started_at),
             start.when_busy,
         )
-        return start_answer(reply, took=start.take_key is not None)
+        if start.take_key is None or not self._replication.replicas:
+            reply = await self._run(START_RUN, len(keys), *keys_and_args)
+            return start_answer(reply, took=start.take_key is not None)
+        reply, acknowledged = await self._run_replicated(START_RUN, len(keys), *keys_and_args)
+        if text(reply[0]) == "started" and acknowledged < self._replication.replicas:
+            # the run's record stays open, as a run whose process died would leave it
+            try:
+                await self.release(start.take_key, start.owner)
+            finally:
+                error = self._unreplicated(f"the run lock of {start.job!r}", acknowledged)
+            raise error
+        return start_answer(reply, took=True)
 
     async def end_run(self, run: RunRecord) -> bool:
         """Record ``run``, close it if it is the open run, and count it: one script."""
@@ -732,6 +1044,8 @@ class RedisLockStore:
             release_args=self._release_args,
             on_grant=on_grant,
             store=repr(self),
+            min_replicas=self._replication.replicas,
+            run_replicated=self._run_replicated,
         )
         try:
             yield line

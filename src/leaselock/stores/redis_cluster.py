@@ -7,6 +7,10 @@ kept next to its lock by a hash tag (the part in braces decides the slot):
   master of its slot;
 - ``<prefix>fencing-token:{<tag>}<key>``: the key's own counter, incremented by each acquisition
   and never deleted, so the key's tokens only grow;
+- ``<prefix>fencing-source:{<tag>}<key>``: the replication id of the master that drew the key's
+  last token, in the counter's slot; a master with another id (the replica promoted when its
+  master failed) first moves the counter up by ``2**32``, so the key's tokens never go back
+  across a failover;
 - channel ``<prefix>released:<key>``: a release publishes its key there; a cluster forwards a
   publish to every node, so a follower subscribed on any node hears it;
 - ``<prefix>runs``: one hash of job run records (one key, one slot).
@@ -36,6 +40,7 @@ from ._redis_keyspace import delete_prefixed, glob_escaped, lock_info, text
 from ._redis_runs import RECORD_RUN, read_job_records, record_run_args
 from ._redis_scripts import Script, script
 from ._redis_settings import DEFAULT_PREFIX, DEFAULT_SOCKET_TIMEOUTS, check_options, check_prefix
+from ._redis_tokens import SOURCE_NAME
 from .redis import ACQUIRE, RENEW
 
 try:
@@ -54,6 +59,7 @@ _log = logging.getLogger("leaselock.stores.redis")
 
 LOCKS_SEGMENT: Final = "lock:"
 COUNTER_SEGMENT: Final = "fencing-token:"
+SOURCE_SEGMENT: Final = SOURCE_NAME + ":"
 CHANNEL_SEGMENT: Final = "released:"
 TAG_BYTES: Final = 8
 # redis-py's default connections per node
@@ -283,7 +289,10 @@ class RedisClusterLockStore:
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         """Take ``key`` for ``owner`` for ``ttl_ms`` if no live lock holds it; one round trip."""
         reply = await self._run(
-            ACQUIRE, [self._lock_key(key), self._counter_key(key)], owner, ttl_ms
+            ACQUIRE,
+            [self._lock_key(key), self._counter_key(key), self._source_key(key)],
+            owner,
+            ttl_ms,
         )
         if isinstance(reply, int):
             return Acquired(reply)
@@ -435,6 +444,9 @@ class RedisClusterLockStore:
 
     def _counter_key(self, key: str) -> str:
         return f"{self._prefix}{COUNTER_SEGMENT}{{{_tag(key)}}}{key}"
+
+    def _source_key(self, key: str) -> str:
+        return f"{self._prefix}{SOURCE_SEGMENT}{{{_tag(key)}}}{key}"
 
     def __repr__(self) -> str:
         """Show where the cluster was found and the prefix; never a password."""

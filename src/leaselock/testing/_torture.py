@@ -342,17 +342,26 @@ class _Nemesis:
             least_ns = start_ns + int(ttl_ns * _PAUSE_MIN_TTLS)
             most_ns = min(start_ns + int(ttl_ns * _PAUSE_MAX_TTLS), self.job.until_ns.value)
             while (now_ns := time.monotonic_ns()) < most_ns and (
-                now_ns < least_ns or self.resource_token() <= token
+                now_ns < least_ns or self.resource_token(token) <= token
             ):
                 self.report_progress(now_ns)
                 time.sleep(_POLL_S)  # noqa: TID251 -- a real pause of a real process
             os.kill(pid, signal.SIGCONT)
             self.faults.append(Fault("pause", f"worker-{pid}", start_ns, time.monotonic_ns()))
 
-    def resource_token(self) -> int:
-        with contextlib.closing(sqlite3.connect(self.job.files / "resource.db", timeout=30)) as db:
-            (token,) = db.execute(f"SELECT token FROM {_RESOURCE}").fetchone()  # noqa: S608 -- a constant table name
-            return int(token)
+    def resource_token(self, unknown: int) -> int:
+        """The resource's token; ``unknown`` while a writer holds the file.
+
+        The holder paused may be the writer, stopped in its commit: waiting for it would wait
+        for the pause this read decides the end of.
+        """
+        path = self.job.files / "resource.db"
+        try:
+            with contextlib.closing(sqlite3.connect(path, timeout=_POLL_S)) as db:
+                (token,) = db.execute(f"SELECT token FROM {_RESOURCE}").fetchone()  # noqa: S608 -- a constant table name
+        except sqlite3.OperationalError:
+            return unknown
+        return int(token)
 
     def kill(self) -> None:
         holder = self.await_holder(self.job.ttl_ms * 3_000_000)
