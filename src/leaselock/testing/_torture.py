@@ -221,14 +221,19 @@ class _Nemesis:
         self.started_ns = 0
         self.reported_ns = 0
         self.ran_s = 0.0
+        # A holder paused in the middle of its write (or of opening or closing the file) holds
+        # the file's lock. In WAL mode, and with this connection open all along (so a worker's
+        # close is never the last one, which checkpoints under an exclusive lock), the nemesis
+        # still reads the token, and so ends the pause; else it waited for that lock while the
+        # holder waited for it, until a 30 s timeout failed the run.
+        self.resource = sqlite3.connect(job.files / "resource.db", isolation_level=None)
 
     def run(self, seconds: float) -> None:
         self.holding.mkdir(exist_ok=True)
         self.ready.mkdir(exist_ok=True)
-        with contextlib.closing(sqlite3.connect(self.job.files / "resource.db")) as connection:
-            connection.execute(f"CREATE TABLE {_RESOURCE} (key TEXT PRIMARY KEY, token INTEGER)")
-            connection.execute(f"INSERT INTO {_RESOURCE} VALUES (?, 0)", (self.job.key,))  # noqa: S608 -- a constant table name
-            connection.commit()
+        self.resource.execute("PRAGMA journal_mode=WAL")
+        self.resource.execute(f"CREATE TABLE {_RESOURCE} (key TEXT PRIMARY KEY, token INTEGER)")
+        self.resource.execute(f"INSERT INTO {_RESOURCE} VALUES (?, 0)", (self.job.key,))  # noqa: S608 -- a constant table name
         try:
             for slot in range(self.workers):
                 self.spawn(slot)
@@ -241,6 +246,7 @@ class _Nemesis:
             self.ran_s = (time.monotonic_ns() - self.started_ns) / _NS_PER_S
         finally:
             self.stop_workers()
+            self.resource.close()
 
     def spawn(self, slot: int) -> None:
         process = self.context.Process(target=work, args=(self.job,), daemon=True)
@@ -350,9 +356,8 @@ class _Nemesis:
             self.faults.append(Fault("pause", f"worker-{pid}", start_ns, time.monotonic_ns()))
 
     def resource_token(self) -> int:
-        with contextlib.closing(sqlite3.connect(self.job.files / "resource.db", timeout=30)) as db:
-            (token,) = db.execute(f"SELECT token FROM {_RESOURCE}").fetchone()  # noqa: S608 -- a constant table name
-            return int(token)
+        (token,) = self.resource.execute(f"SELECT token FROM {_RESOURCE}").fetchone()  # noqa: S608 -- a constant table name
+        return int(token)
 
     def kill(self) -> None:
         holder = self.await_holder(self.job.ttl_ms * 3_000_000)
