@@ -66,6 +66,7 @@ from ._postgres_executors import (
 )
 from ._postgres_follower import PostgresReleaseFollower
 from ._postgres_line import PostgresWaitingLine, line_channel
+from ._postgres_line_sql import LINE_FUNCTION_MARK
 from ._postgres_sql import (
     SCHEMA_EXISTS_SQL,
     checked_channel,
@@ -119,7 +120,9 @@ class PostgresLockStore:
     checks the owner and the expiry where it writes; expiry is measured on the server's
     ``clock_timestamp()``; a released lock keeps its row (owner NULL) and the row's token is the
     floor of the key's next token (``greatest(nextval(seq), row.token + 1)``), so tokens of a key
-    grow even after the sequence went back (a restore, a failover to a lagging replica).
+    grow even after the sequence went back (a restore); and tokens are drawn in the band of the
+    server's timeline, ``(timeline - 1) * 2**40`` and up, so those drawn after a promotion are
+    above every token the old primary handed out, whatever its standby had received.
     Renewals of many leases go in one statement (:meth:`renew_many`), and a release NOTIFYs
     the processes that wait on its key (:meth:`follow_releases`), so waiters elsewhere wake at
     once and nobody else hears of it. Waiters stand in the key's line at the server
@@ -708,9 +711,13 @@ class PostgresLockStore:
             self._sql.lines.table,
             self._sql.lines.signature,
         )
-        exists = await executor.fetchrow(SCHEMA_EXISTS_SQL, names)
-        tables, lines = (False, False) if exists is None else (bool(exists[0]), bool(exists[1]))
-        self._lines = tables and lines
+        exists = await executor.fetchrow(SCHEMA_EXISTS_SQL, (*names, LINE_FUNCTION_MARK))
+        tables, lines, current = (
+            (False, False, False) if exists is None else (bool(exists[i]) for i in range(3))
+        )
+        # a line function of an earlier leaselock draws its grants' tokens without the
+        # timeline's band: it is replaced, or not used
+        self._lines = tables and lines and current
         if self._lines:
             return
         if create:
@@ -721,10 +728,10 @@ class PostgresLockStore:
                     raise
                 # a schema of an earlier leaselock, and a role that may not add to it: it
                 # keeps working as before
-                self._say_no_lines(str(error))
+                self._say_no_lines(str(error), outdated=lines)
             return
         if tables:
-            self._say_no_lines("create_schema=False")
+            self._say_no_lines("create_schema=False", outdated=lines)
             return
         # fail at start, not with a warning at every tick
         raise LockStoreError(
@@ -736,13 +743,26 @@ class PostgresLockStore:
             "create_schema=True"
         )
 
-    def _say_no_lines(self, why: str) -> None:
+    def _say_no_lines(self, why: str, *, outdated: bool) -> None:
+        if outdated:
+            _log.info(
+                "%s has no waiting lines: the function %s is of an earlier leaselock (%s), "
+                "whose grants' tokens may repeat the old primary's after a failover. Waiters "
+                "retry instead of being handed the key at a release. To get them, apply the "
+                "Alembic migration alembic_leaselock_tokens.py from the docs, run "
+                "leaselock/stores/postgres_schema.sql, or call await store.create_schema() as "
+                "the function's owner",
+                self,
+                self._sql.lines.signature,
+                why,
+            )
+            return
         _log.info(
             "%s has no waiting lines: the table %s or its function is missing (%s). Waiters "
             "retry instead of being handed the key at a release. To get them, run "
-            "leaselock/stores/postgres_schema.sql, apply the Alembic migration "
-            "alembic_leaselock_line.py from the docs, or call await store.create_schema() as "
-            "a role that may create tables",
+            "leaselock/stores/postgres_schema.sql, apply the Alembic migrations "
+            "alembic_leaselock_line.py and alembic_leaselock_tokens.py from the docs, or call "
+            "await store.create_schema() as a role that may create tables",
             self,
             self._sql.lines.table,
             why,
