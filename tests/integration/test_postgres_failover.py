@@ -14,6 +14,7 @@ with LEASELOCK_FAILOVER_TTL_MS=2000 for leases that outlive a failover.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -213,3 +214,91 @@ async def test_tokens_after_a_promotion_are_above_every_token_the_old_primary_ha
     assert async_replicas.timeline() == timeline + 1
     assert isinstance(fresh, Acquired)
     assert min(*drawn, fresh.fencing_token) > max(lost), (drawn, fresh, max(lost))
+
+
+# --- what the store says at start ------------------------------------------------------------
+
+
+def said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "leaselock.stores.postgres" and "standby" in record.getMessage()
+    ]
+
+
+async def test_a_store_says_once_at_start_that_its_grants_reach_the_standby_asynchronously(
+    async_replicas: PostgresReplicas, caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level(logging.INFO, logger="leaselock.stores.postgres")
+    store = PostgresLockStore.from_url(async_replicas.url)
+    try:
+        await store.open()
+        await store.acquire(unique_key("told"), "owner", 60_000)
+        await store.open()
+    finally:
+        await store.aclose()
+        await store.aclose()
+
+    (message,) = said(caplog)
+    assert caplog.records[-1].levelno == logging.WARNING
+    assert "streams to 1 standby asynchronously" in message
+    assert "synchronous_standby_names is empty" in message
+    assert "two holders" in message
+    assert "never go back" in message
+    assert "synchronous_commit" in message
+
+
+async def test_a_store_without_the_right_to_read_standbys_is_told_too(
+    async_replicas: PostgresReplicas, caplog: pytest.LogCaptureFixture
+):
+    async_replicas.query("CREATE ROLE app LOGIN")
+    async_replicas.query("GRANT CREATE ON SCHEMA public TO app")
+    caplog.set_level(logging.INFO, logger="leaselock.stores.postgres")
+    store = PostgresLockStore.from_url(async_replicas.url.replace("postgres@", "app@"))
+    try:
+        await store.open()
+    finally:
+        await store.aclose()
+
+    assert len(said(caplog)) == 1
+
+
+async def test_a_store_whose_commits_wait_for_the_standby_says_nothing(
+    sync_replicas: PostgresReplicas, caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level(logging.INFO, logger="leaselock.stores.postgres")
+    store = PostgresLockStore.from_url(sync_replicas.url)
+    try:
+        await store.open()
+    finally:
+        await store.aclose()
+
+    assert said(caplog) == []
+
+
+async def test_a_store_whose_role_commits_locally_is_told_despite_a_synchronous_standby(
+    sync_replicas: PostgresReplicas, caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level(logging.INFO, logger="leaselock.stores.postgres")
+    store = PostgresLockStore.from_url(f"{sync_replicas.url}&synchronous_commit=local")
+    try:
+        await store.open()
+    finally:
+        await store.aclose()
+
+    (message,) = said(caplog)
+    assert "synchronous_commit is 'local'" in message
+
+
+async def test_a_store_on_a_server_without_standbys_says_nothing_of_them(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level(logging.INFO, logger="leaselock.stores.postgres")
+    store = PostgresLockStore.from_url(postgres_url)
+    try:
+        await store.open()
+    finally:
+        await store.aclose()
+
+    assert said(caplog) == []

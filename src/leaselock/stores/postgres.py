@@ -67,6 +67,7 @@ from ._postgres_executors import (
 from ._postgres_follower import PostgresReleaseFollower
 from ._postgres_line import PostgresWaitingLine, line_channel
 from ._postgres_line_sql import LINE_FUNCTION_MARK
+from ._postgres_replication import REPLICATION_SQL, replication_from_row, say_replication
 from ._postgres_sql import (
     SCHEMA_EXISTS_SQL,
     checked_channel,
@@ -122,7 +123,9 @@ class PostgresLockStore:
     floor of the key's next token (``greatest(nextval(seq), row.token + 1)``), so tokens of a key
     grow even after the sequence went back (a restore); and tokens are drawn in the band of the
     server's timeline, ``(timeline - 1) * 2**40`` and up, so those drawn after a promotion are
-    above every token the old primary handed out, whatever its standby had received.
+    above every token the old primary handed out, whatever its standby had received. The
+    store says at open, once, when its server streams to standbys asynchronously (a failover
+    can then lose the latest grants: two holders for at most one ttl; fencing still holds).
     Renewals of many leases go in one statement (:meth:`renew_many`), and a release NOTIFYs
     the processes that wait on its key (:meth:`follow_releases`), so waiters elsewhere wake at
     once and nobody else hears of it. Waiters stand in the key's line at the server
@@ -166,6 +169,7 @@ class PostgresLockStore:
         "_notify_channel",
         "_opening",
         "_pruner",
+        "_replication_said",
         "_sql",
         "_table_name",
         "_users",
@@ -327,6 +331,7 @@ class PostgresLockStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: asyncio.Task[Executor] | None = None
         self._users = 0
+        self._replication_said = False
         self._pruner: Pruner | None = None
         if prune_after is not None:
             age_ms = parse_prune_after(prune_after)
@@ -637,6 +642,7 @@ class PostgresLockStore:
         try:
             # an engine or a pool given to the store connects here, at its first statement
             await self._ensure_schema(executor, create=create)
+            await self._say_replication(executor)
         except LockStoreError:
             await executor.close()
             raise
@@ -742,6 +748,19 @@ class PostgresLockStore:
             "apply the Alembic migrations, or call await store.create_schema()), or pass "
             "create_schema=True"
         )
+
+    async def _say_replication(self, executor: Executor) -> None:
+        """Say once, at the first open, when a failover could lose the latest grants."""
+        if self._replication_said:
+            return
+        self._replication_said = True
+        try:
+            row = await executor.fetchrow(REPLICATION_SQL, ())
+        except Exception as error:  # noqa: BLE001 -- a server without these views opens as before
+            _log.debug("%s could not read its server's standbys: %s", self, error)
+            return
+        if row is not None:
+            say_replication(repr(self), replication_from_row(row))
 
     def _say_no_lines(self, why: str, *, outdated: bool) -> None:
         if outdated:
