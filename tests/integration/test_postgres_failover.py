@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,7 @@ from helpers import unique_key
 from leaselock.stores import Acquired, Grant, Queued
 from leaselock.stores._job_control import OpenRun, RunStart
 from leaselock.stores.postgres import PostgresLockStore
+from leaselock.testing.check import check_store
 from leaselock.testing.history import HistoryReport
 from postgres_replicas import PostgresReplicas, postgres_replicas
 from servers import ServerUnavailable
@@ -139,6 +141,54 @@ def run_summary(label: str, replicas: PostgresReplicas, report: HistoryReport) -
         f"{len(windows)} two-holder windows (longest {max(windows, default=0):.0f} ms), "
         + ", ".join(f"{rules.count(rule)} {rule}" for rule in FENCING_RULES)
     )
+
+
+# --- failover runs -------------------------------------------------------------------------
+
+
+def test_tokens_never_go_back_across_asynchronous_failovers(
+    async_replicas: PostgresReplicas, tmp_path: Path
+):
+    result = check_store(
+        async_replicas.url,
+        seconds=SECONDS,
+        workers=WORKERS,
+        ttl=f"{TTL_MS}ms",
+        failover=failing_over(async_replicas, synchronous=False),
+        directory=tmp_path,
+    )
+    report = result.report
+    print(f"\n{run_summary('asynchronous', async_replicas, report)}\n{result.summary()}")  # noqa: T201 -- the run's counts, for the record
+
+    # the first failover loses what the standby missed
+    assert result.faults["failovers"] >= 1, result.summary()
+    assert report.acquisitions >= 10, result.summary()
+    assert report.writes_accepted >= 5, result.summary()
+    broken = [v for v in report.violations if v.rule in FENCING_RULES]
+    assert not broken, result.summary()
+    # what asynchronous replication may cost: a lease lost to a failover, for at most a ttl
+    assert all(v.rule == "two live leases" for v in report.violations), result.summary()
+    assert all(window < TTL_MS for window in two_holder_windows_ms(report)), result.summary()
+
+
+def test_no_rule_is_broken_across_synchronous_failovers(
+    sync_replicas: PostgresReplicas, tmp_path: Path
+):
+    result = check_store(
+        sync_replicas.url,
+        seconds=SECONDS,
+        workers=WORKERS,
+        ttl=f"{TTL_MS}ms",
+        failover=failing_over(sync_replicas, synchronous=True),
+        directory=tmp_path,
+    )
+    report = result.report
+    print(f"\n{run_summary('synchronous', sync_replicas, report)}\n{result.summary()}")  # noqa: T201 -- the run's counts, for the record
+
+    assert result.faults["failovers"] >= 1, result.summary()
+    assert not report.violations, result.summary()
+    assert report.acquisitions >= 10, result.summary()
+    assert report.writes_accepted >= 5, result.summary()
 
 
 # --- one failover, step by step --------------------------------------------------------------
