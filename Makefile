@@ -14,7 +14,8 @@ UV := $(shell command -v uv 2>/dev/null)
 COVERAGE_FLOOR ?= 90
 # the test helpers that mypy --strict checks with the package (test bodies are not annotated)
 TEST_HELPERS := tests/helpers.py tests/servers.py tests/store_benches.py tests/process_worker.py \
-	tests/check_stores.py tests/mysql_server.py tests/etcd_server.py tests/postgres_replicas.py
+	tests/check_stores.py tests/mysql_server.py tests/etcd_server.py tests/postgres_replicas.py \
+	tests/mysql_replicas.py
 
 .PHONY: test lint typecheck coverage pytest demo bench clean
 
