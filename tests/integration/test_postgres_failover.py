@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -122,14 +123,21 @@ def failing_over(replicas: PostgresReplicas, *, synchronous: bool) -> Callable[[
 
 
 def two_holder_windows_ms(report: HistoryReport) -> list[float]:
-    """How long each overlap of two leases of one key lasted, in ms."""
+    """How long each stretch of time with two or more live leases of one key lasted, in ms."""
     windows = []
-    latest = None
-    for lease in sorted(report.leases, key=lambda lease: (lease.key, lease.start_ns)):
-        if latest is not None and latest.key == lease.key and lease.start_ns < latest.end_ns:
-            windows.append((min(latest.end_ns, lease.end_ns) - lease.start_ns) / 1e6)
-        if latest is None or latest.key != lease.key or lease.end_ns > latest.end_ns:
-            latest = lease
+    by_key: dict[str, list[tuple[int, int]]] = {}
+    for lease in report.leases:
+        by_key.setdefault(lease.key, []).append((lease.start_ns, 1))
+        by_key.setdefault(lease.key, []).append((lease.end_ns, -1))
+    for edges in by_key.values():
+        live, since = 0, 0
+        # an end before a start at the same instant: leases that only touch do not overlap
+        for at, step in sorted(edges):
+            if live == 1 and step == 1:
+                since = at
+            elif live == 2 and step == -1:
+                windows.append((at - since) / 1e6)
+            live += step
     return windows
 
 
@@ -291,12 +299,35 @@ async def test_a_store_says_once_at_start_that_its_grants_reach_the_standby_asyn
         await store.aclose()
 
     (message,) = said(caplog)
-    assert caplog.records[-1].levelno == logging.WARNING
+    assert [r.levelno for r in caplog.records if r.getMessage() == message] == [logging.WARNING]
     assert "streams to 1 standby asynchronously" in message
     assert "synchronous_standby_names is empty" in message
     assert "two holders" in message
     assert "never go back" in message
     assert "synchronous_commit" in message
+
+
+async def test_a_store_whose_tokens_are_in_a_later_timelines_band_says_a_failover_may_repeat_them(
+    async_replicas: PostgresReplicas, caplog: pytest.LogCaptureFixture
+):
+    # what pg_upgrade leaves: the timelines start again at 1, the sequence keeps its band
+    table = f"upgraded_{uuid.uuid4().hex[:8]}"
+    made = PostgresLockStore.from_url(async_replicas.url, table=table, sequence=f"{table}_seq")
+    await made.create_schema()
+    await made.aclose()
+    later = async_replicas.timeline() + 4
+    async_replicas.query(f"SELECT setval('{table}_seq', {(later - 1) << 40})")
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="leaselock.stores.postgres")
+    store = PostgresLockStore.from_url(async_replicas.url, table=table, sequence=f"{table}_seq")
+    try:
+        await store.open()
+    finally:
+        await store.aclose()
+
+    (message,) = said(caplog)
+    assert f"the band of timeline {later}" in message
+    assert "a token may be handed out again" in message
 
 
 async def test_a_store_without_the_right_to_read_standbys_is_told_too(

@@ -755,7 +755,7 @@ class PostgresLockStore:
             return
         self._replication_said = True
         try:
-            row = await executor.fetchrow(REPLICATION_SQL, ())
+            row = await executor.fetchrow(REPLICATION_SQL, (self._sql.sequence,))
         except Exception as error:  # noqa: BLE001 -- a server without these views opens as before
             _log.debug("%s could not read its server's standbys: %s", self, error)
             return
