@@ -840,6 +840,23 @@ def test_from_url_repr_names_the_server_and_table_but_never_the_password() -> No
 
 
 @pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "postgresql://u:secret@db1:5432,db2:5433/shop?target_session_attrs=read-write",
+            "postgresql://u@db1:5432,db2:5433/shop, ",
+        ),
+        (
+            "postgresql://u:secret@/shop?host=db1,db2&port=5432,5433&target_session_attrs=any",
+            "postgresql://u@/shop?host=db1,db2&port=5432,5433, ",
+        ),
+    ],
+)
+def test_from_url_repr_names_every_host_of_a_multi_host_url(url: str, shown: str) -> None:
+    assert shown in repr(PostgresLockStore.from_url(url))
+
+
+@pytest.mark.parametrize(
     "name",
     ["", "1locks", "locks; DROP TABLE x; --", 'a"b', "a.b.c", "a" * 64, "locks-1", "lo cks"],
 )
