@@ -24,7 +24,9 @@ TEST_HELPERS := \
 	tests/etcd_relays.py \
 	tests/etcd_server.py \
 	tests/helpers.py \
+	tests/mysql_replicas.py \
 	tests/mysql_server.py \
+	tests/postgres_replicas.py \
 	tests/process_worker.py \
 	tests/redis_replicas.py \
 	tests/servers.py \

@@ -45,6 +45,7 @@ ALEMBIC_MIGRATIONS = (
     REPO / "docs" / "stores" / "alembic_leaselock_locks.py",
     REPO / "docs" / "stores" / "alembic_leaselock_runs.py",
     REPO / "docs" / "stores" / "alembic_leaselock_line.py",
+    REPO / "docs" / "stores" / "alembic_leaselock_tokens.py",
 )
 HAS_PSYCOPG = importlib.util.find_spec("psycopg") is not None
 HAS_ALEMBIC = importlib.util.find_spec("alembic") is not None
@@ -839,6 +840,23 @@ def test_from_url_repr_names_the_server_and_table_but_never_the_password() -> No
 
 
 @pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "postgresql://u:secret@db1:5432,db2:5433/shop?target_session_attrs=read-write",
+            "postgresql://u@db1:5432,db2:5433/shop, ",
+        ),
+        (
+            "postgresql://u:secret@/shop?host=db1,db2&port=5432,5433&target_session_attrs=any",
+            "postgresql://u@/shop?host=db1,db2&port=5432,5433, ",
+        ),
+    ],
+)
+def test_from_url_repr_names_every_host_of_a_multi_host_url(url: str, shown: str) -> None:
+    assert shown in repr(PostgresLockStore.from_url(url))
+
+
+@pytest.mark.parametrize(
     "name",
     ["", "1locks", "locks; DROP TABLE x; --", 'a"b', "a.b.c", "a" * 64, "locks-1", "lo cks"],
 )
@@ -1256,6 +1274,84 @@ async def schema_without_lines(scratch: Scratch, name: str) -> tuple[str, str]:
     finally:
         await admin.close()
     return table, sequence
+
+
+async def schema_with_an_earlier_line_function(scratch: Scratch, name: str) -> tuple[str, str]:
+    """Make the schema leaselock_0003 made: its line function draws tokens without a band."""
+    table, sequence = scratch.names(name)
+    made = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    await made.create_schema()
+    await made.aclose()
+    (line_migration,) = [m for m in load_migrations(table, sequence) if m.revision.endswith("3")]
+    earlier = line_migration.LINE_FUNCTION.format(
+        table=f'"{table}"',
+        line=f'"{table}_line"',
+        line_function=f'"{table}_line"',
+        sequence_name=f"'\"{sequence}\"'",
+    )
+    admin = await asyncpg.connect(scratch.url)
+    try:
+        await admin.execute(earlier)
+    finally:
+        await admin.close()
+    return table, sequence
+
+
+async def test_a_line_function_of_an_earlier_leaselock_is_not_used_without_create_schema(
+    scratch: Scratch, caplog: pytest.LogCaptureFixture
+) -> None:
+    table, sequence = await schema_with_an_earlier_line_function(scratch, "earlier")
+    caplog.set_level(logging.INFO, logger="leaselock.stores.postgres")
+    store = PostgresLockStore.from_url(
+        scratch.url, table=table, sequence=sequence, create_schema=False
+    )
+    try:
+        async with store.wait_in_line(lambda _grant: None) as line:
+            assert line is None
+        assert isinstance(await store.acquire(unique_key("earlier"), "owner", 60_000), Acquired)
+    finally:
+        await store.aclose()
+    said = [r.getMessage() for r in caplog.records if r.name == "leaselock.stores.postgres"]
+    assert len(said) == 1
+    assert "of an earlier leaselock" in said[0]
+    assert "alembic_leaselock_tokens.py" in said[0]
+
+
+async def test_create_schema_replaces_a_line_function_of_an_earlier_leaselock(
+    scratch: Scratch,
+) -> None:
+    table, sequence = await schema_with_an_earlier_line_function(scratch, "replaced")
+    key = unique_key("replaced")
+    earlier = PostgresLockStore.from_url(
+        scratch.url, table=table, sequence=sequence, create_schema=False
+    )
+    try:
+        # the earlier function hands out a token, as a store of the earlier leaselock would
+        step = ("queue", key, "before", 60_000, 60_000, 1, None)
+        before = await earlier._fetchrow(earlier._sql.lines.step, step)
+        assert before is not None
+        assert await earlier.release(key, "before")
+    finally:
+        await earlier.aclose()
+    store = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    try:
+        async with store.wait_in_line(lambda _grant: None) as line:
+            assert line is not None
+            after = await line.queue(key, "after", 60_000, 60_000, 1)
+    finally:
+        await store.aclose()
+    admin = await asyncpg.connect(scratch.url)
+    try:
+        body = await admin.fetchval(
+            "SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure($1)",
+            f'"{table}_line"{LINE_SIGNATURE.replace(" ", "")}',
+        )
+    finally:
+        await admin.close()
+
+    assert "leaselock_0004" in body
+    assert isinstance(after, Acquired)
+    assert after.fencing_token > before[0]
 
 
 async def test_a_schema_without_lines_offers_none_and_works_as_before(

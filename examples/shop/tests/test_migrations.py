@@ -24,11 +24,13 @@ async def test_the_migrated_and_seeded_database_has_orders_products_and_on_postg
                     text("SELECT to_regclass('leaselock_fencing_token_seq') IS NOT NULL")
                 )
                 assert sequence is True
-                # the waiting lines' function: without it the shop's waiters would retry
+                # the waiting lines' function, as this leaselock makes it (it draws tokens in
+                # the timeline's band): with none, or an earlier one, the shop's waiters retry
                 line_function = await connection.scalar(
                     text(
-                        "SELECT to_regprocedure('leaselock_locks_line"
-                        "(text, text, text, bigint, bigint, bigint, text)') IS NOT NULL"
+                        "SELECT strpos(prosrc, 'leaselock_0004') > 0 FROM pg_proc WHERE oid = "
+                        "to_regprocedure('leaselock_locks_line"
+                        "(text, text, text, bigint, bigint, bigint, text)')"
                     )
                 )
                 assert line_function is True

@@ -49,8 +49,8 @@ def lock_tables(
 
     The line table's function (``<table>_line(...)``, every step of a waiting line) is no
     table: autogenerate neither sees nor makes it. Create it with the store, the SQL file or the
-    documented migration (``alembic_leaselock_line.py``); without it the store has no waiting
-    lines, and its waiters retry.
+    documented migrations (``alembic_leaselock_line.py``, then ``alembic_leaselock_tokens.py``);
+    without it, or with an earlier one, the store has no waiting lines, and its waiters retry.
 
     Returns:
         The lock table (the run records table ``<table>_runs``, the jobs table, the line table

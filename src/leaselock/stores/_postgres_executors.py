@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, Protocol, final
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from .._errors import LocksConfigurationError, LockStoreError
 from ._postgres_listening import ListeningSession, asyncpg_session, psycopg_session
@@ -431,11 +431,16 @@ def _describe_pool(pool: asyncpg.Pool[Any]) -> str:
 
 
 def safe_url(url: str) -> str:
-    """Return ``url`` as scheme://user@host:port/database: no password, no query."""
+    """Return ``url`` as scheme://user@host:port/database: no password, no other option.
+
+    Every host of a multi-host URL is kept (``db1:5432,db2:5432``, or the ``host`` and
+    ``port`` options), so a log names each server a failover may move the store to.
+    """
     parts = urlsplit(url)
     user = f"{parts.username}@" if parts.username else ""
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    return f"{parts.scheme}://{user}{parts.hostname or ''}{port}{parts.path}"
+    hosts = parts.netloc.rpartition("@")[2]
+    options = parse_qs(parts.query)
+    listed = "&".join(
+        f"{name}={options[name][-1]}" for name in ("host", "port") if options.get(name)
+    )
+    return f"{parts.scheme}://{user}{hosts}{parts.path}{'?' * bool(listed)}{listed}"

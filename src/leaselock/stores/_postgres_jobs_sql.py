@@ -2,7 +2,8 @@
 
 Each statement says its input and output above it; every call is ONE statement, so one round
 trip, atomic on the server. ``{table}``, ``{sequence_name}``, ``{runs}`` and ``{jobs}`` are
-filled in with names validated and quoted by ``_postgres_sql``.
+filled in with names validated and quoted by ``_postgres_sql``, and ``{next_token}`` with its
+``NEXT_TOKEN_SQL``, which draws every token.
 """
 
 from __future__ import annotations
@@ -56,13 +57,13 @@ WITH paused AS (
      WHERE key = CAST($2 AS text) AND owner IS NOT NULL AND expires_at > clock_timestamp()
 ), taken AS (
     INSERT INTO {table} AS existing (key, owner, fencing_token, expires_at)
-    SELECT CAST($2 AS text), CAST($3 AS text), nextval({sequence_name}),
+    SELECT CAST($2 AS text), CAST($3 AS text), {next_token},
            clock_timestamp() + CAST($4 AS bigint) * INTERVAL '1 millisecond'
      WHERE CAST($2 AS text) IS NOT NULL AND NOT EXISTS (SELECT FROM paused)
        AND (CAST($9 AS text) = 'replace' OR NOT EXISTS (SELECT FROM live))
     ON CONFLICT (key) DO UPDATE
        SET owner = excluded.owner,
-           fencing_token = greatest(nextval({sequence_name}), existing.fencing_token + 1),
+           fencing_token = greatest({next_token}, existing.fencing_token + 1),
            expires_at = excluded.expires_at
      WHERE existing.owner IS NULL OR existing.expires_at <= clock_timestamp()
         OR CAST($9 AS text) = 'replace'

@@ -11,7 +11,7 @@ snapshot: once the function holds the row lock, it sees every place committed be
 ``{table}``, ``{line}`` and ``{line_function}`` are quoted names and ``{sequence_name}`` a
 string literal, all validated by ``_postgres_sql``; the function's text holds nothing else of
 the store (its release channel stays in :data:`LINE_STEP_SQL`), so every store on a table can
-share it.
+share it. It draws its tokens as ``_postgres_sql.NEXT_TOKEN_SQL`` does, in PL/pgSQL.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Final
 __all__ = [
     "CREATE_LINE_FUNCTION_SQL",
     "CREATE_LINE_SQL",
+    "LINE_FUNCTION_MARK",
     "LINE_STEP_SQL",
     "PRUNE_LINE_SQL",
     "LineStatements",
@@ -41,6 +42,11 @@ CREATE TABLE IF NOT EXISTS {line} (
     channel text,
     PRIMARY KEY (key, owner)
 )"""
+
+# what the body of the current line function says, and an earlier one does not: an earlier one
+# draws its grants' tokens without the timeline's band, so the store replaces it (or, when it
+# may not, does without lines). A later version names its own Alembic revision here.
+LINE_FUNCTION_MARK: Final = "leaselock_0004"
 
 # no input, no output: the function of every line step (see LINE_STEP_SQL for how it is called).
 # p_op 'queue': the owner takes the key (no live lock, no live place ahead), renews a lock it
@@ -74,7 +80,14 @@ DECLARE
     live boolean;
     freed boolean := false;
     granted bigint;
+    drawn bigint;
+    segment text;
+    band bigint;
 BEGIN
+    -- {mark}: tokens are drawn in the band of the server's timeline, from
+    -- (timeline - 1) * 2^40, so above every token an earlier primary handed out, as the
+    -- store's own statements draw them (the store reads this line to know the function is
+    -- current).
     -- The key's lock row is locked first, in every step (one order: no deadlock), and the
     -- line is read only after, by statements whose snapshots are taken once the lock is held:
     -- they see every place committed before.
@@ -90,6 +103,7 @@ BEGIN
         moment := clock_timestamp();
     ELSE
         -- a key with no row gets a free one, its token from the sequence as the next floor
+        -- (never handed out: the key is taken by the UPDATEs below, with a token of their own)
         LOOP
             SELECT locks.owner, locks.fencing_token, locks.expires_at
               INTO held_owner, held_token, held_expires_at
@@ -130,10 +144,18 @@ BEGIN
                     -- acquisition, so its commit waits for the WAL flush
                     DELETE FROM {line} AS waiting
                      WHERE waiting.key = p_key AND waiting.owner = p_owner;
+                    -- the token: the sequence's next, lifted into the band of the server's
+                    -- timeline at the first draw after a promotion
+                    drawn := nextval({sequence_name});
+                    segment := pg_walfile_name(pg_current_wal_insert_lsn());
+                    band := (CAST(CAST('x' || left(segment, 8) AS bit(32)) AS bigint) - 1) << 40;
+                    IF drawn <= band THEN
+                        drawn := setval({sequence_name},
+                                        band + (drawn & 1099511627775));
+                    END IF;
                     UPDATE {table} AS locks
                        SET owner = p_owner,
-                           fencing_token = greatest(nextval({sequence_name}),
-                                                    locks.fencing_token + 1),
+                           fencing_token = greatest(drawn, locks.fencing_token + 1),
                            expires_at = moment + p_ttl_ms * INTERVAL '1 millisecond'
                      WHERE locks.key = p_key
                     RETURNING locks.fencing_token INTO token;
@@ -179,10 +201,15 @@ BEGIN
         -- hears of it at the commit, which waits for the WAL flush: a grant is an acquisition
         DELETE FROM {line} AS waiting
          WHERE waiting.key = p_key AND waiting.owner = place_owner;
+        drawn := nextval({sequence_name});
+        segment := pg_walfile_name(pg_current_wal_insert_lsn());
+        band := (CAST(CAST('x' || left(segment, 8) AS bit(32)) AS bigint) - 1) << 40;
+        IF drawn <= band THEN
+            drawn := setval({sequence_name}, band + (drawn & 1099511627775));
+        END IF;
         UPDATE {table} AS locks
            SET owner = place_owner,
-               fencing_token = greatest(nextval({sequence_name}),
-                                        locks.fencing_token + 1),
+               fencing_token = greatest(drawn, locks.fencing_token + 1),
                expires_at = place_expires_at
          WHERE locks.key = p_key
         RETURNING locks.fencing_token INTO granted;
@@ -269,7 +296,10 @@ def line_statements(names: dict[str, str], notify_waiters: str | None) -> LineSt
     return LineStatements(
         step=LINE_STEP_SQL.format_map({**names, "announce": announce}),
         prune=PRUNE_LINE_SQL.format_map(names),
-        schema=(CREATE_LINE_SQL.format_map(names), CREATE_LINE_FUNCTION_SQL.format_map(names)),
+        schema=(
+            CREATE_LINE_SQL.format_map(names),
+            CREATE_LINE_FUNCTION_SQL.format_map({**names, "mark": LINE_FUNCTION_MARK}),
+        ),
         table=names["line"],
         signature=f"{names['line_function']}(text,text,text,bigint,bigint,bigint,text)",
     )

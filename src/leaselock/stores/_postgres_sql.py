@@ -31,6 +31,7 @@ __all__ = [
     "FOLLOW_SQL",
     "JOB_RUNS_SQL",
     "LIST_LOCKS_SQL",
+    "NEXT_TOKEN_SQL",
     "PRUNE_SQL",
     "READ_LOCK_SQL",
     "RECORD_RUN_SQL",
@@ -40,6 +41,7 @@ __all__ = [
     "RENEW_SQL",
     "SCHEMA_EXISTS_SQL",
     "SCHEMA_LOCK_SQL",
+    "TIMELINE_BAND_SQL",
     "UNFOLLOW_SQL",
     "Statements",
     "checked_channel",
@@ -57,7 +59,32 @@ _CHANNEL: Final = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_CHANNEL_LENGTH}}}")
 _SCHEMA_LOCK_KEY: Final = int.from_bytes(b"leaseloc", "big")
 
 # --- SQL: {table}, {sequence} and {runs} are quoted names, {sequence_name} a string literal,
-# {notify_waiters} the expression of NOTIFY_WAITERS_SQL
+# {notify_waiters} the expression of NOTIFY_WAITERS_SQL, {next_token} that of NEXT_TOKEN_SQL
+
+# no input -> the first token of the band of the timeline the server writes its WAL on:
+# (timeline - 1) * 2**40. A promotion starts a timeline greater than any its standby knew of,
+# and a standby promoted after an asynchronous failover can lack the old primary's last
+# nextval()s: the band puts every token drawn after it above them. The timeline is read from
+# the name of the WAL segment being written (its first 8 hex digits), which changes at the
+# promotion itself; pg_control_checkpoint()'s timeline_id changes only at the checkpoint
+# after it. Needs no privilege; fails on a server in recovery, where no token is drawn anyway.
+TIMELINE_BAND_SQL: Final = (
+    "((CAST(CAST('x' || left(pg_walfile_name(pg_current_wal_insert_lsn()), 8) AS bit(32))"
+    " AS bigint) - 1) << 40)"
+)
+
+# no input -> the next token. nextval() as before, unless the sequence is below the band of the
+# server's timeline: then the draw lifts it there, to the band's start plus the sequence's own
+# low 40 bits (what it counted so far), and hands that out. The lift stays in the sequence,
+# which pg_dump and pg_upgrade keep (pg_upgrade starts the timelines again at 1): tokens never
+# fall back to a lower band. On timeline 1 the band is 0, and nothing changes. Sessions lifting
+# at once draw distinct tokens (their own nextval()s below the band) and the last setval()
+# wins, so two KEYS may share a token in that instant; each key's own tokens still grow (its
+# row's token + 1 is the floor). Tokens stay below 2**53 up to timeline 8192, with 2**40 of
+# them a band. No '%', which psycopg reads as a placeholder: '&' keeps the low bits.
+NEXT_TOKEN_SQL: Final = """\
+CASE WHEN nextval({sequence_name}) > {band} THEN currval({sequence_name})
+     ELSE setval({sequence_name}, {band} + (currval({sequence_name}) & 1099511627775)) END"""  # noqa: S105 -- a lock's token, no secret
 
 # $1 key, $2 owner, $3 ttl_ms (bigint) -> fencing_token: one row if taken, none if a live lock
 # holds the key. A key seen live in the statement's snapshot is refused with nothing written: no
@@ -68,21 +95,23 @@ _SCHEMA_LOCK_KEY: Final = int.from_bytes(b"leaseloc", "big")
 # in its SELECT; a released or expired row takes the UPDATE path, whose token is drawn in SET
 # after the row lock, with the row's own token as its floor: a sequence that went back (restore,
 # failover) cannot hand the key an old token. RETURNING gives the written row's token on both
-# paths. Expiry is measured on the server's clock_timestamp(), never now(), which stands still
-# for a whole transaction. -> (token, NULL) when taken, else (NULL, the holder's owner as the
-# statement's snapshot saw it: for messages only, never for a decision).
+# paths. Every token comes from NEXT_TOKEN_SQL, above the band of the server's timeline: above
+# any token handed out before a promotion. Expiry is measured on the server's clock_timestamp(),
+# never now(), which stands still for a whole transaction. -> (token, NULL) when taken, else
+# (NULL, the holder's owner as the statement's snapshot saw it: for messages only, never for a
+# decision).
 ACQUIRE_SQL: Final = """\
 WITH live AS (
 SELECT FROM {table}
  WHERE key = CAST($1 AS text) AND owner IS NOT NULL AND expires_at > clock_timestamp()
 ), taken AS (
 INSERT INTO {table} AS existing (key, owner, fencing_token, expires_at)
-SELECT CAST($1 AS text), CAST($2 AS text), nextval({sequence_name}),
+SELECT CAST($1 AS text), CAST($2 AS text), {next_token},
        clock_timestamp() + CAST($3 AS bigint) * INTERVAL '1 millisecond'
  WHERE NOT EXISTS (SELECT FROM live)
 ON CONFLICT (key) DO UPDATE
    SET owner = excluded.owner,
-       fencing_token = greatest(nextval({sequence_name}), existing.fencing_token + 1),
+       fencing_token = greatest({next_token}, existing.fencing_token + 1),
        expires_at = clock_timestamp() + CAST($3 AS bigint) * INTERVAL '1 millisecond'
  WHERE existing.owner IS NULL OR existing.expires_at <= clock_timestamp()
 RETURNING existing.fencing_token
@@ -178,13 +207,17 @@ WITH doomed AS (
 SELECT count(*) FROM gone"""
 
 # $1 table, $2 sequence, $3 runs table, $4 jobs table, $5 line table (quoted names, as text),
-# $6 the line function's signature -> one row: (whether the first four exist, whether the line
-# table and its function exist). Needs no DDL privilege, so a role without CREATE can open a
-# store on a schema made by a migration; a schema made before lines were keeps working without.
+# $6 the line function's signature, $7 the mark of its current body (LINE_FUNCTION_MARK)
+# -> one row: (whether the first four exist, whether the line table and its function exist,
+# whether that function's body is the current one). Needs no DDL privilege, so a role without
+# CREATE can open a store on a schema made by a migration; a schema made before lines were
+# keeps working without.
 SCHEMA_EXISTS_SQL: Final = """\
 SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
    AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL,
-       to_regclass($5) IS NOT NULL AND to_regprocedure($6) IS NOT NULL"""
+       to_regclass($5) IS NOT NULL AND to_regprocedure($6) IS NOT NULL,
+       coalesce((SELECT strpos(prosrc, CAST($7 AS text)) > 0 FROM pg_proc
+                  WHERE oid = to_regprocedure($6)), false)"""
 
 # $1 job, $2 instance, $3 fencing_token (NULL: none), $4 started_at_ms, $5 ended_at_ms,
 # $6 outcome, $7 error, $8 trigger, $9 detected_by -> the kinds written. One statement: the
@@ -339,6 +372,9 @@ def statements(
         "line": line,
         "line_function": line,
         "sequence_name": _literal(sequence),
+        "next_token": NEXT_TOKEN_SQL.format(
+            sequence_name=_literal(sequence), band=TIMELINE_BAND_SQL
+        ),
         "notify_waiters": notify_waiters,
         "asynchronous": ASYNCHRONOUS_COMMIT_SQL,
         "notify": "" if channel is None else f", {notify_waiters}",

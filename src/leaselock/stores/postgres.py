@@ -66,6 +66,8 @@ from ._postgres_executors import (
 )
 from ._postgres_follower import PostgresReleaseFollower
 from ._postgres_line import PostgresWaitingLine, line_channel
+from ._postgres_line_sql import LINE_FUNCTION_MARK
+from ._postgres_replication import REPLICATION_SQL, replication_from_row, say_replication
 from ._postgres_sql import (
     SCHEMA_EXISTS_SQL,
     checked_channel,
@@ -119,7 +121,11 @@ class PostgresLockStore:
     checks the owner and the expiry where it writes; expiry is measured on the server's
     ``clock_timestamp()``; a released lock keeps its row (owner NULL) and the row's token is the
     floor of the key's next token (``greatest(nextval(seq), row.token + 1)``), so tokens of a key
-    grow even after the sequence went back (a restore, a failover to a lagging replica).
+    grow even after the sequence went back (a restore); and tokens are drawn in the band of the
+    server's timeline, ``(timeline - 1) * 2**40`` and up, so those drawn after a promotion are
+    above every token the old primary handed out, whatever its standby had received. The
+    store says at open, once, when its server streams to standbys asynchronously (a failover
+    can then lose the latest grants: two holders for at most one ttl; fencing still holds).
     Renewals of many leases go in one statement (:meth:`renew_many`), and a release NOTIFYs
     the processes that wait on its key (:meth:`follow_releases`), so waiters elsewhere wake at
     once and nobody else hears of it. Waiters stand in the key's line at the server
@@ -163,6 +169,7 @@ class PostgresLockStore:
         "_notify_channel",
         "_opening",
         "_pruner",
+        "_replication_said",
         "_sql",
         "_table_name",
         "_users",
@@ -324,6 +331,7 @@ class PostgresLockStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: asyncio.Task[Executor] | None = None
         self._users = 0
+        self._replication_said = False
         self._pruner: Pruner | None = None
         if prune_after is not None:
             age_ms = parse_prune_after(prune_after)
@@ -634,6 +642,7 @@ class PostgresLockStore:
         try:
             # an engine or a pool given to the store connects here, at its first statement
             await self._ensure_schema(executor, create=create)
+            await self._say_replication(executor)
         except LockStoreError:
             await executor.close()
             raise
@@ -708,9 +717,13 @@ class PostgresLockStore:
             self._sql.lines.table,
             self._sql.lines.signature,
         )
-        exists = await executor.fetchrow(SCHEMA_EXISTS_SQL, names)
-        tables, lines = (False, False) if exists is None else (bool(exists[0]), bool(exists[1]))
-        self._lines = tables and lines
+        exists = await executor.fetchrow(SCHEMA_EXISTS_SQL, (*names, LINE_FUNCTION_MARK))
+        tables, lines, current = (
+            (False, False, False) if exists is None else (bool(exists[i]) for i in range(3))
+        )
+        # a line function of an earlier leaselock draws its grants' tokens without the
+        # timeline's band: it is replaced, or not used
+        self._lines = tables and lines and current
         if self._lines:
             return
         if create:
@@ -721,10 +734,10 @@ class PostgresLockStore:
                     raise
                 # a schema of an earlier leaselock, and a role that may not add to it: it
                 # keeps working as before
-                self._say_no_lines(str(error))
+                self._say_no_lines(str(error), outdated=lines)
             return
         if tables:
-            self._say_no_lines("create_schema=False")
+            self._say_no_lines("create_schema=False", outdated=lines)
             return
         # fail at start, not with a warning at every tick
         raise LockStoreError(
@@ -736,13 +749,39 @@ class PostgresLockStore:
             "create_schema=True"
         )
 
-    def _say_no_lines(self, why: str) -> None:
+    async def _say_replication(self, executor: Executor) -> None:
+        """Say once, at the first open, when a failover could lose the latest grants."""
+        if self._replication_said:
+            return
+        self._replication_said = True
+        try:
+            row = await executor.fetchrow(REPLICATION_SQL, (self._sql.sequence,))
+        except Exception as error:  # noqa: BLE001 -- a server without these views opens as before
+            _log.debug("%s could not read its server's standbys: %s", self, error)
+            return
+        if row is not None:
+            say_replication(repr(self), replication_from_row(row))
+
+    def _say_no_lines(self, why: str, *, outdated: bool) -> None:
+        if outdated:
+            _log.info(
+                "%s has no waiting lines: the function %s is of an earlier leaselock (%s), "
+                "whose grants' tokens may repeat the old primary's after a failover. Waiters "
+                "retry instead of being handed the key at a release. To get them, apply the "
+                "Alembic migration alembic_leaselock_tokens.py from the docs, run "
+                "leaselock/stores/postgres_schema.sql, or call await store.create_schema() as "
+                "the function's owner",
+                self,
+                self._sql.lines.signature,
+                why,
+            )
+            return
         _log.info(
             "%s has no waiting lines: the table %s or its function is missing (%s). Waiters "
             "retry instead of being handed the key at a release. To get them, run "
-            "leaselock/stores/postgres_schema.sql, apply the Alembic migration "
-            "alembic_leaselock_line.py from the docs, or call await store.create_schema() as "
-            "a role that may create tables",
+            "leaselock/stores/postgres_schema.sql, apply the Alembic migrations "
+            "alembic_leaselock_line.py and alembic_leaselock_tokens.py from the docs, or call "
+            "await store.create_schema() as a role that may create tables",
             self,
             self._sql.lines.table,
             why,

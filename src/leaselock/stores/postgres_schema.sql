@@ -4,13 +4,15 @@
 -- PostgresLockStore creates it by itself (create_schema=True, the default, or
 -- `await store.create_schema()`); run this file instead where the application's role may not
 -- run DDL (psql -f postgres_schema.sql), or copy the Alembic migrations of docs/stores
--- (alembic_leaselock_locks.py, then _runs.py and _line.py) into yours. Keep it identical to
--- what the store creates: a test compares them. Every statement may run again: the function's
--- CREATE OR REPLACE brings an earlier version up to date.
+-- (alembic_leaselock_locks.py, then _runs.py, _line.py and _tokens.py) into yours. Keep it
+-- identical to what the store creates: a test compares them. Every statement may run again:
+-- the function's CREATE OR REPLACE brings an earlier version up to date.
 --
 -- One row per key. A released lock keeps its row (owner NULL): its fencing_token is the floor
 -- of the key's next token, so a sequence that went back (restore, failover) can never hand the
--- key an old token. Tokens stay below 2**53, exact in a JSON number.
+-- key an old token. Tokens are drawn in the band of the server's timeline, from
+-- (timeline - 1) * 2^40, so a promoted standby hands out tokens above the old primary's. Tokens
+-- stay below 2**53, exact in a JSON number.
 
 CREATE SEQUENCE IF NOT EXISTS "leaselock_fencing_token_seq"
     AS bigint MINVALUE 1 MAXVALUE 9007199254740991 NO CYCLE;
@@ -91,7 +93,14 @@ DECLARE
     live boolean;
     freed boolean := false;
     granted bigint;
+    drawn bigint;
+    segment text;
+    band bigint;
 BEGIN
+    -- leaselock_0004: tokens are drawn in the band of the server's timeline, from
+    -- (timeline - 1) * 2^40, so above every token an earlier primary handed out, as the
+    -- store's own statements draw them (the store reads this line to know the function is
+    -- current).
     -- The key's lock row is locked first, in every step (one order: no deadlock), and the
     -- line is read only after, by statements whose snapshots are taken once the lock is held:
     -- they see every place committed before.
@@ -107,6 +116,7 @@ BEGIN
         moment := clock_timestamp();
     ELSE
         -- a key with no row gets a free one, its token from the sequence as the next floor
+        -- (never handed out: the key is taken by the UPDATEs below, with a token of their own)
         LOOP
             SELECT locks.owner, locks.fencing_token, locks.expires_at
               INTO held_owner, held_token, held_expires_at
@@ -147,10 +157,18 @@ BEGIN
                     -- acquisition, so its commit waits for the WAL flush
                     DELETE FROM "leaselock_locks_line" AS waiting
                      WHERE waiting.key = p_key AND waiting.owner = p_owner;
+                    -- the token: the sequence's next, lifted into the band of the server's
+                    -- timeline at the first draw after a promotion
+                    drawn := nextval('"leaselock_fencing_token_seq"');
+                    segment := pg_walfile_name(pg_current_wal_insert_lsn());
+                    band := (CAST(CAST('x' || left(segment, 8) AS bit(32)) AS bigint) - 1) << 40;
+                    IF drawn <= band THEN
+                        drawn := setval('"leaselock_fencing_token_seq"',
+                                        band + (drawn & 1099511627775));
+                    END IF;
                     UPDATE "leaselock_locks" AS locks
                        SET owner = p_owner,
-                           fencing_token = greatest(nextval('"leaselock_fencing_token_seq"'),
-                                                    locks.fencing_token + 1),
+                           fencing_token = greatest(drawn, locks.fencing_token + 1),
                            expires_at = moment + p_ttl_ms * INTERVAL '1 millisecond'
                      WHERE locks.key = p_key
                     RETURNING locks.fencing_token INTO token;
@@ -196,10 +214,15 @@ BEGIN
         -- hears of it at the commit, which waits for the WAL flush: a grant is an acquisition
         DELETE FROM "leaselock_locks_line" AS waiting
          WHERE waiting.key = p_key AND waiting.owner = place_owner;
+        drawn := nextval('"leaselock_fencing_token_seq"');
+        segment := pg_walfile_name(pg_current_wal_insert_lsn());
+        band := (CAST(CAST('x' || left(segment, 8) AS bit(32)) AS bigint) - 1) << 40;
+        IF drawn <= band THEN
+            drawn := setval('"leaselock_fencing_token_seq"', band + (drawn & 1099511627775));
+        END IF;
         UPDATE "leaselock_locks" AS locks
            SET owner = place_owner,
-               fencing_token = greatest(nextval('"leaselock_fencing_token_seq"'),
-                                        locks.fencing_token + 1),
+               fencing_token = greatest(drawn, locks.fencing_token + 1),
                expires_at = place_expires_at
          WHERE locks.key = p_key
         RETURNING locks.fencing_token INTO granted;

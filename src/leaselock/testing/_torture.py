@@ -221,14 +221,21 @@ class _Nemesis:
         self.started_ns = 0
         self.reported_ns = 0
         self.ran_s = 0.0
+        # A holder paused in the middle of its write (or of opening or closing the file) holds
+        # the file's lock. In WAL mode, and with this connection open all along (so a worker's
+        # close is never the last one, which checkpoints under an exclusive lock), the nemesis
+        # still reads the token, and so ends the pause; else it waited for that lock while the
+        # holder waited for it, until a 30 s timeout failed the run.
+        self.resource = sqlite3.connect(
+            job.files / "resource.db", isolation_level=None, timeout=_POLL_S
+        )
 
     def run(self, seconds: float) -> None:
         self.holding.mkdir(exist_ok=True)
         self.ready.mkdir(exist_ok=True)
-        with contextlib.closing(sqlite3.connect(self.job.files / "resource.db")) as connection:
-            connection.execute(f"CREATE TABLE {_RESOURCE} (key TEXT PRIMARY KEY, token INTEGER)")
-            connection.execute(f"INSERT INTO {_RESOURCE} VALUES (?, 0)", (self.job.key,))  # noqa: S608 -- a constant table name
-            connection.commit()
+        self.resource.execute("PRAGMA journal_mode=WAL")
+        self.resource.execute(f"CREATE TABLE {_RESOURCE} (key TEXT PRIMARY KEY, token INTEGER)")
+        self.resource.execute(f"INSERT INTO {_RESOURCE} VALUES (?, 0)", (self.job.key,))  # noqa: S608 -- a constant table name
         try:
             for slot in range(self.workers):
                 self.spawn(slot)
@@ -241,6 +248,7 @@ class _Nemesis:
             self.ran_s = (time.monotonic_ns() - self.started_ns) / _NS_PER_S
         finally:
             self.stop_workers()
+            self.resource.close()
 
     def spawn(self, slot: int) -> None:
         process = self.context.Process(target=work, args=(self.job,), daemon=True)
@@ -350,15 +358,14 @@ class _Nemesis:
             self.faults.append(Fault("pause", f"worker-{pid}", start_ns, time.monotonic_ns()))
 
     def resource_token(self, unknown: int) -> int:
-        """The resource's token; ``unknown`` while a writer holds the file.
+        """The resource's token; ``unknown`` if the file cannot be read at once.
 
-        The holder paused may be the writer, stopped in its commit: waiting for it would wait
-        for the pause this read decides the end of.
+        The connection is open all along, in WAL mode, so a writer stopped in its commit does
+        not block it; if the file is busy all the same, waiting for it could wait for the
+        pause this read decides the end of.
         """
-        path = self.job.files / "resource.db"
         try:
-            with contextlib.closing(sqlite3.connect(path, timeout=_POLL_S)) as db:
-                (token,) = db.execute(f"SELECT token FROM {_RESOURCE}").fetchone()  # noqa: S608 -- a constant table name
+            (token,) = self.resource.execute(f"SELECT token FROM {_RESOURCE}").fetchone()  # noqa: S608 -- a constant table name
         except sqlite3.OperationalError:
             return unknown
         return int(token)
