@@ -38,7 +38,14 @@ from ._etcd_gateway import (
 from ._etcd_leases import Cohort, LeaseBook, lease_seconds
 from ._etcd_requests import MAX_CHECKS, MAX_MOVES, acquire_txn, held_txn, move_txn, release_txn
 from ._etcd_runs import RUNS_SEGMENT, read_job_records, record_run_txn
-from ._protocol import MAX_FENCING_TOKEN, Acquired, AcquireResult, NotAcquired, Renewal
+from ._protocol import (
+    MAX_FENCING_TOKEN,
+    Acquired,
+    AcquireResult,
+    NotAcquired,
+    ReleaseFollower,
+    Renewal,
+)
 
 try:
     import httpx
@@ -641,7 +648,7 @@ class EtcdLockStore:
     @asynccontextmanager
     async def follow_releases(
         self, on_release: Callable[[str], None]
-    ) -> AsyncIterator[EtcdReleaseFollower]:
+    ) -> AsyncIterator[ReleaseFollower]:
         """Call ``on_release(key)`` on this loop for releases of the keys followed, while entered.
 
         Each followed key is one etcd watch of its key's deletions (a release, a break, or its

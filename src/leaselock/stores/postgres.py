@@ -83,6 +83,7 @@ from ._protocol import (
     NotAcquired,
     ReleaseFollower,
     Renewal,
+    WaitingLine,
 )
 from ._pruning import Pruner, parse_prune_after
 
@@ -415,7 +416,7 @@ class PostgresLockStore:
     @asynccontextmanager
     async def wait_in_line(
         self, on_grant: Callable[[Grant], None]
-    ) -> AsyncIterator[PostgresWaitingLine | None]:
+    ) -> AsyncIterator[WaitingLine | None]:
         """Wait in keys' lines while entered; ``on_grant`` hears each grant on this loop.
 
         The lines are rows of ``<table>_line``; a release hands its key to the first live

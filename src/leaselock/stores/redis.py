@@ -39,7 +39,15 @@ from ._capabilities import (
     run_row,
 )
 from ._job_control import JobPause, JobState, RunStart, RunStartAnswer, pause_json
-from ._protocol import Acquired, AcquireResult, Grant, NotAcquired, Renewal
+from ._protocol import (
+    Acquired,
+    AcquireResult,
+    Grant,
+    NotAcquired,
+    ReleaseFollower,
+    Renewal,
+    WaitingLine,
+)
 from ._redis_follower import RedisReleaseFollower
 from ._redis_jobs import (
     END_RUN,
@@ -982,7 +990,7 @@ class RedisLockStore:
     @asynccontextmanager
     async def follow_releases(
         self, on_release: Callable[[str], None]
-    ) -> AsyncIterator[RedisReleaseFollower]:
+    ) -> AsyncIterator[ReleaseFollower]:
         """Call ``on_release(key)`` on this loop for releases of the keys followed, while entered.
 
         A release is published on its key's own channel, ``<prefix>released@db<n>:<key>``, so
@@ -1001,7 +1009,7 @@ class RedisLockStore:
     @asynccontextmanager
     async def follow_releases_in_turn(
         self, on_release: Callable[[str], None]
-    ) -> AsyncIterator[RedisReleaseFollower]:
+    ) -> AsyncIterator[ReleaseFollower]:
         """As :meth:`follow_releases`, but hear a release only when it is this follower's turn.
 
         While it follows a key, the follower stands in the key's queue (in the order followers
@@ -1023,9 +1031,7 @@ class RedisLockStore:
             await follower.aclose()
 
     @asynccontextmanager
-    async def wait_in_line(
-        self, on_grant: Callable[[Grant], None]
-    ) -> AsyncIterator[RedisWaitingLine]:
+    async def wait_in_line(self, on_grant: Callable[[Grant], None]) -> AsyncIterator[WaitingLine]:
         """Wait in keys' lines while entered; ``on_grant`` hears each grant on this loop.
 
         A release hands the key to the first live place of its line in the same script, and

@@ -34,7 +34,7 @@ from typing import Any, Final, cast, final
 
 from .._errors import LocksConfigurationError, LockStoreError
 from ._capabilities import JobRecord, LockInfo, RunRecord
-from ._protocol import Acquired, AcquireResult, NotAcquired, Renewal
+from ._protocol import Acquired, AcquireResult, NotAcquired, ReleaseFollower, Renewal
 from ._redis_follower import RedisReleaseFollower
 from ._redis_keyspace import delete_prefixed, glob_escaped, lock_info, text
 from ._redis_runs import RECORD_RUN, read_job_records, record_run_args
@@ -423,7 +423,7 @@ class RedisClusterLockStore:
     @asynccontextmanager
     async def follow_releases(
         self, on_release: Callable[[str], None]
-    ) -> AsyncIterator[RedisReleaseFollower]:
+    ) -> AsyncIterator[ReleaseFollower]:
         """Call ``on_release(key)`` on this loop for releases of the keys followed, while entered.
 
         One pub/sub connection per entered context, to one node, opened at the first key
