@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import socket
+import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
+import asyncpg
 import pytest
 
 from leaselock import LockError, Locks, LocksConfigurationError, LockStoreError
@@ -133,7 +135,32 @@ async def test_without_create_schema_a_missing_table_fails_at_start(postgres_url
         create_schema=False,
     )
     with pytest.raises(
-        LockStoreError, match=r"cannot start: .* does not exist, and create_schema=False"
+        LockStoreError, match=r"cannot start: .* do not exist, and create_schema=False"
     ):
         async with Locks(store=store):
             pass
+
+
+async def test_without_create_schema_the_error_names_exactly_what_is_missing(
+    postgres_url: str,
+) -> None:
+    # what an Alembic autogenerate from lock_tables() makes: the tables, not the sequence
+    name = f"leaselock_{uuid.uuid4().hex[:8]}"
+    names = {"table": name, "sequence": f"{name}_seq"}
+    made = PostgresLockStore.from_url(postgres_url, **names)
+    await made.create_schema()
+    await made.aclose()
+    connection = await asyncpg.connect(postgres_url)
+    try:
+        await connection.execute(f"DROP SEQUENCE {name}_seq")
+        store = PostgresLockStore.from_url(postgres_url, **names, create_schema=False)
+        with pytest.raises(LockStoreError) as refused:
+            async with Locks(store=store):
+                pass
+        said = str(refused.value)
+        assert f'cannot start: the sequence "{name}_seq" does not exist, and create_schema' in said
+        assert f'the table "{name}"' not in said, "the tables that exist are not named"
+    finally:
+        for table in (f"{name}_line", f"{name}_jobs", f"{name}_runs", name):
+            await connection.execute(f"DROP TABLE IF EXISTS {table} CASCADE")
+        await connection.close()

@@ -208,13 +208,13 @@ SELECT count(*) FROM gone"""
 
 # $1 table, $2 sequence, $3 runs table, $4 jobs table, $5 line table (quoted names, as text),
 # $6 the line function's signature, $7 the mark of its current body (LINE_FUNCTION_MARK)
-# -> one row: (whether the first four exist, whether the line table and its function exist,
-# whether that function's body is the current one). Needs no DDL privilege, so a role without
-# CREATE can open a store on a schema made by a migration; a schema made before lines were
-# keeps working without.
+# -> one row: (whether each of the first four exists, one column each, whether the line table
+# and its function exist, whether that function's body is the current one). Needs no DDL
+# privilege, so a role without CREATE can open a store on a schema made by a migration; a
+# schema made before lines were keeps working without.
 SCHEMA_EXISTS_SQL: Final = """\
-SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
-   AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL,
+SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL,
+       to_regclass($3) IS NOT NULL, to_regclass($4) IS NOT NULL,
        to_regclass($5) IS NOT NULL AND to_regprocedure($6) IS NOT NULL,
        coalesce((SELECT strpos(prosrc, CAST($7 AS text)) > 0 FROM pg_proc
                   WHERE oid = to_regprocedure($6)), false)"""

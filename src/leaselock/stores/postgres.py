@@ -719,9 +719,18 @@ class PostgresLockStore:
             self._sql.lines.signature,
         )
         exists = await executor.fetchrow(SCHEMA_EXISTS_SQL, (*names, LINE_FUNCTION_MARK))
-        tables, lines, current = (
-            (False, False, False) if exists is None else (bool(exists[i]) for i in range(3))
-        )
+        found = [False] * 6 if exists is None else [bool(exists[i]) for i in range(6)]
+        missing = [
+            f"the {what} {name}"
+            for what, name, there in zip(
+                ("table", "sequence", "run records table", "jobs table"),
+                names[:4],
+                found[:4],
+                strict=True,
+            )
+            if not there
+        ]
+        tables, lines, current = not missing, found[4], found[5]
         # a line function of an earlier leaselock draws its grants' tokens without the
         # timeline's band: it is replaced, or not used
         self._lines = tables and lines and current
@@ -742,11 +751,10 @@ class PostgresLockStore:
             return
         # fail at start, not with a warning at every tick
         raise LockStoreError(
-            f"{self!r} cannot start: the table {self._sql.table}, the sequence "
-            f"{self._sql.sequence}, the run records table {self._sql.runs} or the jobs table "
-            f"{self._sql.jobs_table} does not exist, "
-            "and create_schema=False. Create them (run leaselock/stores/postgres_schema.sql, "
-            "apply the Alembic migrations, or call await store.create_schema()), or pass "
+            f"{self!r} cannot start: {_listed(missing)} "
+            f"{'does' if len(missing) == 1 else 'do'} not exist, and create_schema=False. "
+            "Create them (run leaselock/stores/postgres_schema.sql, apply the Alembic "
+            "migrations from the docs, or call await store.create_schema()), or pass "
             "create_schema=True"
         )
 
@@ -869,3 +877,8 @@ def _asyncpg_dsn(url: object) -> str:
             f"accepts; use postgresql://, postgres:// or postgresql+asyncpg://{hint}"
         )
     return f"postgresql://{rest}"
+
+
+def _listed(things: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(filter(None, [", ".join(things[:-1]), things[-1]]))
