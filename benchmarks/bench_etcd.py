@@ -39,7 +39,7 @@ from pathlib import Path
 import httpx
 
 from leaselock import Lock, Locks
-from leaselock.stores._etcd_requests import acquire_txn, release_txn
+from leaselock.stores.etcd._requests import acquire_txn, release_txn
 from leaselock.stores.etcd import EtcdLockStore
 
 TTL_MS = 30_000

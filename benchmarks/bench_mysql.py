@@ -27,7 +27,7 @@ import asyncmy
 
 from leaselock import Locks
 from leaselock.stores import Acquired
-from leaselock.stores._mysql_arguments import connect_args
+from leaselock.stores.mysql._arguments import connect_args
 from leaselock.stores.mysql import MySQLLockStore
 
 DEFAULT_URL = "mysql://root@127.0.0.1:3306/test"

@@ -41,9 +41,9 @@ import redis.asyncio
 
 from leaselock import Locks
 from leaselock.stores import AcquireResult
-from leaselock.stores._redis_line import RELEASE
-from leaselock.stores._redis_pipe import RedisCommandPipe
-from leaselock.stores.redis import ACQUIRE, RedisLockStore
+from leaselock.stores.redis._line import RELEASE
+from leaselock.stores.redis._pipe import RedisCommandPipe
+from leaselock.stores.redis._store import ACQUIRE, RedisLockStore
 
 # KEYS[1] = the lock, ARGV[1] = owner -> 1 if owner held it (now deleted), else 0
 COMPARE_AND_DELETE = """

@@ -30,8 +30,8 @@ from redis.asyncio.cluster import RedisCluster
 
 from leaselock import Locks
 from leaselock.stores import RedisClusterLockStore
-from leaselock.stores.redis import ACQUIRE
-from leaselock.stores.redis_cluster import RELEASE
+from leaselock.stores.redis._store import ACQUIRE
+from leaselock.stores.redis_cluster._store import RELEASE
 
 
 def raw_cycle(client: RedisCluster, prefix: str) -> Cycle:

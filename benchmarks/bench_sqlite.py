@@ -41,7 +41,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from leaselock import Locks
 from leaselock.stores import Acquired
-from leaselock.stores.sqlite import (
+from leaselock.stores.sqlite._store import (
     ACQUIRE,
     ADVANCE_COUNTER,
     BEGIN_IMMEDIATE,

@@ -5,7 +5,8 @@ dependency a reader has to follow). The floors, from the ground up:
 
 - ground: errors, durations, keys, clock, events, redaction, threads, forks, cancellation;
 - stores: the store protocol (with its optional capabilities) and the stores (import only the
-  ground floor);
+  ground floor); a package per store over ``stores/_common``, none importing another but the
+  cluster store the Redis one;
 - engine (``_engine/``): the ground floor and the store protocol, nothing else;
 - jobs (``_jobs/``): the engine, the ground floor and the store protocol;
 - facade: ``Locks`` and what it is made of (``_locks``, ``_hold``, ``_fencing``);
@@ -43,11 +44,13 @@ GROUND = frozenset(
 # the store contract: the three methods, and the optional capabilities' shapes and records
 PROTOCOL = frozenset(
     {
-        "leaselock.stores._protocol",
-        "leaselock.stores._capabilities",
-        "leaselock.stores._job_control",
+        "leaselock.stores._common._protocol",
+        "leaselock.stores._common._capabilities",
+        "leaselock.stores._common._job_control",
     }
 )
+# what one store package may import of another: the cluster store is built on the Redis one
+STORE_NEIGHBOURS: Mapping[str, frozenset[str]] = {"redis_cluster": frozenset({"redis"})}
 FACADE = frozenset({"leaselock._locks", "leaselock._hold", "leaselock._fencing"})
 
 
@@ -154,6 +157,27 @@ def layer_violations(sources: Mapping[str, tuple[str, bool]]) -> list[str]:
     ]
 
 
+def store_of(module: str) -> str | None:
+    """The store package a module belongs to (``None``: not a store's, or ``_common``)."""
+    parts = module.split(".")
+    if len(parts) < 3 or parts[:2] != ["leaselock", "stores"] or parts[2].startswith("_"):
+        return None
+    return parts[2]
+
+
+def store_violations(sources: Mapping[str, tuple[str, bool]]) -> list[str]:
+    """A store package importing another store's, but where one is built on the other."""
+    found = []
+    for module, targets in graph(sources).items():
+        store = store_of(module)
+        for target in sorted(targets):
+            other = store_of(target)
+            allowed = {store, *STORE_NEIGHBOURS.get(store or "", frozenset())}
+            if store is not None and other is not None and other not in allowed:
+                found.append(f"{module} (store {store}) imports {target} (store {other})")
+    return found
+
+
 def cycles(sources: Mapping[str, tuple[str, bool]]) -> list[list[str]]:
     edges = graph(sources)
     found: list[list[str]] = []
@@ -178,6 +202,22 @@ def test_every_import_points_down_or_within_its_room():
     assert layer_violations(package_sources()) == []
 
 
+def test_no_store_package_imports_another_but_the_cluster_the_redis_one():
+    assert store_violations(package_sources()) == []
+
+
+def test_a_planted_import_of_another_stores_package_is_caught():
+    sources = package_sources()
+    source, is_package = sources["leaselock.stores.sqlite._store"]
+    planted = "from ..postgres._sql import statements\n"
+    sources["leaselock.stores.sqlite._store"] = (source + planted, is_package)
+    expected = (
+        "leaselock.stores.sqlite._store (store sqlite) imports leaselock.stores.postgres._sql "
+        "(store postgres)"
+    )
+    assert store_violations(sources) == [expected]
+
+
 def test_there_is_no_import_cycle_type_only_imports_included():
     assert cycles(package_sources()) == []
 
@@ -188,7 +228,7 @@ def test_there_is_no_import_cycle_type_only_imports_included():
         ("leaselock._engine._lock", "from .._locks import Locks", "imports leaselock._locks"),
         ("leaselock._jobs._runs", "from .._locks import Locks", "(facade)"),
         ("leaselock._engine._lease", "from .._jobs import JobRuntime", "(jobs)"),
-        ("leaselock.stores.memory", "from .._engine import Lock", "(engine)"),
+        ("leaselock.stores.memory._store", "from ..._engine import Lock", "(engine)"),
         ("leaselock._engine._signal", "from ..stores.memory import X", "(stores)"),
         ("leaselock.testing._faulty", "from ..sync import SyncLocks", "(sync)"),
         ("leaselock._clock", "from ._engine import Lock", "(engine)"),

@@ -54,9 +54,9 @@ from ._jobs import on_one_instance as on_one_instance
 from ._jobs import without_overlapping as without_overlapping
 from ._locks import Locks as Locks
 from .integrations.sqlalchemy import fenced_update as fenced_update
-from .stores._capabilities import LockInfo as LockInfo
-from .stores._capabilities import RunRecord as RunRecord
-from .stores._job_control import JobPause as JobPause
+from .stores._common._capabilities import LockInfo as LockInfo
+from .stores._common._capabilities import RunRecord as RunRecord
+from .stores._common._job_control import JobPause as JobPause
 from .sync import SyncLock as SyncLock
 from .sync import SyncLocks as SyncLocks
 

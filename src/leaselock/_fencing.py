@@ -23,7 +23,7 @@ import threading
 from typing import final
 
 from ._errors import LocksConfigurationError
-from .stores._protocol import MAX_FENCING_TOKEN
+from .stores._common._protocol import MAX_FENCING_TOKEN
 
 __all__ = ["FencingGuard", "checked_token"]
 

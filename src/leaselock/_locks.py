@@ -35,9 +35,9 @@ from ._keys import default_instance, validate_instance, validate_key
 from ._redact import redact_secrets
 from ._telemetry import telemetry_for
 from ._threads import run_sync_in_worker, running_loop
-from .stores._capabilities import LockInfo
-from .stores._job_control import JobPause
-from .stores._protocol import LockStore, SupportsLifecycle
+from .stores._common._capabilities import LockInfo
+from .stores._common._job_control import JobPause
+from .stores._common._protocol import LockStore, SupportsLifecycle
 from .stores.memory import InMemoryLockStore
 
 __all__ = ["Locks", "runtime_of"]

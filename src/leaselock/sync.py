@@ -33,9 +33,9 @@ from ._jobs import (
 )
 from ._locks import Locks, runtime_of
 from ._threads import Portal
-from .stores._capabilities import LockInfo
-from .stores._job_control import JobPause
-from .stores._protocol import LockStore
+from .stores._common._capabilities import LockInfo
+from .stores._common._job_control import JobPause
+from .stores._common._protocol import LockStore
 
 __all__ = ["SyncLock", "SyncLocks"]
 

@@ -108,7 +108,7 @@ async def mysql_sql(url: str, statement: str, *args: object) -> list[tuple[objec
     """Run one statement on a connection of its own; return its rows."""
     import asyncmy  # noqa: PLC0415 -- optional, as the store's driver
 
-    from leaselock.stores._mysql_arguments import connect_args  # noqa: PLC0415
+    from leaselock.stores.mysql._arguments import connect_args  # noqa: PLC0415
 
     connection = await asyncmy.connect(**connect_args(url), autocommit=True)
     try:

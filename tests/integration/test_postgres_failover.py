@@ -26,7 +26,7 @@ import pytest
 
 from helpers import unique_key
 from leaselock.stores import Acquired, Grant, Queued
-from leaselock.stores._job_control import OpenRun, RunStart
+from leaselock.stores._common._job_control import OpenRun, RunStart
 from leaselock.stores.postgres import PostgresLockStore
 from leaselock.testing.check import check_store
 from leaselock.testing.history import HistoryReport

@@ -29,8 +29,8 @@ import redis.exceptions
 from helpers import unique_key, until_real
 from leaselock import Locks, LockStoreError
 from leaselock.stores import Acquired, NotAcquired
-from leaselock.stores._redis_tokens import TOKEN_GAP
 from leaselock.stores.redis import RedisLockStore
+from leaselock.stores.redis._tokens import TOKEN_GAP
 from leaselock.testing.check import CheckResult, check_store
 from leaselock.testing.history import HistoryReport
 from redis_replicas import (

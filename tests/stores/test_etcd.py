@@ -30,11 +30,11 @@ from leaselock.stores import (
     RunOutcome,
     RunRecord,
 )
-from leaselock.stores import etcd as etcd_module
-from leaselock.stores._capabilities import run_from_json, with_run
-from leaselock.stores._etcd_runs import run_value
-from leaselock.stores._protocol import MAX_FENCING_TOKEN
+from leaselock.stores._common._capabilities import run_from_json, with_run
+from leaselock.stores._common._protocol import MAX_FENCING_TOKEN
 from leaselock.stores.etcd import EtcdLockStore
+from leaselock.stores.etcd import _store as etcd_module
+from leaselock.stores.etcd._runs import run_value
 from leaselock.testing.pytest import LockStoreContractTests
 from servers import ServerUnavailable
 

@@ -22,9 +22,9 @@ import pytest
 from helpers import unique_key, wait_for_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError
 from leaselock.stores import Acquired, LockStore, NotAcquired, Renewal, RunRecord
-from leaselock.stores._capabilities import RunOutcome
-from leaselock.stores._mysql_arguments import connect_args
+from leaselock.stores._common._capabilities import RunOutcome
 from leaselock.stores.mysql import RENEW_CHUNK, MySQLLockStore
+from leaselock.stores.mysql._arguments import connect_args
 from leaselock.testing.pytest import LockStoreContractTests
 
 asyncmy = pytest.importorskip("asyncmy")

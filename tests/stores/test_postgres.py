@@ -26,13 +26,13 @@ from leaselock.stores import (
     Grant,
     NotAcquired,
     Queued,
-    _postgres_follower,
-    _postgres_listening,
 )
-from leaselock.stores._postgres_executors import ConnectionsExecutor, refused_statement
-from leaselock.stores._postgres_line import PostgresWaitingLine, parse_grant
-from leaselock.stores._postgres_sql import FOLLOW_SQL, key_channel
 from leaselock.stores.postgres import PostgresLockStore
+from leaselock.stores.postgres import _follower as _postgres_follower
+from leaselock.stores.postgres import _listening as _postgres_listening
+from leaselock.stores.postgres._executors import ConnectionsExecutor, refused_statement
+from leaselock.stores.postgres._line import PostgresWaitingLine, parse_grant
+from leaselock.stores.postgres._sql import FOLLOW_SQL, key_channel
 from leaselock.testing import ManualClock
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -40,7 +40,7 @@ asyncpg = pytest.importorskip("asyncpg")
 pytestmark = pytest.mark.postgres
 
 REPO = Path(__file__).resolve().parents[2]
-SCHEMA_FILE = REPO / "src" / "leaselock" / "stores" / "postgres_schema.sql"
+SCHEMA_FILE = REPO / "src" / "leaselock" / "stores" / "postgres" / "postgres_schema.sql"
 ALEMBIC_MIGRATIONS = (
     REPO / "docs" / "stores" / "alembic_leaselock_locks.py",
     REPO / "docs" / "stores" / "alembic_leaselock_runs.py",
@@ -266,7 +266,7 @@ async def test_create_schema_from_many_connections_at_once_succeeds(scratch: Scr
 async def test_a_missing_table_is_reported_with_the_ways_to_create_it(scratch: Scratch) -> None:
     missing = scratch.store("missing", create_schema=False)
     try:
-        with pytest.raises(LockStoreError, match=r"does not exist.*create_schema"):
+        with pytest.raises(LockStoreError, match=r"do not exist.*create_schema"):
             await missing.acquire(unique_key("missing"), "owner", 60_000)
     finally:
         await missing.aclose()

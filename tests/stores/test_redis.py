@@ -23,12 +23,12 @@ from leaselock.stores import (
     Grant,
     Queued,
     Renewal,
-    _redis_follower,
-    _redis_subscription,
 )
-from leaselock.stores._redis_follower import subscribe_fix
-from leaselock.stores._redis_tokens import TOKEN_GAP
 from leaselock.stores.redis import RedisLockStore
+from leaselock.stores.redis import _follower as _redis_follower
+from leaselock.stores.redis import _subscription as _redis_subscription
+from leaselock.stores.redis._follower import subscribe_fix
+from leaselock.stores.redis._tokens import TOKEN_GAP
 from leaselock.testing import ManualClock
 from redis_connections import user_without
 from servers import REDIS_URL_ENV, ServerUnavailable, redis_server

@@ -15,7 +15,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from leaselock import Locks, LocksConfigurationError, LockStoreError
 from leaselock.stores import Acquired, LockStore, RedisClusterLockStore, Renewal
-from leaselock.stores._redis_tokens import TOKEN_GAP
+from leaselock.stores.redis._tokens import TOKEN_GAP
 from leaselock.testing.pytest import LockStoreContractTests
 
 pytestmark = pytest.mark.redis_cluster

@@ -21,9 +21,9 @@ import redis.exceptions
 from redis.exceptions import BusyLoadingError, ReadOnlyError
 
 from helpers import Partition, unique_key, until_real, wait_for_real, yield_once
-from leaselock.stores._redis_pipe import RedisCommandPipe
-from leaselock.stores._redis_transport import packed
 from leaselock.stores.redis import RedisLockStore
+from leaselock.stores.redis._pipe import RedisCommandPipe
+from leaselock.stores.redis._transport import packed
 from redis_connections import connection_maker, connections_named, fake_redis
 
 pytestmark = pytest.mark.redis

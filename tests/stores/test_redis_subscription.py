@@ -17,8 +17,8 @@ import pytest
 import redis.asyncio
 
 from helpers import Partition, unique_key, until_real, wait_for_real, yield_once
-from leaselock.stores import _redis_subscription
-from leaselock.stores._redis_subscription import RedisSubscription
+from leaselock.stores.redis import _subscription as _redis_subscription
+from leaselock.stores.redis._subscription import RedisSubscription
 from redis_connections import (
     ThenClose,
     connection_maker,

@@ -611,7 +611,7 @@ async def test_the_socket_of_a_follower_that_died_is_removed_by_the_next_release
 ) -> None:
     import socket  # noqa: PLC0415 -- Unix sockets only in this test
 
-    from leaselock.stores._sqlite_wakeups import _key_digest, wakeup_directory  # noqa: PLC0415
+    from leaselock.stores.sqlite._wakeups import _key_digest, wakeup_directory  # noqa: PLC0415
 
     store = SQLiteLockStore(tmp_path / "locks.db")
     key = unique_key("orphaned")

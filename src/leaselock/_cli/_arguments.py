@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..stores._urls import URL_FORMS
+from ..stores._common._urls import URL_FORMS
 
 __all__ = ["add_url_argument"]
 

@@ -26,9 +26,9 @@ from .._errors import LocksConfigurationError
 from .._jobs import JobStatus
 from .._locks import Locks
 from .._redact import redact_secrets
-from ..stores._capabilities import LockInfo, RunRecord
-from ..stores._job_control import JobPause
-from ..stores._urls import store_from_url
+from ..stores._common._capabilities import LockInfo, RunRecord
+from ..stores._common._job_control import JobPause
+from ..stores._common._urls import store_from_url
 from ._arguments import add_url_argument
 
 __all__ = ["add_operator_commands", "add_redis_prefix_argument", "cli_locks", "on_store", "out"]

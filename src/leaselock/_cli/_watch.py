@@ -18,7 +18,7 @@ from typing import Any, Final
 from .._durations import parse_wait
 from .._errors import LocksConfigurationError
 from .._locks import Locks
-from ..stores._capabilities import LockInfo
+from ..stores._common._capabilities import LockInfo
 from ._arguments import add_url_argument
 from ._operate import add_redis_prefix_argument, cli_locks, out
 

@@ -15,7 +15,7 @@ from typing import TypeAlias, final
 
 from .._errors import LocksConfigurationError, LockStoreError
 from .._redact import redact_secrets
-from ..stores._protocol import (
+from ..stores._common._protocol import (
     MAX_FENCING_TOKEN,
     Acquired,
     Grant,

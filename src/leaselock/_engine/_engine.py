@@ -25,7 +25,7 @@ from .._event_types import (
 )
 from .._events import Publisher
 from .._telemetry import Telemetry
-from ..stores._protocol import (
+from ..stores._common._protocol import (
     Acquired,
     FollowingNothing,
     Grant,

@@ -8,7 +8,7 @@ from typing import final
 
 from .._clock import Clock
 from .._errors import DetectedBy, LockLostError
-from ..stores._protocol import Renewal
+from ..stores._common._protocol import Renewal
 from ._signal import Abort, LockSignal, new_signal
 
 __all__ = ["Lease", "LeaseState"]

@@ -14,21 +14,21 @@ from datetime import datetime
 from typing import Final, TypeVar, final
 
 from .._errors import LocksConfigurationError, LockStoreError
-from ..stores._capabilities import (
+from ..stores._common._capabilities import (
     JobRecord,
     LockInfo,
     RunRecord,
     SupportsInspection,
     SupportsRunRecords,
 )
-from ..stores._job_control import (
+from ..stores._common._job_control import (
     JobPause,
     JobState,
     RunStart,
     RunStartAnswer,
     SupportsJobControl,
 )
-from ..stores._protocol import Acquired, LockStore, NotAcquired
+from ..stores._common._protocol import Acquired, LockStore, NotAcquired
 from ._bounded import StoreCallBounds, StoreCallTimeoutError
 from ._checked_store import AcquireCall
 

@@ -19,7 +19,7 @@ from typing import Final, final
 
 from .._clock import TimerHandle
 from .._errors import LockLostError, LockStoreError
-from ..stores._protocol import Acquired, Grant
+from ..stores._common._protocol import Acquired, Grant
 from ._bounded import StoreCallBounds, StoreCallTimeoutError
 from ._checked_store import CheckedLine
 from ._signal import LockSignal

@@ -21,8 +21,8 @@ from .._errors import LocksConfigurationError, LockStoreError
 from .._event_types import JobFailing, JobMissed, RunAbandoned, RunTrigger
 from .._events import Publisher
 from .._keys import holder_name
-from ..stores._capabilities import RunRecord
-from ..stores._job_control import JobPause, OpenRun, RunStart, RunStartAnswer, WhenBusy
+from ..stores._common._capabilities import RunRecord
+from ..stores._common._job_control import JobPause, OpenRun, RunStart, RunStartAnswer, WhenBusy
 from ._records import WallTime
 from ._spec import JobSpec, Overlap
 

@@ -9,7 +9,7 @@ from typing import final
 
 from .._engine import Lock
 from .._event_types import RunTrigger
-from ..stores._capabilities import RunRecord
+from ..stores._common._capabilities import RunRecord
 
 __all__ = ["CURRENT_RUN", "RunInfo", "current_run"]
 

@@ -19,7 +19,7 @@ from .._engine import OperatorStore
 from .._errors import LocksConfigurationError, LockStoreError
 from .._event_types import JobOverdue, JobRecovered
 from .._events import Publisher
-from ..stores._job_control import pause_matches
+from ..stores._common._job_control import pause_matches
 from ._records import WallTime
 from ._spec import JobSpec
 

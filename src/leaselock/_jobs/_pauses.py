@@ -8,7 +8,7 @@ from typing import Final
 from .._durations import parse_ttl
 from .._errors import LocksConfigurationError
 from .._keys import validate_key
-from ..stores._job_control import JobPause
+from ..stores._common._job_control import JobPause
 
 __all__ = ["MAX_NOTE_CHARS", "build_pause", "checked_target"]
 

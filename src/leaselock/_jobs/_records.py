@@ -15,7 +15,7 @@ from .._clock import Clock, utc_now
 from .._engine import OperatorStore
 from .._errors import LocksConfigurationError, LockStoreError
 from .._event_types import RunTrigger
-from ..stores._capabilities import RunOutcome, RunRecord
+from ..stores._common._capabilities import RunOutcome, RunRecord
 
 __all__ = ["MAX_ERROR_CHARS", "Recorded", "RunRecords", "WallTime", "describe_error"]
 

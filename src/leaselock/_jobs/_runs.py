@@ -31,8 +31,8 @@ from .._event_types import (
 )
 from .._events import Publisher
 from .._keys import holder_name
-from ..stores._capabilities import RunOutcome
-from ..stores._job_control import RunStart, RunStartAnswer
+from ..stores._common._capabilities import RunOutcome
+from ..stores._common._job_control import RunStart, RunStartAnswer
 from ._control import JobControl
 from ._current import RunInfo
 from ._follow_ups import FollowUps, RunAgain

@@ -27,8 +27,8 @@ from .._event_types import RunTrigger
 from .._events import Publisher
 from .._forks import process_generation, refuse_if_forked
 from .._threads import call_in_loop, running_loop
-from ..stores._capabilities import RunOutcome
-from ..stores._job_control import JobPause
+from ..stores._common._capabilities import RunOutcome
+from ..stores._common._job_control import JobPause
 from ._bindings import Bindings, Started
 from ._campaign import Campaign
 from ._cancel import CancelOnLoss

@@ -11,8 +11,8 @@ from typing import final
 from .._clock import utc_now
 from .._engine import OperatorStore
 from .._keys import lease_key
-from ..stores._capabilities import JobRecord, LockInfo, RunRecord
-from ..stores._job_control import JobPause, JobState, pause_matches
+from ..stores._common._capabilities import JobRecord, LockInfo, RunRecord
+from ..stores._common._job_control import JobPause, JobState, pause_matches
 from ._overdue import OverdueWatch
 
 __all__ = ["JobStatus", "job_statuses"]

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import LocksConfigurationError
 from .._fencing import checked_token
-from ..stores._postgres_line_sql import LINE_FUNCTION_MARK as LINE_MARK
-from ..stores._postgres_sql import CREATE_SEQUENCE_SQL, quoted_name, statements
-from ..stores._protocol import MAX_FENCING_TOKEN
+from ..stores._common._protocol import MAX_FENCING_TOKEN
+from ..stores.postgres._line_sql import LINE_FUNCTION_MARK as LINE_MARK
+from ..stores.postgres._sql import CREATE_SEQUENCE_SQL, quoted_name, statements
 
 if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, MetaData, Table, Update

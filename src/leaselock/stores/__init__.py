@@ -8,35 +8,35 @@ says which extra to install.
 import importlib
 from typing import TYPE_CHECKING
 
-from ._capabilities import JobRecord as JobRecord
-from ._capabilities import LockInfo as LockInfo
-from ._capabilities import RunOutcome as RunOutcome
-from ._capabilities import RunRecord as RunRecord
-from ._capabilities import SupportsDiscard as SupportsDiscard
-from ._capabilities import SupportsInspection as SupportsInspection
-from ._capabilities import SupportsRunRecords as SupportsRunRecords
-from ._job_control import JobPause as JobPause
-from ._job_control import JobState as JobState
-from ._job_control import OpenRun as OpenRun
-from ._job_control import RunStart as RunStart
-from ._job_control import RunStartAnswer as RunStartAnswer
-from ._job_control import SupportsJobControl as SupportsJobControl
-from ._protocol import MAX_FENCING_TOKEN as MAX_FENCING_TOKEN
-from ._protocol import Acquired as Acquired
-from ._protocol import AcquireResult as AcquireResult
-from ._protocol import Grant as Grant
-from ._protocol import LockStore as LockStore
-from ._protocol import NotAcquired as NotAcquired
-from ._protocol import Queued as Queued
-from ._protocol import ReleaseFollower as ReleaseFollower
-from ._protocol import Renewal as Renewal
-from ._protocol import SupportsBatchRenew as SupportsBatchRenew
-from ._protocol import SupportsHandoff as SupportsHandoff
-from ._protocol import SupportsLifecycle as SupportsLifecycle
-from ._protocol import SupportsReleaseNotifications as SupportsReleaseNotifications
-from ._protocol import SupportsReleasesInTurn as SupportsReleasesInTurn
-from ._protocol import WaitingLine as WaitingLine
-from ._urls import store_from_url as store_from_url
+from ._common._capabilities import JobRecord as JobRecord
+from ._common._capabilities import LockInfo as LockInfo
+from ._common._capabilities import RunOutcome as RunOutcome
+from ._common._capabilities import RunRecord as RunRecord
+from ._common._capabilities import SupportsDiscard as SupportsDiscard
+from ._common._capabilities import SupportsInspection as SupportsInspection
+from ._common._capabilities import SupportsRunRecords as SupportsRunRecords
+from ._common._job_control import JobPause as JobPause
+from ._common._job_control import JobState as JobState
+from ._common._job_control import OpenRun as OpenRun
+from ._common._job_control import RunStart as RunStart
+from ._common._job_control import RunStartAnswer as RunStartAnswer
+from ._common._job_control import SupportsJobControl as SupportsJobControl
+from ._common._protocol import MAX_FENCING_TOKEN as MAX_FENCING_TOKEN
+from ._common._protocol import Acquired as Acquired
+from ._common._protocol import AcquireResult as AcquireResult
+from ._common._protocol import Grant as Grant
+from ._common._protocol import LockStore as LockStore
+from ._common._protocol import NotAcquired as NotAcquired
+from ._common._protocol import Queued as Queued
+from ._common._protocol import ReleaseFollower as ReleaseFollower
+from ._common._protocol import Renewal as Renewal
+from ._common._protocol import SupportsBatchRenew as SupportsBatchRenew
+from ._common._protocol import SupportsHandoff as SupportsHandoff
+from ._common._protocol import SupportsLifecycle as SupportsLifecycle
+from ._common._protocol import SupportsReleaseNotifications as SupportsReleaseNotifications
+from ._common._protocol import SupportsReleasesInTurn as SupportsReleasesInTurn
+from ._common._protocol import WaitingLine as WaitingLine
+from ._common._urls import store_from_url as store_from_url
 from .memory import InMemoryLockStore as InMemoryLockStore
 
 if TYPE_CHECKING:

@@ -31,14 +31,14 @@ from typing import Final
 from .._durations import Duration, parse_ttl
 from .._errors import LocksConfigurationError
 from .._keys import MAX_KEY_LENGTH
-from ..stores._capabilities import (
+from ..stores._common._capabilities import (
     LockInfo,
     RunOutcome,
     RunRecord,
     SupportsInspection,
     SupportsRunRecords,
 )
-from ..stores._job_control import (
+from ..stores._common._job_control import (
     JobPause,
     JobState,
     OpenRun,
@@ -46,7 +46,7 @@ from ..stores._job_control import (
     SupportsJobControl,
     WhenBusy,
 )
-from ..stores._protocol import (
+from ..stores._common._protocol import (
     MAX_FENCING_TOKEN,
     Acquired,
     LockStore,

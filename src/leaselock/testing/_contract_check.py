@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, TypeAlias, final
 
-from ..stores._capabilities import SupportsInspection, SupportsRunRecords
-from ..stores._job_control import SupportsJobControl
-from ..stores._protocol import (
+from ..stores._common._capabilities import SupportsInspection, SupportsRunRecords
+from ..stores._common._job_control import SupportsJobControl
+from ..stores._common._protocol import (
     MAX_FENCING_TOKEN,
     Acquired,
     LockStore,

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Final, final
 
 from .._locks import Locks
-from ..stores._protocol import (
+from ..stores._common._protocol import (
     Acquired,
     AcquireResult,
     Grant,

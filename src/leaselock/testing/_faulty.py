@@ -13,21 +13,21 @@ from typing import Final, Literal, TypeAlias, TypeVar, final, get_args
 from .._clock import Clock, SystemClock
 from .._durations import Duration, parse_duration
 from .._errors import LocksConfigurationError
-from ..stores._capabilities import (
+from ..stores._common._capabilities import (
     JobRecord,
     LockInfo,
     RunRecord,
     SupportsInspection,
     SupportsRunRecords,
 )
-from ..stores._job_control import (
+from ..stores._common._job_control import (
     JobPause,
     JobState,
     RunStart,
     RunStartAnswer,
     SupportsJobControl,
 )
-from ..stores._protocol import (
+from ..stores._common._protocol import (
     Acquired,
     AcquireResult,
     Grant,

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Literal, Protocol, TypeVar, final
 
-from ..stores._protocol import (
+from ..stores._common._protocol import (
     Acquired,
     FollowingNothing,
     Grant,

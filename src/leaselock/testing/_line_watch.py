@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Literal, TypeVar, final
 
-from ..stores._protocol import AcquireResult, Grant, LockStore, WaitingLine
+from ..stores._common._protocol import AcquireResult, Grant, LockStore, WaitingLine
 from ._follow_through import line_through
 
 __all__ = ["LineWatch"]

@@ -8,9 +8,9 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TypeVar, final
 
-from ..stores._capabilities import JobRecord, LockInfo, RunRecord
-from ..stores._job_control import JobPause, JobState, RunStart, RunStartAnswer
-from ..stores._protocol import Acquired, AcquireResult, Grant, Queued, WaitingLine
+from ..stores._common._capabilities import JobRecord, LockInfo, RunRecord
+from ..stores._common._job_control import JobPause, JobState, RunStart, RunStartAnswer
+from ..stores._common._protocol import Acquired, AcquireResult, Grant, Queued, WaitingLine
 from ._faulty import FaultyStore
 
 __all__ = ["InstanceStore"]

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, final
 
 from .._errors import LocksConfigurationError
-from ..stores._protocol import (
+from ..stores._common._protocol import (
     Acquired,
     AcquireResult,
     Grant,

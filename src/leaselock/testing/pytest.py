@@ -25,7 +25,7 @@ from typing import ClassVar
 import pytest
 
 from .._durations import Duration
-from ..stores._protocol import LockStore
+from ..stores._common._protocol import LockStore
 from ._contract import lock_store_contract
 from ._contract_check import DEFAULT_TTL
 

@@ -1,0 +1,1 @@
+"""What every store shares: the store protocol, its capabilities and their records."""

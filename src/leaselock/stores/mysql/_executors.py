@@ -1,0 +1,181 @@
+"""How MySQLLockStore's statements reach the server: an asyncmy pool, or a SQLAlchemy engine.
+
+Both run one ``%s``-parameter statement per call on a pooled connection and hand back what the
+store reads: the rows of a SELECT, or the affected-row count and the insert id of a write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, final
+from urllib.parse import urlsplit
+
+from ..._errors import LocksConfigurationError
+
+if TYPE_CHECKING:
+    import asyncmy
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = ["Executor", "PoolExecutor", "Row", "Written", "executor_over", "safe_url"]
+
+_SQLALCHEMY_DRIVERS: Final = ("asyncmy",)
+
+
+class Row(Protocol):
+    """A result row of either driver: read by position."""
+
+    def __getitem__(self, index: int, /) -> Any: ...  # noqa: ANN401 -- a column of any type
+
+
+class Written(NamedTuple):
+    """What a write statement answered in its OK packet."""
+
+    affected: int
+    insert_id: int
+
+
+class Executor(Protocol):
+    """Runs the store's statements, each on its own, committed when it returns."""
+
+    async def write(self, sql: str, args: Sequence[object]) -> Written: ...
+
+    async def fetch(self, sql: str, args: Sequence[object]) -> Sequence[Row]: ...
+
+    async def close(self) -> None: ...
+
+
+@final
+class PoolExecutor:
+    """Statements on an asyncmy pool: the application's, or the store's own (``from_url``).
+
+    A pool made with ``autocommit=True`` runs each statement in one round trip. A connection not
+    in autocommit (asyncmy's default) gets a COMMIT after each statement, SELECTs included, so no
+    row lock outlives the call and no read sees an old snapshot: two round trips. A statement
+    that fails leaves its transaction open, and asyncmy's pool discards such a connection.
+    """
+
+    __slots__ = ("_owned", "_pool")
+
+    def __init__(self, pool: asyncmy.Pool, *, owned: bool) -> None:
+        self._pool = pool
+        self._owned = owned
+
+    async def write(self, sql: str, args: Sequence[object]) -> Written:
+        async with self._pool.acquire() as connection:
+            async with connection.cursor() as cursor:
+                await cursor.execute(sql, args)
+                affected = cursor.rowcount
+                written = Written(affected if isinstance(affected, int) else 0, cursor.lastrowid)
+            if not connection.get_autocommit():
+                await connection.commit()
+        return written
+
+    async def fetch(self, sql: str, args: Sequence[object]) -> Sequence[Row]:
+        async with self._pool.acquire() as connection:
+            async with connection.cursor() as cursor:
+                await cursor.execute(sql, args)
+                rows: Sequence[Row] = await cursor.fetchall()
+            if not connection.get_autocommit():
+                await connection.commit()
+        return rows
+
+    async def close(self) -> None:
+        if self._owned:
+            self._pool.close()
+            await self._pool.wait_closed()
+
+
+@final
+class _SQLAlchemyExecutor:
+    """Statements on a SQLAlchemy ``AsyncEngine`` (``mysql+asyncmy``): autocommit connections."""
+
+    __slots__ = ("_autocommit", "_engine", "_owned")
+
+    def __init__(self, engine: AsyncEngine, *, owned: bool) -> None:
+        self._engine = engine
+        self._owned = owned
+        # no BEGIN/COMMIT around a single statement
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    async def write(self, sql: str, args: Sequence[object]) -> Written:
+        async with self._autocommit.connect() as connection:
+            result = await connection.exec_driver_sql(sql, tuple(args))
+            return Written(int(result.rowcount), int(result.lastrowid or 0))
+
+    async def fetch(self, sql: str, args: Sequence[object]) -> Sequence[Row]:
+        async with self._autocommit.connect() as connection:
+            result = await connection.exec_driver_sql(sql, tuple(args))
+            return result.all()
+
+    async def close(self) -> None:
+        if self._owned:
+            await self._engine.dispose()
+
+
+def executor_over(pool: object, *, owned: bool) -> tuple[Executor, str]:
+    """Return the executor for an application's asyncmy pool or engine, and how to show it.
+
+    Raises:
+        LocksConfigurationError: ``pool`` is neither, or an engine of another database or driver.
+    """
+    try:
+        import asyncmy  # noqa: PLC0415 -- the driver stays optional
+    except ImportError:
+        pass
+    else:
+        if isinstance(pool, asyncmy.Pool):
+            return PoolExecutor(pool, owned=owned), _describe_pool(pool)
+    try:
+        from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: PLC0415 -- optional, too
+    except ImportError:
+        AsyncEngine = None  # type: ignore[assignment,misc] # noqa: N806 -- so the check below fails
+    if AsyncEngine is not None and isinstance(pool, AsyncEngine):
+        dialect = pool.dialect
+        if dialect.name not in ("mysql", "mariadb") or dialect.driver not in _SQLALCHEMY_DRIVERS:
+            raise LocksConfigurationError(
+                f"MySQLLockStore got an AsyncEngine on {dialect.name}+{dialect.driver}; use a "
+                "MySQL or MariaDB engine with the asyncmy driver "
+                "(create_async_engine('mysql+asyncmy://user:password@host:3306/database'))"
+            )
+        url = pool.url.set(password=None).render_as_string(hide_password=True)
+        return _SQLAlchemyExecutor(pool, owned=owned), safe_url(url)
+    if isinstance(pool, str):
+        hint = "for a URL, use MySQLLockStore.from_url(url)"
+    elif type(pool).__module__.startswith("sqlalchemy"):
+        hint = (
+            "for SQLAlchemy pass an AsyncEngine (create_async_engine('mysql+asyncmy://...')) and "
+            "install the extras: pip install 'leaselock[mysql,sqlalchemy]'"
+        )
+    else:
+        hint = (
+            "pass an asyncmy Pool (await asyncmy.create_pool(...), pip install "
+            "'leaselock[mysql]') or a SQLAlchemy AsyncEngine on mysql+asyncmy, or use from_url(url)"
+        )
+    raise LocksConfigurationError(
+        f"MySQLLockStore got {type(pool).__name__} {pool!r}, not a pool it can use; {hint}"
+    )
+
+
+def _describe_pool(pool: asyncmy.Pool) -> str:
+    """Say where an asyncmy pool connects, from what it was built with (asyncmy keeps no API)."""
+    kwargs = getattr(pool, "_conn_kwargs", None)
+    if isinstance(kwargs, dict):
+        parts = [
+            f"{name}={kwargs[name]!r}"
+            for name in ("host", "port", "database", "db")
+            if kwargs.get(name) is not None
+        ]
+        if parts:
+            return "asyncmy pool " + " ".join(parts)
+    return "asyncmy pool"
+
+
+def safe_url(url: str) -> str:
+    """Return ``url`` as scheme://user@host:port/database: no password, no query."""
+    parts = urlsplit(url)
+    user = f"{parts.username}@" if parts.username else ""
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{user}{parts.hostname or ''}{port}{parts.path}"

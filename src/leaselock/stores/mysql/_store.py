@@ -1,0 +1,579 @@
+"""MySQLLockStore: locks in one InnoDB table of MySQL 8 or MariaDB 10.6+, tokens from its counter.
+
+Acquire, renew and release are each ONE statement, so one round trip, and check the owner in the
+statement that writes. It runs over what an application already has: an asyncmy pool, or a
+SQLAlchemy ``AsyncEngine`` on ``mysql+asyncmy``; or it owns an asyncmy pool, made by
+:meth:`MySQLLockStore.from_url`. The SQL is written once (``_mysql_sql``); a small executor per
+driver family (``_mysql_executors``) runs it.
+
+Schema (the default names)::
+
+    leaselock_locks(key VARBINARY(2000) PRIMARY KEY, owner VARBINARY(2000) NULL once released,
+                    fencing_token BIGINT AUTO_INCREMENT (the counter), expires_at DATETIME(6) UTC)
+    leaselock_locks_runs(job, kind "last" | "success", instance, fencing_token, started_at_ms,
+                         ended_at_ms, outcome, error, trigger, detected_by;
+                         PRIMARY KEY (job, kind))   -- run records (``_mysql_runs``)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Final, final
+
+from ..._durations import Duration, parse_ttl
+from ..._errors import LocksConfigurationError, LockStoreError
+from ..._redact import redact_secrets
+from .._common._capabilities import JobRecord, LockInfo, RunRecord
+from .._common._pool_arguments import (
+    DEFAULT_MAX_SIZE,
+    DEFAULT_MIN_SIZE,
+    check_flags,
+    check_pool_size,
+)
+from .._common._protocol import MAX_FENCING_TOKEN, Acquired, AcquireResult, NotAcquired, Renewal
+from ._arguments import check_length, connect_args
+from ._errors import NO_SUCH_TABLE, RETRIED_ERRORS, mysql_errno, open_failure
+from ._executors import Executor, PoolExecutor, Row, Written, executor_over, safe_url
+from ._runs import CREATE_RUNS_SQL, RunStatements, records_from_rows
+from ._sql import (
+    CREATE_TABLE_SQL,
+    MAX_KEY_BYTES,
+    MAX_OWNER_BYTES,
+    SERVER_SQL,
+    Statements,
+    checked_table,
+    renew_many_sql,
+    statements,
+)
+
+if TYPE_CHECKING:
+    import asyncmy
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = ["RENEW_CHUNK", "MySQLLockStore"]
+
+RENEW_CHUNK: Final = 500
+"""Leases renewed per statement; the chunks of a bigger batch are sent at once."""
+
+DEFAULT_TABLE: Final = "leaselock_locks"
+# how often a statement InnoDB rolled back (deadlock victim, lock wait timeout) is sent again
+ATTEMPTS: Final = 5
+# how often break_lock reads the holder again when the key changed hands between read and write
+BREAK_ATTEMPTS: Final = 5
+
+
+@final
+class MySQLLockStore:
+    """Locks in a MySQL or MariaDB table: one row per key, fencing tokens from its counter.
+
+    The contract, as InnoDB keeps it: acquire, renew and release are each ONE statement that
+    checks the owner and the expiry where it writes; expiry is measured on the server's clock
+    (``UTC_TIMESTAMP(6)``: microseconds, whatever a session's ``time_zone``); a released lock
+    keeps its row (owner NULL). Tokens come from the table's ``AUTO_INCREMENT`` counter, and the
+    key's row is the floor of its next token (``GREATEST(drawn, row.token + 1)``), so tokens of
+    a key grow however it was freed, and even if the counter went back. Renewals of many leases
+    go in one statement (:meth:`renew_many`). Each job's last run and last success are kept in
+    ``<table>_runs`` (:meth:`record_run`: one statement). No release notifications: MySQL has
+    no LISTEN/NOTIFY, so waiters in other processes find a released key by polling (their
+    backoff caps at a second).
+
+    Build it over what the application has: ``MySQLLockStore(pool)`` with an asyncmy pool
+    (``autocommit=True`` for one round trip a call), ``MySQLLockStore(engine)`` with a
+    SQLAlchemy ``AsyncEngine`` on ``mysql+asyncmy``, or :meth:`from_url`, which owns its pool.
+    A pool or engine passed in is never closed by the store (unless ``own_pool=True``).
+
+    Args:
+        pool: an asyncmy ``Pool`` or a SQLAlchemy ``AsyncEngine``.
+        table: the lock table, optionally qualified by its database (``"locks.leaselock_locks"``);
+            used as written (quoted). The run records go in ``<table>_runs`` beside it.
+        create_schema: at open, create the lock table and the runs table if either is missing
+            (no DDL runs when both exist). Pass ``False`` where migrations own the schema.
+        own_pool: close the pool or dispose the engine when the last user closes the store;
+            for a pool made for this store alone.
+
+    Raises:
+        LocksConfigurationError: ``pool`` is neither, ``table`` is not a valid name, or the
+            driver is missing.
+
+    .. versionadded:: 0.3
+    """
+
+    __slots__ = (
+        "_create_schema_at_open",
+        "_executor",
+        "_loop",
+        "_make_executor",
+        "_opening",
+        "_runs_name",
+        "_runs_sql",
+        "_schema",
+        "_sql",
+        "_table",
+        "_table_name",
+        "_users",
+        "_where",
+    )
+
+    def __init__(
+        self,
+        pool: asyncmy.Pool | AsyncEngine,
+        *,
+        table: str = DEFAULT_TABLE,
+        create_schema: bool = True,
+        own_pool: bool = False,
+    ) -> None:
+        """Build a store over an application's asyncmy pool or SQLAlchemy ``AsyncEngine``."""
+        check_flags(create_schema=create_schema, own_pool=own_pool)
+        executor, where = executor_over(pool, owned=own_pool)
+        spent = False
+
+        async def make_executor() -> Executor:
+            if spent:
+                raise LocksConfigurationError(
+                    f"{self!r} closed the pool it was given (own_pool=True) and cannot open "
+                    "again; build a new store with a new pool"
+                )
+            return executor
+
+        def after_close() -> None:
+            nonlocal spent
+            spent = own_pool
+
+        self._configure(
+            _Opener(make_executor, after_close),
+            where=where,
+            table=table,
+            create_schema=create_schema,
+        )
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        table: str = DEFAULT_TABLE,
+        min_size: int = DEFAULT_MIN_SIZE,
+        max_size: int = DEFAULT_MAX_SIZE,
+        create_schema: bool = True,
+        connect_timeout: Duration = "10s",
+    ) -> MySQLLockStore:
+        """Build a store that owns an asyncmy pool to ``url``, made on the loop that opens it.
+
+        Its connections are in autocommit, in ``utf8mb4``: one round trip a call.
+
+        Args:
+            url: ``mysql://user:password@host:3306/database`` (also ``mariadb://``,
+                ``mysql+asyncmy://``). For TLS or other driver options, build an asyncmy pool
+                and pass it to the constructor.
+            table: as for the constructor.
+            min_size: connections opened at :meth:`open`; more are opened as calls need them.
+            max_size: connections at most; callers beyond wait for one.
+            create_schema: as for the constructor.
+            connect_timeout: how long opening a connection may take before it fails (whole
+                seconds, at least one).
+
+        Raises:
+            LocksConfigurationError: asyncmy is missing, or an argument is wrong.
+
+        .. versionadded:: 0.3
+        """
+        try:
+            import asyncmy  # noqa: PLC0415 -- the driver stays optional
+        except ImportError:
+            raise LocksConfigurationError(
+                "MySQLLockStore.from_url needs asyncmy: pip install 'leaselock[mysql]'"
+            ) from None
+        arguments = connect_args(url)
+        timeout_s = max(1, math.ceil(parse_ttl(connect_timeout, name="connect_timeout") / 1000))
+        check_pool_size(min_size, max_size)
+        check_flags(create_schema=create_schema)
+
+        async def make_executor() -> Executor:
+            pool = await asyncmy.create_pool(
+                minsize=min_size,
+                maxsize=max_size,
+                autocommit=True,
+                charset="utf8mb4",
+                connect_timeout=timeout_s,
+                **arguments,
+            )
+            return PoolExecutor(pool, owned=True)
+
+        store = object.__new__(cls)
+        store._configure(
+            _Opener(make_executor, lambda: None),
+            where=safe_url(url),
+            table=table,
+            create_schema=create_schema,
+        )
+        return store
+
+    def _configure(self, opener: _Opener, *, where: str, table: str, create_schema: bool) -> None:
+        names = checked_table(table)
+        self._table, self._schema, self._table_name = names.locks, names.schema, names.locks_name
+        self._runs_name = names.runs_name
+        self._runs_sql = RunStatements.of(names.runs)
+        self._make_executor = opener
+        self._create_schema_at_open = create_schema
+        self._where = where
+        self._sql: Statements | None = None
+        self._executor: Executor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._opening: asyncio.Task[tuple[Executor, Statements]] | None = None
+        self._users = 0
+
+    # --- the contract ---------------------------------------------------------------------
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        """Take ``key`` if no live lock holds it; the token is greater than any it had.
+
+        A refusal names no holder (``NotAcquired(holder=None)``): the statement that decides
+        answers with a number only, and asking who holds the key would cost a second round
+        trip on every refused attempt of every waiter.
+
+        Raises:
+            LocksConfigurationError: ``key`` or ``owner`` is longer than the table's columns
+                (2,000 bytes in UTF-8).
+        """
+        check_length(key, "key", MAX_KEY_BYTES)
+        check_length(owner, "owner", MAX_OWNER_BYTES)
+        sql = await self._statements()
+        written = await self._write(sql.acquire, (key, owner, ttl_ms, owner, ttl_ms))
+        if written.insert_id == 0:
+            return NotAcquired()
+        return Acquired(self._token(written.insert_id))
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        """Move the expiry to ``ttl_ms`` from now if ``owner`` holds a live lock on ``key``."""
+        sql = await self._statements()
+        return (await self._write(sql.renew, (ttl_ms, key, owner))).insert_id != 0
+
+    async def release(self, key: str, owner: str) -> bool:
+        """Free ``key`` if ``owner`` holds a live lock on it; the row and its token stay."""
+        sql = await self._statements()
+        return (await self._write(sql.release, (key, owner))).insert_id != 0
+
+    async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
+        """Renew each lease as :meth:`renew` would; answers in order.
+
+        One statement per :data:`RENEW_CHUNK` leases, the chunks sent at once. A statement
+        answers how many leases it renewed, not which: when that is every lease of the chunk
+        (the usual case) each answer is ``True``; else the chunk's leases are renewed one by
+        one, at once, and each answers for itself (a lease renewed twice only moves its
+        expiry to a moment later).
+        """
+        if not renewals:
+            return []
+        chunks = [renewals[i : i + RENEW_CHUNK] for i in range(0, len(renewals), RENEW_CHUNK)]
+        answered = await asyncio.gather(*(self._renew_chunk(chunk) for chunk in chunks))
+        return [renewed for answers in answered for renewed in answers]
+
+    async def _renew_chunk(self, renewals: Sequence[Renewal]) -> list[bool]:
+        sql = await self._statements()
+        args: list[object] = []
+        for renewal in renewals:
+            args += (renewal.key, renewal.owner, renewal.ttl_ms)
+        args += (renewal.key for renewal in renewals)
+        for renewal in renewals:
+            args += (renewal.key, renewal.owner)
+        written = await self._write(renew_many_sql(sql.table, len(renewals)), args)
+        if written.affected == len(renewals):
+            return [True] * len(renewals)
+        return list(
+            await asyncio.gather(
+                *(self.renew(key, owner, ttl_ms) for key, owner, ttl_ms in renewals)
+            )
+        )
+
+    # --- run records ----------------------------------------------------------------------
+
+    async def record_run(self, run: RunRecord) -> None:
+        """Keep ``run`` as its job's last run, and its last success if it went well; one trip.
+
+        Each is kept unless the run kept there started later, or in the same millisecond with a
+        greater token. Concurrent calls for one job leave each row one whole run: InnoDB locks
+        the rows the statement writes (a deadlock's victim is sent again, as every statement).
+
+        Raises:
+            LocksConfigurationError: the job, the instance or the error is longer than its
+                column (2,000, 2,000 and 65,535 bytes in UTF-8).
+        """
+        sql, args = self._runs_sql.record(run)
+        await self._write(sql, args)
+
+    async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
+        """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""
+        if jobs is None:
+            rows = await self._fetch(self._runs_sql.all_runs, ())
+        else:
+            wanted = sorted(set(jobs))
+            if not wanted:
+                return []
+            rows = await self._fetch(self._runs_sql.job_runs(len(wanted)), wanted)
+        return records_from_rows(rows)
+
+    # --- inspection -----------------------------------------------------------------------
+
+    async def read_lock(self, key: str) -> LockInfo | None:
+        """Return ``key``'s lock (live, or released with its last token), or ``None``."""
+        sql = await self._statements()
+        rows = await self._fetch(sql.read_lock, (key,))
+        return self._lock_info(rows[0]) if rows else None
+
+    async def list_locks(self, prefix: str = "", limit: int = 1000) -> list[LockInfo]:
+        """Return up to ``limit`` locks whose key starts with ``prefix``, by key (bytewise)."""
+        sql = await self._statements()
+        encoded = len(prefix.encode())
+        rows = await self._fetch(sql.list_locks, (prefix, encoded, prefix, limit))
+        return [self._lock_info(row) for row in rows]
+
+    async def break_lock(self, key: str) -> LockInfo | None:
+        """Free ``key`` whoever holds it; return what held it, or ``None`` if it was not live.
+
+        Reads the live lock, then frees that very lock (same owner, same token) in one
+        statement; if the key changed hands in between, it reads again.
+
+        Raises:
+            LockStoreError: the key changed hands between every read and write of
+                :data:`BREAK_ATTEMPTS` attempts.
+        """
+        sql = await self._statements()
+        for _ in range(BREAK_ATTEMPTS):
+            rows = await self._fetch(sql.break_read, (key,))
+            if not rows:
+                return None
+            owner, token, ms_left = rows[0][0], rows[0][1], rows[0][2]
+            freed = await self._write(sql.break_write, (key, owner, token))
+            if freed.insert_id != 0:
+                return LockInfo(
+                    key=key,
+                    owner=_text(owner),
+                    fencing_token=self._token(token),
+                    expires_in_ms=int(ms_left),
+                )
+        raise LockStoreError(
+            f"{self!r}.break_lock({key!r}): the key changed hands {BREAK_ATTEMPTS} times between "
+            "reading its holder and freeing it; try again"
+        )
+
+    def _lock_info(self, row: Row) -> LockInfo:
+        key, owner, token, ms_left = row[0], row[1], row[2], row[3]
+        return LockInfo(
+            key=_text(key),
+            owner=None if owner is None else _text(owner),
+            fencing_token=self._token(token),
+            expires_in_ms=None if ms_left is None else int(ms_left),
+        )
+
+    # --- schema and lifecycle -------------------------------------------------------------
+
+    async def create_schema(self) -> None:
+        """Create the lock table and the runs table if missing; safe when processes race.
+
+        Raises:
+            LockStoreError: the server refused (e.g. the user may not create tables).
+        """
+        executor, _ = await self._ready(create_missing=True)
+        # a table may have gone since the store opened; CREATE ... IF NOT EXISTS on a table
+        # that exists draws a warning that asyncmy fetches in a round trip of its own and logs
+        rows = await self._fetch(SERVER_SQL, self._server_args())
+        await self._create_tables(executor, locks=not rows[0][2], runs=not rows[0][3])
+
+    async def _create_tables(self, executor: Executor, *, locks: bool, runs: bool) -> None:
+        wanted = [
+            sql
+            for sql, missing in (
+                (CREATE_TABLE_SQL.format(table=self._table), locks),
+                (CREATE_RUNS_SQL.format(runs=self._runs_sql.runs), runs),
+            )
+            if missing
+        ]
+        try:
+            for sql in wanted:
+                await executor.write(sql, ())
+        except Exception as error:
+            raise LockStoreError(
+                f"{self!r} could not create its tables: {type(error).__name__}: {error}. "
+                "GRANT the user CREATE on the database, or create the tables once with the "
+                "Alembic migrations in the docs (docs/stores/alembic_leaselock_locks_mysql.py, "
+                "then docs/stores/alembic_leaselock_runs_mysql.py), and pass create_schema=False"
+            ) from error
+
+    def _server_args(self) -> tuple[object, ...]:
+        return (self._schema, self._table_name, self._schema, self._runs_name)
+
+    async def open(self) -> None:
+        """Open the pool (if the store owns one) and create the tables if asked; counted."""
+        await self._ready()
+        self._users += 1
+
+    async def aclose(self) -> None:
+        """Undo one :meth:`open`; the last one closes what the store owns."""
+        self._users = max(0, self._users - 1)
+        if self._users:
+            return
+        executor, self._executor, self._opening, self._loop = self._executor, None, None, None
+        self._sql = None
+        if executor is not None:
+            await executor.close()
+            self._make_executor.after_close()
+
+    async def _ready(self, *, create_missing: bool = False) -> tuple[Executor, Statements]:
+        loop = asyncio.get_running_loop()
+        if self._executor is not None and self._sql is not None:
+            if self._loop is loop:
+                return self._executor, self._sql
+            raise LockStoreError(
+                f"{self!r} was opened on another event loop; use it on the loop that opened "
+                "it, or aclose() it there before using it here"
+            )
+        opening = self._opening
+        if opening is None or opening.get_loop() is not loop:
+            # one opening for every caller that comes meanwhile: never two pools
+            create = create_missing or self._create_schema_at_open
+            opening = self._opening = loop.create_task(self._open_resources(loop, create))
+            opening.add_done_callback(_retrieve_error)
+        try:
+            return await asyncio.shield(opening)
+        finally:
+            if opening.done() and self._opening is opening:
+                self._opening = None
+
+    async def _open_resources(
+        self, loop: asyncio.AbstractEventLoop, create: bool
+    ) -> tuple[Executor, Statements]:
+        try:
+            executor = await self._make_executor.make()
+        except (LockStoreError, LocksConfigurationError):
+            raise
+        except Exception as error:
+            raise open_failure(repr(self), error) from error
+        try:
+            # a pool or an engine given to the store connects here, at its first statement
+            sql = await self._check_server(executor, create=create)
+        except LockStoreError:
+            await executor.close()
+            raise
+        except Exception as error:
+            await executor.close()
+            raise open_failure(repr(self), error) from error
+        except BaseException:
+            await executor.close()
+            raise
+        self._executor, self._sql, self._loop = executor, sql, loop
+        return executor, sql
+
+    async def _check_server(self, executor: Executor, *, create: bool) -> Statements:
+        rows = await executor.fetch(SERVER_SQL, self._server_args())
+        version, database = _text(rows[0][0]), rows[0][1]
+        locks_exist, runs_exist = rows[0][2], rows[0][3]
+        if self._schema is None and database is None:
+            raise LockStoreError(
+                f"{self!r} cannot start: its connections have no database, and the table "
+                f"{self._table} names none. Put the database at the end of the URL "
+                "(mysql://host:3306/locks), or qualify the table (table='locks.leaselock_locks')"
+            )
+        if not (locks_exist and runs_exist):
+            if not create:
+                # fail at start, not with a warning at every tick
+                missing = [
+                    table
+                    for table, exists in (
+                        (self._table, locks_exist),
+                        (self._runs_sql.runs, runs_exist),
+                    )
+                    if not exists
+                ]
+                verb = "does" if len(missing) == 1 else "do"
+                raise LockStoreError(
+                    f"{self!r} cannot start: {' and '.join(missing)} {verb} not exist, and "
+                    "create_schema=False. Create them (apply the Alembic migrations in the docs, "
+                    "or call await store.create_schema()), or pass create_schema=True"
+                )
+            await self._create_tables(executor, locks=not locks_exist, runs=not runs_exist)
+        return statements(self._table, version)
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    async def _statements(self) -> Statements:
+        if self._sql is None or self._loop is not asyncio.get_running_loop():
+            _, sql = await self._ready()
+            return sql
+        return self._sql
+
+    async def _write(self, sql: str, args: Sequence[object]) -> Written:
+        executor = self._executor
+        if executor is None or self._loop is not asyncio.get_running_loop():
+            executor, _ = await self._ready()
+        attempt = 1
+        while True:
+            try:
+                return await executor.write(sql, args)
+            except Exception as error:
+                # InnoDB rolled the statement back whole: sending it again is a new attempt
+                # (bounded, and the engine bounds the call's time too)
+                if mysql_errno(error) in RETRIED_ERRORS and attempt < ATTEMPTS:
+                    attempt += 1
+                    continue
+                raise self._explained(error) from error
+
+    async def _fetch(self, sql: str, args: Sequence[object]) -> Sequence[Row]:
+        executor = self._executor
+        if executor is None or self._loop is not asyncio.get_running_loop():
+            executor, _ = await self._ready()
+        try:
+            return await executor.fetch(sql, args)
+        except Exception as error:
+            raise self._explained(error) from error
+
+    def _explained(self, error: Exception) -> Exception:
+        """Return the error to raise: a missing table becomes a message naming the fix."""
+        if mysql_errno(error) != NO_SUCH_TABLE:
+            return error
+        return LockStoreError(
+            f"{self!r}: the table {self._table} or {self._runs_sql.runs} does not exist "
+            f"({error}). Create them: pass create_schema=True, call await "
+            "store.create_schema(), or apply the Alembic migrations from the docs"
+        )
+
+    def _token(self, value: object) -> int:
+        """Return the token as an int in 1..2**53-1, whatever numeric type the driver used."""
+        if isinstance(value, int | Decimal) and not isinstance(value, bool):
+            token = int(value)
+            if token == value and 0 < token <= MAX_FENCING_TOKEN:
+                return token
+        raise LockStoreError(
+            f"{self!r} read fencing token {value!r} ({type(value).__name__}) from its table; "
+            "tokens are BIGINTs in 1..2**53-1: check the column type and the table's "
+            "AUTO_INCREMENT"
+        )
+
+    def __repr__(self) -> str:
+        """Show where the locks live (host, port, database, table); never a password."""
+        return redact_secrets(f"MySQLLockStore({self._where}, table={self._table_name!r})")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Opener:
+    """How a store gets its executor, and what happens once it closed it."""
+
+    make: Callable[[], Awaitable[Executor]]
+    after_close: Callable[[], None]
+
+
+def _text(value: object) -> str:
+    """Return a column the server sent as bytes (VARBINARY) or str as str."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode()
+    return str(value)
+
+
+def _retrieve_error(task: asyncio.Task[tuple[Executor, Statements]]) -> None:
+    """Mark an opening's error as seen: its callers may all have left (cancelled) meanwhile."""
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,277 @@
+"""RedisReleaseFollower: one pub/sub connection that subscribes to the channels of followed keys.
+
+Each key's releases are published on a channel of its own, ``<prefix>released@db<n>:<key>``, so
+a release reaches only the processes that follow that key: what a process receives does not
+grow with the size of the fleet. A publish to a channel nobody follows costs Redis one lookup.
+
+A follower in turn stands in each followed key's queue instead (``_redis_turns``), and listens
+on a channel of its own per key, ``<prefix>released@db<n>:<key>`` + NUL + ``<its id>``: a
+release reaches the one follower whose turn it is, and no other process even reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Final, cast, final
+
+from ..._cancellation import delivered
+from .._common._followed_keys import FollowedKeys
+from ._keyspace import text
+from ._turns import ReleaseQueue, turn_channel
+
+if TYPE_CHECKING:
+    import redis.asyncio
+    from redis.asyncio.client import PubSub
+    from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.connection import AbstractConnection
+
+__all__ = ["RESUBSCRIBE_PAUSE_S", "SUBSCRIBE_TIMEOUT_S", "RedisReleaseFollower", "subscribe_fix"]
+
+_log = logging.getLogger("leaselock.stores.redis")
+
+# pause between attempts to get the subscription back; waiters poll meanwhile
+RESUBSCRIBE_PAUSE_S: Final = 1.0
+# how long a subscription's connection may be quiet before it is sent a PING, where its client
+# sets no socket_timeout (the store's default)
+QUIET_S: Final = 5.0
+SUBSCRIBE_TIMEOUT_S: Final = 10.0
+# an unsubscribe only saves the server a few messages: it is not worth a long wait
+UNSUBSCRIBE_TIMEOUT_S: Final = 2.0
+
+
+def subscribe_fix(error: BaseException, channels: str) -> str:
+    """The fix for a failed SUBSCRIBE: reach the server, or allow it, as the error says.
+
+    A refused or dropped connection is no permission problem, and ACL advice would mislead.
+    """
+    allow = f"allow SUBSCRIBE on these channels for this user (ACL: +subscribe &{channels}*)"
+    if type(error) is TimeoutError:
+        # no confirmation came: a refusal the connection swallowed, or a server gone silent
+        return f"Fix: check that the Redis server is reachable from here, and {allow}"
+    # redis-py's connection errors are its own classes, named as the builtins they stand for
+    kinds = {kind.__name__ for kind in type(error).__mro__}
+    if kinds & {"ConnectionError", "TimeoutError", "OSError"}:
+        return (
+            "Fix: check that the Redis server runs and is reachable from here, and the URL's "
+            "password"
+        )
+    return f"Fix: {allow}"
+
+
+@final
+class RedisReleaseFollower:
+    """Subscribes, on one connection opened at the first key followed, to followed keys' channels.
+
+    Args:
+        client: the store's client; the pub/sub connection comes from its pool settings.
+        channel_prefix: ``<prefix>released@db<n>:``; a key's channel is this plus the key.
+        on_release: called on this loop with the key of each release heard.
+        store: how to name the store in log lines.
+        queue: makes this a follower in turn: it queues for each key it follows, and hears a
+            release only when it is its turn.
+    """
+
+    __slots__ = (
+        "_client",
+        "_confirmations",
+        "_keys",
+        "_on_release",
+        "_prefix",
+        "_pubsub",
+        "_queue",
+        "_reader",
+        "_sending",
+        "_store",
+    )
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis | RedisCluster,
+        channel_prefix: str,
+        on_release: Callable[[str], None],
+        store: str,
+        *,
+        queue: ReleaseQueue | None = None,
+    ) -> None:
+        """Follow nothing, and open nothing, yet."""
+        self._queue = queue
+        self._client = client
+        self._prefix = channel_prefix
+        self._on_release = on_release
+        self._store = store
+        self._pubsub: PubSub | None = None
+        self._reader: asyncio.Task[None] | None = None
+        # one command at a time: concurrent first commands would each open a connection
+        self._sending = asyncio.Lock()
+        self._confirmations: dict[str, deque[asyncio.Future[None]]] = {}
+        self._keys = FollowedKeys(self._subscribe, self._unsubscribe)
+
+    def following(self, key: str) -> AbstractAsyncContextManager[None]:
+        """Hear ``key``'s releases while entered (see :class:`ReleaseFollower`)."""
+        return self._keys.following(key)
+
+    @property
+    def in_turn_id(self) -> str | None:
+        """The id a release names to give this follower its turn; ``None``: not in turn."""
+        return None if self._queue is None else self._queue.id
+
+    def follows(self, key: str) -> bool:
+        """Whether some caller is inside :meth:`following` of ``key`` now."""
+        return self._keys.follows(key)
+
+    async def aclose(self) -> None:
+        """Stop reading, leave every queue, and close the pub/sub connection."""
+        await self._keys.aclose()
+        if self._queue is not None:
+            await self._queue.aclose()
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.wait([self._reader])
+        if self._pubsub is not None:
+            await close_pubsub(self._pubsub)
+
+    async def _subscribe(self, key: str) -> None:
+        """Subscribe to ``key``'s channel and wait for the server's confirmation."""
+        channel = self._channel(key)
+        confirmed = asyncio.get_running_loop().create_future()
+        pending = self._confirmations.setdefault(channel, deque())
+        pending.append(confirmed)
+        try:
+            async with asyncio.timeout(SUBSCRIBE_TIMEOUT_S):
+                async with self._sending:
+                    if self._pubsub is None:
+                        self._pubsub = self._client.pubsub()
+                    await delivered(self._pubsub.subscribe(channel))
+                if self._reader is None:
+                    self._reader = asyncio.get_running_loop().create_task(
+                        self._read(self._pubsub), name=f"leaselock release follower {self._store}"
+                    )
+                await confirmed
+            if self._queue is not None:
+                await self._queue.join(key)
+        except Exception as error:  # noqa: BLE001 -- any failure: waiters poll instead
+            if confirmed in pending:
+                pending.remove(confirmed)
+            _log.warning(
+                "%r could not subscribe to %r (%s): waiters on that key in this process wake up "
+                "to 1 s after its release, instead of at once. %s",
+                self._store,
+                channel,
+                str(error) or f"no confirmation within {SUBSCRIBE_TIMEOUT_S:.0f} s",
+                subscribe_fix(error, self._prefix),
+            )
+        finally:
+            if not pending:
+                self._confirmations.pop(channel, None)
+
+    def _channel(self, key: str) -> str:
+        channel = self._prefix + key
+        return channel if self._queue is None else turn_channel(channel, self._queue.id)
+
+    async def _unsubscribe(self, key: str) -> None:
+        if self._queue is not None:
+            await self._queue.leave(key)
+        if self._pubsub is None:
+            return
+        try:
+            async with asyncio.timeout(UNSUBSCRIBE_TIMEOUT_S), self._sending:
+                await delivered(self._pubsub.unsubscribe(self._channel(key)))
+        except Exception as error:  # noqa: BLE001 -- only a few stray messages follow from it
+            _log.debug("%r could not unsubscribe from %r: %s", self._store, key, error)
+
+    async def _read(self, pubsub: PubSub) -> None:
+        encoding = str(self._client.get_encoder().encoding)
+        quiet_s = getattr(pubsub.connection, "socket_timeout", None) or QUIET_S
+        async for message in pubsub_messages(pubsub, self._store, quiet_s, self._ping):
+            kind = message["type"]
+            if kind == "subscribe":
+                self._confirm(text(message["channel"], encoding))
+            elif kind == "message":
+                try:
+                    self._on_release(text(message["data"], encoding))
+                except Exception:  # noqa: BLE001 -- one bad callback must not stop the others
+                    _log.exception("A release callback of %r failed", self._store)
+
+    async def _ping(self, pubsub: PubSub) -> None:
+        async with self._sending:
+            await delivered(pubsub.ping())
+
+    def _confirm(self, channel: str) -> None:
+        pending = self._confirmations.get(channel)
+        while pending:
+            confirmed = pending.popleft()
+            if not confirmed.done():
+                confirmed.set_result(None)
+                return
+
+
+async def pubsub_messages(
+    pubsub: PubSub, store: str, quiet_s: float, ping: Callable[[PubSub], Awaitable[None]]
+) -> AsyncIterator[dict[str, object]]:
+    """Yield each message; after a failed read, read again (redis-py reconnects, resubscribes).
+
+    A connection quiet for ``quiet_s`` is sent a PING (by ``ping``); one still silent
+    ``quiet_s`` later is dropped, and read again as a failed one is. Without it, a half-open
+    connection (a partition, a load balancer that forgot an idle flow) would hear no release
+    again, and never fail.
+    """
+    failures = 0
+    pinged = False
+    while True:
+        failure: object = None
+        try:
+            message = await delivered(pubsub.get_message(timeout=quiet_s))
+            if message is None and not pinged:
+                pinged = True
+                async with asyncio.timeout(quiet_s):
+                    await ping(pubsub)
+                continue
+            if message is None:
+                failure = f"no answer to a PING within {quiet_s:g} s"
+        except Exception as error:  # noqa: BLE001 -- any failure: report, read again
+            failure = error
+        pinged = False
+        if failure is None:
+            if failures:
+                _log.info("%r has its release subscriptions back", store)
+                failures = 0
+            yield message
+            continue
+        failures += 1
+        await _dropped(pubsub, store, failure, failures)
+
+
+async def _dropped(pubsub: PubSub, store: str, failure: object, failures: int) -> None:
+    """Drop ``pubsub``'s connection after its ``failures``-th failure in a row; say so once."""
+    # redis-py types it as always None
+    connection = cast("AbstractConnection | None", pubsub.connection)
+    if connection is not None:
+        # the next read opens a new connection and subscribes again
+        await connection.disconnect(nowait=True)
+    if failures == 1:
+        _log.info("%r lost its release subscriptions (%s); reconnecting", store, failure)
+        return
+    if failures == 2:  # noqa: PLR2004 -- the first failed reconnection
+        _log.warning(
+            "%r cannot get its release subscriptions back (%s); retrying every %.0f s. "
+            "Waiters in this process poll meanwhile, so they wake up to 1 s late",
+            store,
+            failure,
+            RESUBSCRIBE_PAUSE_S,
+        )
+    # the server is away: do not spin; waiters poll meanwhile
+    await asyncio.sleep(RESUBSCRIBE_PAUSE_S)  # noqa: TID251 -- reconnect pacing
+
+
+async def close_pubsub(pubsub: PubSub) -> None:
+    """Close ``pubsub`` and give its connection back.
+
+    redis-py annotates ``PubSub.aclose`` from 8.2 on only: called through a typed name, it
+    type-checks against every version the extra allows.
+    """
+    aclose: Callable[[], Awaitable[None]] = pubsub.aclose
+    await aclose()
