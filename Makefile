@@ -68,7 +68,7 @@ typecheck: $(STAMP)
 
 coverage: $(STAMP)
 	@echo "Tests start throwaway PostgreSQL and Redis servers unless LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL name yours"
-	$(BIN)/coverage run -m pytest $(PYTEST_ARGS)
+	$(BIN)/coverage run -m pytest --durations=15 $(PYTEST_ARGS)
 	$(BIN)/coverage report --fail-under=$(COVERAGE_FLOOR)
 
 pytest: $(STAMP)
