@@ -20,9 +20,10 @@ from typing import Any, Literal, TypeAlias
 
 from .._errors import LocksConfigurationError
 
-__all__ = ["Ended", "Lease", "leases_from", "read_events"]
+__all__ = ["Ended", "Lease", "end_by_the_next_token", "leases_from", "read_events"]
 
-Ended: TypeAlias = Literal["released", "handed-back", "lost", "expired"]
+Ended: TypeAlias = Literal["released", "handed-back", "lost", "expired", "held"]
+"""How a lease ended; ``"held"``: it had not, when a live timeline was drawn (the dashboard)."""
 
 
 @dataclass(slots=True)
@@ -129,7 +130,7 @@ def leases_from(events: Sequence[dict[str, Any]]) -> list[Lease]:
         lease.held_until = max(lease.start, last_sign.get(lease.instance, lease.start))
         lease.end = lease.held_until + lease.ttl
         closed.append(lease)
-    _end_by_the_next_token(closed)
+    end_by_the_next_token(closed)
     return sorted(closed, key=lambda lease: (lease.key, lease.start, lease.token))
 
 
@@ -167,7 +168,7 @@ def _ending(event: dict[str, Any]) -> Ended | None:
     return None
 
 
-def _end_by_the_next_token(leases: list[Lease]) -> None:
+def end_by_the_next_token(leases: Sequence[Lease]) -> None:
     """Cut every lease at the earliest start of a greater token of its key.
 
     The store gave that token only once this lease was over, so a lease drawn past it would be

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 from xml.sax.saxutils import escape, quoteattr
 
 if TYPE_CHECKING:
-    from ._timeline_leases import Lease
+    from ._leases import Lease
 
 __all__ = ["render_html", "render_svg"]
 
