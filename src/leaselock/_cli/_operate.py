@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import getpass
 import json
 import os
 import socket
@@ -31,7 +32,14 @@ from ..stores._job_control import JobPause
 from ..stores._urls import store_from_url
 from ._arguments import add_url_argument
 
-__all__ = ["add_operator_commands", "add_redis_prefix_argument", "cli_locks", "on_store", "out"]
+__all__ = [
+    "add_operator_commands",
+    "add_redis_prefix_argument",
+    "cli_locks",
+    "on_store",
+    "operator_name",
+    "out",
+]
 
 T = TypeVar("T")
 
@@ -139,7 +147,11 @@ def _run_break(arguments: argparse.Namespace) -> int:
         if answer.strip().lower() not in {"y", "yes"}:
             out("Left as it was.")
             return 0
-    broken = on_store(arguments, lambda locks: locks.break_lock(arguments.key), read_only=False)
+    broken = on_store(
+        arguments,
+        lambda locks: locks.break_lock(arguments.key, by=operator_name()),
+        read_only=False,
+    )
     if broken is None:
         out(f"No live lock held {arguments.key!r}; nothing was broken.")
     else:
@@ -225,6 +237,11 @@ def _state(status: JobStatus, now: datetime) -> str:
     if last is not None and last.detected_by == "abandoned":
         said.append(f"last run abandoned on {last.instance}")
     return "; ".join(said) or "ok"
+
+
+def operator_name() -> str:
+    """Who runs this command, for the audit trail of what it changes: ``user@host``."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 # --- the store --------------------------------------------------------------------------------

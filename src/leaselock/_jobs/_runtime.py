@@ -284,13 +284,7 @@ class JobRuntime:
             target, note=note, until=until, paused_by=paused_by, now=self._runs.records.wall.now()
         )
         await engine.operator.pause_jobs(pause)
-        _log.warning(
-            "Paused %s%s: %s",
-            pause.target,
-            "" if pause.until is None else f" until {pause.until.isoformat(timespec='seconds')}",
-            pause.note or "(no note)",
-            extra={"job": pause.target, "reason": "paused"},
-        )
+        # no log line here: the facade's operator-acted event is the line, naming who asked
         return pause
 
     async def resume(self, engine: LockEngine, target: object) -> JobPause | None:
@@ -300,16 +294,8 @@ class JobRuntime:
             LocksConfigurationError: a bad target, or a store that keeps no job control.
             LockStoreError: the store failed or did not answer in time.
         """
-        removed = await engine.operator.resume_jobs(checked_target(target))
-        if removed is not None:
-            _log.warning(
-                "Resumed %s (paused by %s: %s)",
-                removed.target,
-                removed.paused_by,
-                removed.note or "no note",
-                extra={"job": removed.target, "reason": "resumed"},
-            )
-        return removed
+        # no log line here: the facade's operator-acted event is the line, naming who asked
+        return await engine.operator.resume_jobs(checked_target(target))
 
     # --- running ticks -----------------------------------------------------------------------
 
@@ -445,6 +431,14 @@ class JobRuntime:
 
         loop = self._usable_loop()
         loop.call_soon_threadsafe(lambda: self._spawn(again()))
+
+    def job_spec(self, key: str) -> JobSpec:
+        """Return the registered job ``key``.
+
+        Raises:
+            LocksConfigurationError: no job ``key`` is registered with this Locks.
+        """
+        return self._registry.job(key)
 
     async def run_now(self, key: str) -> object:
         """Run the job ``key`` once here, now, under its run lock, whatever its pause or lease.
