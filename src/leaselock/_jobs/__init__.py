@@ -9,7 +9,7 @@ from ._decorators import F, JobDecorator, job_decorator, on_one_instance, withou
 from ._election import election_decorator, leader_election
 from ._runtime import CURRENT_RUNTIME, JobRuntime, current_runtime, resolve_runtime
 from ._spec import Overlap
-from ._status import JobStatus
+from ._status import JobsReader, JobStatus
 
 __all__ = [
     "CURRENT_RUNTIME",
@@ -17,6 +17,7 @@ __all__ = [
     "JobDecorator",
     "JobRuntime",
     "JobStatus",
+    "JobsReader",
     "Overlap",
     "RunInfo",
     "current_run",

@@ -38,7 +38,7 @@ from ._records import describe_error
 from ._registry import Registry
 from ._runs import JobRun, JobRuns
 from ._spec import ElectionSpec, JobSpec, election_spec_of, job_spec_of
-from ._status import JobStatus, job_statuses
+from ._status import JobsReader, JobStatus, job_statuses
 
 __all__ = [
     "CURRENT_RUNTIME",
@@ -266,6 +266,23 @@ class JobRuntime:
             recorded = {record.job for record in await engine.operator.job_records(None)}
             jobs = sorted(recorded | {spec.key for spec in self._registry.jobs})
         return await job_statuses(engine.operator, overdue, jobs)
+
+    def jobs_reader(self) -> JobsReader:
+        """Return a reader of this store's job data, for a watcher that paces its store calls.
+
+        Raises:
+            LocksConfigurationError: not started.
+        """
+        engine = self._engine
+        if engine is None or self._runs is None:
+            raise LocksConfigurationError(
+                "This Locks is not started; use `async with locks:` or `await locks.start()` first"
+            )
+        return JobsReader(
+            engine.operator,
+            self._runs.overdue,
+            lambda: [spec.key for spec in self._registry.jobs],
+        )
 
     # --- pauses ----------------------------------------------------------------------------
 
