@@ -162,6 +162,10 @@ class JobsReader:
         """Whether the store keeps pauses and job states (else those reads raise)."""
         return self._operator.keeps_job_control
 
+    def registered(self) -> list[str]:
+        """Return the keys of the jobs registered with this ``Locks``: those it can run now."""
+        return sorted(self._registered())
+
     async def records(self) -> list[JobRecord]:
         """Read every job's run records: one store call.
 

@@ -43,17 +43,25 @@ EXPIRED_MARK_WIDTH: Final = 64
 Scale = Callable[[datetime], float]
 
 
-def render_svg(leases: Sequence[Lease]) -> str:
-    """Draw ``leases`` as one SVG document: a lane per key, a bar per lease."""
+def render_svg(leases: Sequence[Lease], span: tuple[datetime, datetime] | None = None) -> str:
+    """Draw ``leases`` as one SVG document: a lane per key, a bar per lease.
+
+    ``span`` is the stretch of time drawn (a live timeline's last minutes): what lies outside
+    is cut at its edges. By default, from the first start to the last end.
+    """
     keys = sorted({lease.key for lease in leases})
     instances = sorted({lease.instance for lease in leases})
     colours = {name: PALETTE[index % len(PALETTE)] for index, name in enumerate(instances)}
-    start = min(lease.start for lease in leases)
-    finish = max(lease.end for lease in leases)
+    if span is None:
+        start = min(lease.start for lease in leases)
+        finish = max(lease.end for lease in leases)
+    else:
+        start, finish = span
     span_s = max((finish - start).total_seconds(), 0.001)
 
     def x(moment: datetime) -> float:
-        return LABEL_WIDTH + (moment - start).total_seconds() / span_s * PLOT_WIDTH
+        share = min(max((moment - start).total_seconds() / span_s, 0.0), 1.0)
+        return LABEL_WIDTH + share * PLOT_WIDTH
 
     height = TOP + len(keys) * LANE_HEIGHT + LEGEND_HEIGHT
     width = LABEL_WIDTH + PLOT_WIDTH + 60
@@ -109,10 +117,11 @@ def _bar(lease: Lease, x: Scale, top: float, colour: str) -> list[str]:
     # a lease of a few milliseconds still shows: 1.5 px at least
     right = max(x(lease.held_until), left + 1.5)
     y = top + (LANE_HEIGHT - BAR_HEIGHT) / 2
-    token = str(lease.token)
+    token = "" if lease.token is None else str(lease.token)
     how = lease.ended if lease.detected_by is None else f"{lease.ended} ({lease.detected_by})"
     title = (
-        f"{lease.key}: {lease.instance}, fencing token {token}, {_clock(lease.start)} to "
+        f"{lease.key}: {lease.instance}, fencing token {token or 'unknown'}, "
+        f"{_clock(lease.start)} to "
         f"{_clock(lease.end)}, {how}"
     )
     parts = [
@@ -129,7 +138,7 @@ def _bar(lease: Lease, x: Scale, top: float, colour: str) -> list[str]:
     ]
     if lease.ended == "expired":
         parts += _expired_tail(lease, right, x(lease.end), y, colour)
-    if right - left >= MIN_TOKEN_WIDTH:
+    if token and right - left >= MIN_TOKEN_WIDTH:
         parts.append(
             f'<text class="token" x="{(left + right) / 2:.1f}" y="{y + 13:.1f}" '
             f'text-anchor="middle" fill="#fff">{escape(token)}</text>'
