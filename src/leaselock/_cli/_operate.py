@@ -39,6 +39,7 @@ __all__ = [
     "on_store",
     "operator_name",
     "out",
+    "refuse_a_missing_sqlite_file",
 ]
 
 T = TypeVar("T")
@@ -271,7 +272,7 @@ async def cli_locks(arguments: argparse.Namespace, *, read_only: bool) -> AsyncI
         LocksConfigurationError: no SQLite file at the URL, or a URL leaselock cannot use.
         LockStoreError: the store cannot be reached or lacks its tables.
     """
-    _refuse_a_missing_sqlite_file(arguments.url)
+    refuse_a_missing_sqlite_file(arguments.url)
     store = store_from_url(
         arguments.url, prefix=arguments.redis_prefix, create_schema=False, read_only=read_only
     )
@@ -283,7 +284,12 @@ async def cli_locks(arguments: argparse.Namespace, *, read_only: bool) -> AsyncI
         yield locks
 
 
-def _refuse_a_missing_sqlite_file(url: str) -> None:
+def refuse_a_missing_sqlite_file(url: str) -> None:
+    """Refuse a ``sqlite:///`` URL whose file does not exist, naming the fix.
+
+    Raises:
+        LocksConfigurationError: no file at the URL's path.
+    """
     parts = urlsplit(url)
     if parts.scheme != "sqlite":
         return

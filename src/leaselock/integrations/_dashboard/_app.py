@@ -9,10 +9,9 @@ line on a page (a refusal, the store unreachable, a table missing), never a trac
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Final, cast, final
 
@@ -26,22 +25,23 @@ from ..._redact import redact_secrets
 from ...stores._urls import store_from_url
 from ._actions import ACTIONS, Action, Actions
 from ._assets import SCRIPT, STYLE
-from ._auth import Authenticate, Guard, Session, clean_name
+from ._auth import Authenticate, Guard, Session
 from ._history import History
 from ._http import (
     Receive,
     Request,
     Scope,
     Send,
-    Stream,
     read_form,
     send_page,
     send_redirect,
     setting_cookies,
 )
-from ._layout import Frame, confirm_page, login_page, message_page
+from ._layout import Frame, confirm_page, message_page
 from ._live import Viewer, jobs_part, locks_part, timeline_part
 from ._pages import page
+from ._signin import sign_in, sign_out
+from ._streams import serve_stream
 from ._watch import Page, Watch, jobs_reader
 
 __all__ = ["Dashboard"]
@@ -51,7 +51,6 @@ ASSETS: Final[dict[str, tuple[str, bytes]]] = {
     "/static/dashboard.css": (STYLE, b"text/css; charset=utf-8"),
     "/static/dashboard.js": (SCRIPT, b"text/javascript; charset=utf-8"),
 }
-HEARTBEAT_MS: Final = 15_000
 HEARD: Final = (
     "lock-acquired",
     "lock-released",
@@ -325,54 +324,14 @@ class Dashboard:
             kind = "locks"
         prefix = request.query.get("prefix", "")
         viewer = self._viewer(request, operator)
-        stream = Stream(send)
-        await stream.start()
-        gone = asyncio.Event()
-
-        async def until_disconnected() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone.set()
-
-        listening = asyncio.get_running_loop().create_task(until_disconnected())
-        try:
-            async with self._watch.viewing(kind):
-                await self._push(stream, kind, viewer, prefix, gone)
-        finally:
-            listening.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await listening
-        with contextlib.suppress(OSError, RuntimeError):
-            await stream.end()
-
-    async def _push(
-        self, stream: Stream, kind: Page, viewer: Viewer, prefix: str, gone: asyncio.Event
-    ) -> None:
-        # the page was drawn from this version: push what changes from here
-        version = self._watch.snapshot.version
-        while not gone.is_set():
-            beat = asyncio.Event()
-            timer = self._clock.call_at(self._clock.now_ms() + HEARTBEAT_MS, _setter(beat))
-            changed = asyncio.ensure_future(self._watch.wait_change(version))
-            waits = {
-                changed,
-                asyncio.ensure_future(gone.wait()),
-                asyncio.ensure_future(beat.wait()),
-            }
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                timer.cancel()
-                for waiting in waits:
-                    waiting.cancel()
-            if gone.is_set():
-                return
-            if changed.done() and not changed.cancelled():
-                version = changed.result()
-                html = self._live(kind, viewer, prefix)
-                await stream.event("part", {"html": html, "version": version})
-            else:
-                await stream.comment()
+        await serve_stream(
+            self._watch,
+            self._clock,
+            kind,
+            draw=lambda: self._live(kind, viewer, prefix),
+            receive=receive,
+            send=send,
+        )
 
     # --- actions -----------------------------------------------------------------------------
 
@@ -447,48 +406,8 @@ class Dashboard:
     # --- signing in --------------------------------------------------------------------------
 
     async def _login(self, request: Request, receive: Receive, send: Send) -> None:
-        guard = self._guard
-        if guard.mode != "token":
-            await send_redirect(send, request.url("/"))
-            return
-        failed = False
-        if request.method == "POST":
-            fields = await read_form(receive) or {}
-            name = clean_name(fields.get("name", ""))
-            if not guard.csrf_ok(request, fields.get("csrf")):
-                guard.refused(request, "a sign-in without a valid CSRF token")
-            elif guard.token_ok(fields.get("token")) and name:
-                signed_in = guard.new_session(name)
-                await send_redirect(
-                    send, request.url("/"), cookies=[guard.cookie(request, signed_in)]
-                )
-                return
-            else:
-                guard.refused(request, f"a sign-in as {name!r}: wrong token")
-            failed = True
-        # a fresh session before signing in: its nonce makes the sign-in form's CSRF token
-        session = guard.new_session()
-        frame = Frame(request.root, self._title, self._store(), guard.mode, None, None)
-        html = login_page(frame, guard.csrf_token(session), failed=failed)
-        await send_page(
-            send, html, status=403 if failed else 200, cookies=[guard.cookie(request, session)]
-        )
+        frame = Frame(request.root, self._title, self._store(), self._guard.mode, None, None)
+        await sign_in(self._guard, frame, request, receive, send)
 
     async def _logout(self, request: Request, receive: Receive, send: Send) -> None:
-        fields = await read_form(receive) or {}
-        if self._guard.csrf_ok(request, fields.get("csrf")):
-            await send_redirect(
-                send, request.url("/login"), cookies=[self._guard.cookie(request, None)]
-            )
-            return
-        frame = self._frame(request, None, None)
-        await send_page(
-            send, message_page(frame, "Not allowed", "Reload the page to sign out."), status=403
-        )
-
-
-def _setter(event: asyncio.Event) -> Callable[[], Awaitable[None]]:
-    async def set_it() -> None:
-        event.set()
-
-    return set_it
+        await sign_out(self._guard, self._frame(request, None, None), request, receive, send)
