@@ -31,24 +31,31 @@ def csrf_of(page: str) -> str:
     return found.group(1)
 
 
+def origin_of(http: httpx.AsyncClient) -> dict[str, str]:
+    """The ``Origin`` header a browser sends with a form of the client's site."""
+    return {"origin": str(http.base_url).rstrip("/")}
+
+
 async def sign_in(
-    http: httpx.AsyncClient, name: str = "alice", token: str = TOKEN
+    http: httpx.AsyncClient, name: str = "alice", token: str = TOKEN, *, root: str = ""
 ) -> httpx.Response:
-    """Sign in with ``token`` as ``name``, as the sign-in form does."""
-    form = await http.get("/login")
+    """Sign in with ``token`` as ``name``, as the sign-in form under ``root`` does."""
+    form = await http.get(f"{root}/login")
     return await http.post(
-        "/login",
+        f"{root}/login",
         data={"csrf": csrf_of(form.text), "token": token, "name": name},
-        headers=ORIGIN,
+        headers=origin_of(http),
     )
 
 
-async def act(http: httpx.AsyncClient, action: str, target: str, **fields: str) -> httpx.Response:
+async def act(
+    http: httpx.AsyncClient, action: str, target: str, *, root: str = "", **fields: str
+) -> httpx.Response:
     """Open the confirmation of ``action`` on ``target``, then confirm it with its form."""
-    confirmation = await http.get("/confirm", params={"action": action, "target": target})
+    confirmation = await http.get(f"{root}/confirm", params={"action": action, "target": target})
     assert confirmation.status_code == 200, confirmation.text
     data = {"csrf": csrf_of(confirmation.text), "action": action, "target": target, **fields}
-    return await http.post("/act", data=data, headers=ORIGIN)
+    return await http.post(f"{root}/act", data=data, headers=origin_of(http))
 
 
 class Stream:
