@@ -30,6 +30,8 @@ DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8787
 TOKEN_VARIABLE: Final = "LEASELOCK_DASHBOARD_TOKEN"  # noqa: S105 -- its name, not a token
 LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
+STREAMS_GRACE_S: Final = 1
+BACKLOG: Final = 128
 
 
 def add_serve_command(commands: Any) -> None:  # noqa: ANN401 -- argparse's subparsers action is untyped
@@ -119,7 +121,7 @@ def _token(path: Path | None) -> str | None:
 
 
 def _listen(host: str, port: int) -> socket.socket:
-    """Bind ``host:port`` here, so that a port taken is one line, not a server's traceback."""
+    """Listen on ``host:port`` here, so that a port taken is one line, not a server's traceback."""
     listening: socket.socket | None = None
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -127,6 +129,9 @@ def _listen(host: str, port: int) -> socket.socket:
         listening = socket.socket(family, kind, protocol)
         listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listening.bind(address)
+        # listening from now: a browser opening the URL printed next waits in the backlog for
+        # the server to start, rather than being refused
+        listening.listen(BACKLOG)
     except OSError as error:
         if listening is not None:
             listening.close()
@@ -145,5 +150,12 @@ async def _serve(app: Dashboard, listening: socket.socket) -> None:
             "leaselock serve needs an ASGI server: pip install 'leaselock[dashboard]' (uvicorn); "
             "or mount leaselock.integrations.dashboard in your own ASGI application"
         ) from None
-    config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False)
+    # an open page's stream never ends by itself: a stop waits this long for them, then ends them
+    config = uvicorn.Config(
+        app,
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=STREAMS_GRACE_S,
+    )
     await uvicorn.Server(config).serve(sockets=[listening])

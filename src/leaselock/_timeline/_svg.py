@@ -36,7 +36,7 @@ BAR_HEIGHT: Final = 18
 TOP: Final = 50
 MIN_TOKEN_WIDTH: Final = 26
 TICKS: Final = 10
-LEGEND_HEIGHT: Final = 70
+LEGEND_HEIGHT: Final = 84
 
 EXPIRED_MARK_WIDTH: Final = 64
 
@@ -193,11 +193,13 @@ def _legend(instances: Sequence[str], colours: dict[str, str], top: float) -> li
             f'<text x="{left + 18}" y="12">{escape(name)}</text>'
         )
         left += 30 + 7 * len(name)
+    # two lines: one would run past the drawing's right edge
     parts.append(
         '<text x="0" y="36" fill="#333">\u21a9 handed back (graceful shutdown, idle owner)   '
-        f'<tspan fill="{LOST_COLOUR}">\u2715 lost (renewal refused, deadline, max_run)   '
-        "? expired: no end recorded (the process died): held until its last sign of life, "
-        "over a ttl later at the latest</tspan></text>"
+        f'<tspan fill="{LOST_COLOUR}">\u2715 lost (renewal refused, deadline, max_run)</tspan>'
+        f'</text><text class="legend-expired" x="0" y="54" fill="{LOST_COLOUR}">? expired: no end '
+        "recorded (the process died): held until its last sign of life, over a ttl later at "
+        "the latest</text>"
     )
     parts.append("</g>")
     return parts

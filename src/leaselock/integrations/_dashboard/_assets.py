@@ -40,7 +40,7 @@ nav a[aria-current=page] { color: var(--fg); border-bottom: 2px solid var(--acce
 main { padding: 1rem 1.2rem 3rem; max-width: 1400px; }
 h1 { font-size: 1.35rem; margin: .4rem 0 .8rem; }
 h2 { font-size: 1.1rem; margin: 1.6rem 0 .6rem; }
-code { font: .9em/1.3 ui-monospace, SFMono-Regular, Menlo, monospace; word-break: break-all; }
+code { font: .9em/1.3 ui-monospace, SFMono-Regular, Menlo, monospace; overflow-wrap: anywhere; }
 a { color: var(--accent); }
 .store, .status, .counts, .note { color: var(--soft); margin: .2rem 0; }
 #conn { font-size: .85em; margin-left: .5rem; }
@@ -85,7 +85,7 @@ input { font: inherit; padding: .35rem .5rem; border-radius: 6px; border: 1px so
 .timeline svg { width: 100%; min-width: 640px; height: auto; display: block; }
 .timeline svg g.lane:nth-of-type(odd) > rect:first-child { fill: var(--lane-a); }
 .timeline svg g.lane:nth-of-type(even) > rect:first-child { fill: var(--lane-b); }
-.timeline svg text:not(.token):not(.mark) { fill: var(--fg); }
+.timeline svg text:not(.token):not(.mark):not(.legend-expired) { fill: var(--fg); }
 .timeline svg line.tick { stroke: var(--line); }
 @media (max-width: 700px) {
   header { padding: .5rem .8rem; } main { padding: .8rem; }

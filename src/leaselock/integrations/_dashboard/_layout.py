@@ -62,6 +62,8 @@ def frame(context: Frame, page: Page | None, heading: str, body: str) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         '<meta name="color-scheme" content="light dark">'
         f"<title>{esc(heading)} · {esc(context.title)}</title>"
+        # no icon: a browser asks for none (the sign-in page's session stays the one it made)
+        '<link rel="icon" href="data:,">'
         f'<link rel="stylesheet" href="{esc(root)}/static/dashboard.css">'
         f'<script src="{esc(root)}/static/dashboard.js" defer></script>'
         # without script, the page reads itself again every 5 s

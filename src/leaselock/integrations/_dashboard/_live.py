@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Final, final
 from urllib.parse import urlencode
 
@@ -23,6 +23,8 @@ from ._watch import LISTING_LIMIT, Read, Seen, Snapshot
 __all__ = ["MAX_LANES", "Viewer", "jobs_part", "locks_part", "timeline_part"]
 
 MAX_LANES: Final = 40
+MIN_SPAN: Final = timedelta(seconds=30)
+MARGIN: Final = timedelta(seconds=2)
 SHORT_OWNER: Final = 8
 
 
@@ -46,18 +48,32 @@ class Viewer:
         return f"{self.root}/confirm?{urlencode({'action': action, 'target': target})}"
 
 
+READS_SAID: Final[dict[Read, str]] = {
+    "locks": "the locks",
+    "records": "the run records",
+    "states": "the failure streaks",
+    "pauses": "the pauses",
+}
+
+
 def _status(snapshot: Snapshot, reads: Sequence[Read], now: datetime, what: str) -> str:
-    """The freshness line: when the oldest of ``reads`` was made; each read's error."""
+    """The freshness line: when the oldest of ``reads`` was made, and what is not read yet.
+
+    Then each read's error, one line each.
+    """
     errors = [
         f'<p class="error" role="alert">{said(snapshot.errors[read])}</p>'
         for read in reads
         if read in snapshot.errors
     ]
     times = [snapshot.read_at[read] for read in reads if read in snapshot.read_at]
-    if len(times) < len(reads):
+    pending = [READS_SAID[read] for read in reads if read not in snapshot.read_at]
+    if not times:
         fresh = f"Reading {what} from the store…"
     else:
         fresh = f"{what.capitalize()} read {moment(min(times), now, 'ago')}"
+        if pending:
+            fresh += f"; still reading {esc(', '.join(pending))}…"
     return f'<p class="status">{fresh}</p>{"".join(errors)}'
 
 
@@ -75,7 +91,7 @@ def locks_part(snapshot: Snapshot, viewer: Viewer, prefix: str, now: datetime) -
     )
     live = [s for s in seen if s.info.live]
     released = len(seen) - len(live)
-    counts = f"{len(live)} live lock{'s' * (len(live) != 1)}" + (
+    counts = _count(len(live), "live lock") + (
         f", {released} released (the store keeps their token)" if released else ""
     )
     more = (
@@ -268,9 +284,16 @@ def timeline_part(snapshot: Snapshot, history: History, prefix: str, now: dateti
         if len(latest) > MAX_LANES
         else ""
     )
-    svg = render_svg(drawn, span=(now - history.window, now))
+    # the window, or less while less has been seen: a lease seen a second ago is no sliver
+    since = max(now - history.window, min(lease.start for lease in drawn) - MARGIN)
+    svg = render_svg(drawn, span=(min(since, now - MIN_SPAN), now))
     return (
-        f'{status}<p class="counts">The last {window_s / 60:g} min, {len(drawn)} leases on '
-        f"{min(len(latest), MAX_LANES)} keys. Hover a bar for its holder, token and times.</p>"
+        f'{status}<p class="counts">Up to the last {window_s / 60:g} min: '
+        f"{_count(len(drawn), 'lease')} on {_count(min(len(latest), MAX_LANES), 'key')}. Hover a "
+        "bar for its holder, token and times.</p>"
         f'{more}<div class="timeline">{svg}</div>'
     )
+
+
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}{'s' * (number != 1)}"

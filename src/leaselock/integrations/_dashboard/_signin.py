@@ -34,8 +34,10 @@ async def sign_in(
         else:
             guard.refused(request, f"a sign-in as {name!r}: wrong token")
         failed = True
-    # a fresh session before signing in: its nonce makes the sign-in form's CSRF token
-    session = guard.new_session()
+    # a session before signing in: its nonce makes the sign-in form's CSRF token. The one the
+    # browser has, if any: a second GET (another tab, a favicon's redirect) must not change the
+    # token of a form already shown
+    session = guard.session(request) or guard.new_session()
     html = login_page(frame, guard.csrf_token(session), failed=failed)
     cookie = guard.cookie(request, session)
     await send_page(send, html, status=403 if failed else 200, cookies=[cookie])
