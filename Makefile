@@ -14,7 +14,8 @@ UV := $(shell command -v uv 2>/dev/null)
 COVERAGE_FLOOR ?= 90
 # the test helpers that mypy --strict checks with the package (test bodies are not annotated)
 TEST_HELPERS := tests/helpers.py tests/servers.py tests/store_benches.py tests/process_worker.py \
-	tests/check_stores.py tests/mysql_server.py tests/etcd_server.py \
+	tests/check_stores.py tests/mysql_server.py tests/etcd_server.py tests/browser.py \
+	tests/dashboard_client.py \
 	tests/doc_blocks.py tests/doc_typecheck.py tests/doc_runs.py tests/doc_servers.py \
 	tests/doc_context.pyi
 
@@ -86,6 +87,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_renewals.py
 	$(BIN)/python benchmarks/bench_election_takeover.py
 	$(BIN)/python benchmarks/fleet.py
+	$(BIN)/python benchmarks/bench_dashboard.py --stores sqlite,redis,postgres
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build/doc_blocks
