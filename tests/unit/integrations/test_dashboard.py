@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
@@ -12,7 +13,7 @@ import leaselock
 from dashboard_client import ORIGIN, TOKEN, act, client, csrf_of, live_stream, sign_in
 from leaselock import Event, Locks, LocksConfigurationError, OperatorActed
 from leaselock.integrations.dashboard import dashboard
-from leaselock.stores import InMemoryLockStore
+from leaselock.stores import InMemoryLockStore, SQLiteLockStore
 from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
 
 
@@ -338,3 +339,55 @@ async def test_every_page_forbids_inline_script_and_framing(shop: Locks):
     assert "frame-ancestors 'none'" in policy
     assert page.headers["x-content-type-options"] == "nosniff"
     assert script.headers["content-type"].startswith("text/javascript")
+
+
+async def test_signing_out_forgets_the_session(shop: Locks):
+    app = dashboard(shop, token=TOKEN)
+    async with client(app) as http:
+        await sign_in(http)
+        page = await http.get("/")
+        out = await http.post("/logout", data={"csrf": csrf_of(page.text)}, headers=ORIGIN)
+        after = await http.get("/")
+    assert (out.status_code, out.headers["location"]) == (303, "/login")
+    assert "Max-Age=0" in out.headers["set-cookie"]
+    assert after.status_code == 303
+
+
+async def test_an_unknown_page_is_one_line_and_404(shop: Locks):
+    async with client(dashboard(shop)) as http:
+        missing = await http.get("/nowhere")
+    assert missing.status_code == 404
+    assert "No page at /nowhere." in missing.text
+
+
+async def test_a_locks_that_is_not_started_is_one_line_naming_the_fix(
+    store: InMemoryLockStore, clock: ManualClock
+):
+    async with client(dashboard(Locks(store=store, clock=clock))) as http:
+        page = await http.get("/")
+    assert page.status_code == 200
+    assert "the Locks given to the dashboard is not started" in page.text
+
+
+async def test_a_dashboard_of_a_store_url_opens_the_store_and_closes_it_at_shutdown(
+    tmp_path: Path, clock: ManualClock
+):
+    path = tmp_path / "locks.db"
+    async with Locks(store=SQLiteLockStore(path), instance="shop-9") as holder:
+        await holder.acquire("orders:9")
+        app = dashboard(f"sqlite:///{path}", clock=clock)
+        async with client(app) as http:
+            page = await http.get("/")
+        messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+        sent: list[str] = []
+
+        async def receive() -> dict[str, str]:
+            return next(messages)
+
+        async def send(message: Mapping[str, object]) -> None:
+            sent.append(str(message["type"]))
+
+        await app({"type": "lifespan"}, receive, send)  # type: ignore[arg-type]
+    assert "orders:9" in page.text
+    assert "shop-9" in page.text
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]

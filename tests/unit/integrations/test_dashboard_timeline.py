@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from leaselock import LockAcquired, LockHandedBack, LockLost, LockReleased, RunEnded
 from leaselock.integrations._dashboard._history import History
 from leaselock.integrations._dashboard._watch import Seen, Snapshot
-from leaselock.stores import LockInfo
+from leaselock.stores import JobRecord, LockInfo, RunRecord
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 TTL_MS = 6000
@@ -71,3 +72,37 @@ def test_a_store_without_tokens_orders_a_keys_leases_by_their_start():
 
     assert (first.ended, first.token, second.token) == ("expired", None, None)
     assert first.end <= second.start
+
+
+def test_this_processs_events_tell_its_leases_ends_exactly():
+    history = History(timedelta(minutes=5), own_instance="shop-1")
+    owner = "a" * 32 + "@shop-1"
+    history.heard(LockAcquired(key="feed", fencing_token=3, owner=owner, at=at(0), ttl_ms=TTL_MS))
+    history.heard(
+        LockLost(key="feed", fencing_token=3, owner=owner, at=at(2), detected_by="renewal")
+    )
+    history.heard(LockAcquired(key="job", fencing_token=4, owner=owner, at=at(3), ttl_ms=TTL_MS))
+    history.heard(LockReleased(key="job", fencing_token=4, owner=owner, at=at(4)))
+    history.heard(
+        LockHandedBack(key="job", fencing_token=4, owner=owner, at=at(4), reason="idle", job="job")
+    )
+
+    lost, handed_back = history.leases(at(5))
+
+    assert (lost.ended, lost.detected_by, lost.end) == ("lost", "renewal", at(2))
+    assert (handed_back.ended, handed_back.end) == ("handed-back", at(4))
+
+
+def test_a_run_seen_both_in_the_records_and_as_an_event_is_kept_once():
+    history = History(timedelta(minutes=5), own_instance="shop-1")
+    owner = "b" * 32 + "@shop-1"
+    ended = RunEnded(
+        key="job", fencing_token=7, owner=owner, at=at(2), job="job", outcome="ok", duration_ms=500
+    )
+    history.heard(ended)
+    snapshot = Snapshot()
+    run = RunRecord("job", "shop-1", 7, at(1.5), at(2), "ok")
+    snapshot.records = [JobRecord("job", run, run)]
+    history.observe("records", snapshot)
+
+    assert [(r.instance, r.fencing_token) for r in history.runs("job")] == [("shop-1", 7)]
