@@ -77,6 +77,7 @@ class Dashboard:
         "_own",
         "_redis_prefix",
         "_title",
+        "_unsubscribe",
         "_url",
         "_watch",
     )
@@ -113,8 +114,7 @@ class Dashboard:
         )
         self._watch.listen(self._history.observe)
         self._actions = Actions(self._locks, self._watch, self._statuses, self._runnable)
-        if given is not None:
-            given.events.subscribe(self._heard, *HEARD)
+        self._unsubscribe = None if given is None else given.events.subscribe(self._heard, *HEARD)
 
     @property
     def mode(self) -> str:
@@ -127,8 +127,10 @@ class Dashboard:
         return self._watch.reads
 
     async def aclose(self) -> None:
-        """Stop reading, and close the store this dashboard opened (given a URL)."""
+        """Stop reading and listening, and close the store this dashboard opened (given a URL)."""
         self._watch.close()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
         await self._actions.aclose()
         if self._own is not None:
             own, self._own = self._own, None

@@ -126,6 +126,7 @@ class Watch:
         "_changed",
         "_clock",
         "_last_start_ms",
+        "_listed_ms",
         "_listeners",
         "_open_locks",
         "_pages",
@@ -142,6 +143,7 @@ class Watch:
         self._clock = clock
         self._pages: Counter[Page] = Counter()
         self._last_start_ms: int | None = None
+        self._listed_ms: int | None = None
         self._timer: TimerHandle | None = None
         self._reading = asyncio.Lock()
         self._step = 0
@@ -209,8 +211,9 @@ class Watch:
         return last is None or self._clock.now_ms() >= last + self._interval_ms()
 
     def _stale_listing(self) -> bool:
-        at = self.snapshot.read_at.get("locks")
-        return at is None or datetime.now(UTC) - at > timedelta(milliseconds=READ_EVERY_MS)
+        # on the injected clock, as every decision: wall-clock times are for people
+        read_ms = self._listed_ms
+        return read_ms is None or self._clock.now_ms() - read_ms > READ_EVERY_MS
 
     def _schedule(self) -> None:
         if self._timer is not None:
@@ -260,6 +263,8 @@ class Watch:
             else:
                 self.snapshot.errors.pop(read, None)
                 self.snapshot.read_at[read] = started
+                if read == "locks":
+                    self._listed_ms = self._last_start_ms
                 for listener in self._listeners:
                     listener(read, self.snapshot)
             self._bump()
