@@ -110,7 +110,8 @@ class Dashboard:
         self._clock = clock or (given.clock if given is not None else SystemClock())
         self._watch = Watch(self._locks, self._clock)
         self._history = History(
-            timedelta(milliseconds=parse_ttl(window)), None if given is None else given.instance
+            timedelta(milliseconds=parse_ttl(window, name="window")),
+            None if given is None else given.instance,
         )
         self._watch.listen(self._history.observe)
         self._actions = Actions(self._locks, self._watch, self._statuses, self._runnable)
