@@ -14,7 +14,9 @@ UV := $(shell command -v uv 2>/dev/null)
 COVERAGE_FLOOR ?= 90
 # the test helpers that mypy --strict checks with the package (test bodies are not annotated)
 TEST_HELPERS := \
+	tests/browser.py \
 	tests/check_stores.py \
+	tests/dashboard_client.py \
 	tests/doc_blocks.py \
 	tests/doc_context.pyi \
 	tests/doc_runs.py \
@@ -102,6 +104,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_election_takeover.py
 	$(BIN)/python benchmarks/fleet.py
 	$(BIN)/python benchmarks/bench_simulate.py --processes 2
+	$(BIN)/python benchmarks/bench_dashboard.py --stores sqlite,redis,postgres
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build/doc_blocks

@@ -39,8 +39,8 @@ from pathlib import Path
 import httpx
 
 from leaselock import Lock, Locks
-from leaselock.stores.etcd._requests import acquire_txn, release_txn
 from leaselock.stores.etcd import EtcdLockStore
+from leaselock.stores.etcd._requests import acquire_txn, release_txn
 
 TTL_MS = 30_000
 SLICE_CYCLES = 50

@@ -27,8 +27,8 @@ import asyncmy
 
 from leaselock import Locks
 from leaselock.stores import Acquired
-from leaselock.stores.mysql._arguments import connect_args
 from leaselock.stores.mysql import MySQLLockStore
+from leaselock.stores.mysql._arguments import connect_args
 
 DEFAULT_URL = "mysql://root@127.0.0.1:3306/test"
 TABLE = "leaselock_bench_locks"

@@ -97,3 +97,56 @@ async def _tick_a_job(where: str, key: str, instance: str, event_log: Path, ttl:
             # the scheduler's next tick, or the SIGTERM that ends this instance
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), TICK_S)
+
+
+def operate(where: str, instance: str, job_key: str) -> None:
+    """An instance of an application, steered line by line on stdin; it answers on stdout.
+
+    On the SQLite file ``where``, labelled ``instance``, with the job ``job_key`` registered
+    (``on_one_instance`` and ``without_overlapping``). Commands: ``hold KEY`` (answers ``held
+    KEY TOKEN``), ``tick`` (fires one tick of the job; answers ``ran`` or ``skipped REASON
+    HOLDER``). End of input closes it gracefully.
+    """
+    asyncio.run(_operate(where, instance, job_key))
+
+
+async def _operate(where: str, instance: str, job_key: str) -> None:
+    async with Locks(store=make_store("sqlite", where), ttl="6s", instance=instance) as locks:
+        skips: list[str] = []
+
+        def skipped(event: object) -> None:
+            skips.append(f"skipped {getattr(event, 'reason', '?')} {getattr(event, 'holder', '')}")
+
+        locks.events.subscribe(skipped, "tick-skipped")
+
+        @locks.on_one_instance(key=job_key)
+        @locks.without_overlapping()
+        async def job() -> None:
+            """The job an operator pauses from the dashboard."""
+
+        held = []
+        answer("ready")
+        while line := await asyncio.to_thread(input_line):
+            command, _, argument = line.partition(" ")
+            if command == "hold":
+                lock = await locks.acquire(argument)
+                assert lock is not None, f"{argument} is held elsewhere"
+                held.append(lock)
+                answer(f"held {argument} {lock.fencing_token}")
+            elif command == "tick":
+                skips.clear()
+                await job()
+                answer(skips[-1] if skips else "ran")
+
+
+def input_line() -> str:
+    """The next command on stdin, or ``""`` at its end."""
+    try:
+        return input().strip()
+    except EOFError:
+        return ""
+
+
+def answer(line: str) -> None:
+    """Tell the test something, at once."""
+    print(line, flush=True)  # noqa: T201 -- stdout is how this process answers the test

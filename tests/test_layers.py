@@ -10,6 +10,9 @@ dependency a reader has to follow). The floors, from the ground up:
 - engine (``_engine/``): the ground floor and the store protocol, nothing else;
 - jobs (``_jobs/``): the engine, the ground floor and the store protocol;
 - facade: ``Locks`` and what it is made of (``_locks``, ``_hold``, ``_fencing``);
+- timeline (``_timeline/``): the lease model and its drawing, on the ground floor alone, so that
+  two rooms of the top floor share it without importing each other: the ``timeline`` command
+  (``_cli``) and the dashboard (``integrations``);
 - top: ``sync``, ``integrations``, ``testing`` (each on its own: none imports another), and the
   package's ``__init__``.
 """
@@ -72,6 +75,7 @@ def room(module: str) -> str:
         "testing": "testing",
         "_cli": "cli",
         "__main__": "cli",
+        "_timeline": "timeline",
     }[parts[1]]
 
 
@@ -82,11 +86,12 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "engine": frozenset({"ground", "protocol", "engine"}),
     "jobs": BELOW_JOBS,
     "facade": BELOW_JOBS | {"stores", "facade"},
+    "timeline": frozenset({"ground", "timeline"}),
     "sync": BELOW_JOBS | {"stores", "facade", "sync"},
-    "integrations": BELOW_JOBS | {"stores", "facade", "integrations"},
+    "integrations": BELOW_JOBS | {"stores", "facade", "integrations", "timeline"},
     "testing": BELOW_JOBS | {"stores", "facade", "testing"},
-    "package": BELOW_JOBS | {"stores", "facade", "sync", "testing", "integrations"},
-    "cli": BELOW_JOBS | {"stores", "facade", "sync", "testing", "integrations", "cli"},
+    "package": BELOW_JOBS | {"stores", "facade", "sync", "testing", "integrations", "timeline"},
+    "cli": BELOW_JOBS | {"stores", "facade", "sync", "testing", "integrations", "cli", "timeline"},
 }
 
 
@@ -232,6 +237,8 @@ def test_there_is_no_import_cycle_type_only_imports_included():
         ("leaselock._engine._signal", "from ..stores.memory import X", "(stores)"),
         ("leaselock.testing._faulty", "from ..sync import SyncLocks", "(sync)"),
         ("leaselock._clock", "from ._engine import Lock", "(engine)"),
+        ("leaselock._timeline._leases", "from .._cli import main", "(cli)"),
+        ("leaselock._timeline._svg", "from .._locks import Locks", "(facade)"),
     ],
 )
 def test_a_planted_upward_or_sideways_import_is_caught(module: str, planted: str, expected: str):

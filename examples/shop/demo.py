@@ -2,14 +2,15 @@
 
 It migrates and seeds a fresh database, starts the shop on ports 3001-3003 (or ``DEMO_PORTS``)
 with a stock reconciliation every two seconds and a lock ttl of six seconds, then tells what
-happens, with the log lines that show it: one instance runs the reconciliation and leads the
-warehouse feed; two admin exports sent at once to two instances export the orders once; the
-owner killed with SIGKILL is replaced after the ttl, and the tick it never ran is reported missed;
-the next owner's scheduler stops while its process lives, and it lets go so the other takes over,
-the overdue alert raised and cleared; an operator pauses the reconciliation for every instance,
-runs it once by hand and resumes it; the owner after that, stopped with SIGTERM, hands over at
-once; the accounting system booked each invoice exactly once. It ends with the jobs' run records
-and the locks table, stops every process it started, and removes what it made.
+happens, with the log lines that show it (and the URL of the operator's dashboard, live while it
+runs): one instance runs the reconciliation and leads the warehouse feed; two admin exports sent
+at once to two instances export the orders once; the owner killed with SIGKILL is replaced after
+the ttl, and the tick it never ran is reported missed; the next owner's scheduler stops while
+its process lives, and it lets go so the other takes over, the overdue alert raised and cleared;
+an operator pauses the reconciliation for every instance, runs it once by hand and resumes it;
+the owner after that, stopped with SIGTERM, hands over at once; the accounting system booked
+each invoice exactly once. It ends with the jobs' run records and the locks table, stops every
+process it started, and removes what it made.
 
 ``make demo`` uses a SQLite file in a temporary directory (orders and locks in one file).
 ``make demo DATABASE_URL=postgresql://... REDIS_URL=redis://...`` runs on real servers: a new
@@ -44,6 +45,7 @@ import httpx
 import redis.asyncio
 from sqlalchemy.engine import make_url
 
+from shop.app import DASHBOARD_PATH
 from shop.database import create_engine, migrate, sqlite_file
 from shop.seed import PLACED_ORDER_IDS, seed
 from shop.settings import Settings
@@ -508,6 +510,10 @@ class Story:
         others = self.others = [await self.shops.start(port) for port in self.ports[1:]]
         say(f"   Started {others[0].name} and {others[1].name} (pids "
             f"{others[0].process.pid}, {others[1].process.pid}).")  # fmt: skip
+        say("   The operator's dashboard, live while the demo runs (each instance serves it until "
+            "it stops):")  # fmt: skip
+        say(f"   {dashboard_url(first.port)} (or :{others[0].port}, :{others[1].port}); sign in "
+            f"with the admin token {self.admin_token}")  # fmt: skip
 
     async def one_instance_runs_each_tick(self) -> None:
         """3. Two ticks: 3001 runs them, the others skip; only 3001 hears the warehouse."""
@@ -753,6 +759,11 @@ async def draw_the_timeline(event_logs: Path, kept: Path) -> None:
     say("   Each instance a colour, a token on every bar; the SIGKILLed owner's leases are held")
     say("   up to its last sign of life, then '? expired' (no end recorded) until their ttl ran")
     say("   out or the next holder took over; the SIGTERMed one's end with a hand-back mark.")
+
+
+def dashboard_url(port: int) -> str:
+    """The URL of the operator's dashboard of the instance on ``port``."""
+    return f"http://127.0.0.1:{port}{DASHBOARD_PATH}/"
 
 
 def exit_status(code: int) -> str:

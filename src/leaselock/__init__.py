@@ -32,6 +32,8 @@ from ._event_types import LockAcquired as LockAcquired
 from ._event_types import LockHandedBack as LockHandedBack
 from ._event_types import LockLost as LockLost
 from ._event_types import LockReleased as LockReleased
+from ._event_types import OperatorActed as OperatorActed
+from ._event_types import OperatorAction as OperatorAction
 from ._event_types import RenewalFailing as RenewalFailing
 from ._event_types import RunAbandoned as RunAbandoned
 from ._event_types import RunEnded as RunEnded
@@ -94,6 +96,8 @@ __all__ = [
     "Locks",
     "LocksConfigurationError",
     "OnOneInstanceOptions",
+    "OperatorActed",
+    "OperatorAction",
     "RenewalFailing",
     "RunAbandoned",
     "RunEnded",

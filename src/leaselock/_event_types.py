@@ -31,6 +31,8 @@ __all__ = [
     "LockHandedBack",
     "LockLost",
     "LockReleased",
+    "OperatorActed",
+    "OperatorAction",
     "RenewalFailing",
     "RunAbandoned",
     "RunEnded",
@@ -57,10 +59,13 @@ EventType: TypeAlias = Literal[
     "job-missed",
     "run-abandoned",
     "job-failing",
+    "operator-acted",
 ]
 SkipReason: TypeAlias = Literal[
     "another-instance", "in-progress", "paused", "store-unavailable", "shutting-down"
 ]
+OperatorAction: TypeAlias = Literal["break", "pause", "resume", "run"]
+"""What an operator did: broke a lock, paused or resumed jobs, ran a job by hand."""
 RunTrigger: TypeAlias = Literal["schedule", "manual", "buffered", "catch-up", "recover"]
 """Why a run started: its scheduler's tick; ``Locks.run_now()`` (an operator); a tick that came
 while the last run ran (``overlap="buffer_one"``), run right after it; a tick its dead owner
@@ -97,7 +102,7 @@ class _EventFields:
             "token": self.fencing_token,
             "instance": self.instance,
         }
-        for name in ("job", "reason", "detected_by"):
+        for name in ("job", "reason", "detected_by", "action", "operator"):
             value = getattr(self, name, None)
             if value is not None:
                 fields["reason" if name == "detected_by" else name] = value
@@ -464,6 +469,45 @@ class JobFailing(_EventFields):
         return f"{self.job} failed {self.failures} times in a row (last: {self.error}){paused}"
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperatorActed(_EventFields):
+    """An operator broke a lock, paused or resumed jobs, or ran a job by hand: the audit trail.
+
+    ``operator`` names who asked (the ``by=`` given to the call, else this instance's label);
+    ``key`` is the lock, the job or the pause's target (a prefix ending in ``*``).
+    ``fencing_token`` and ``owner`` are the broken lease's, for a break, else ``None``;
+    ``note`` says why (a pause's note, or the pause a resume lifted); ``until`` is when a pause
+    ends by itself. Logged at WARNING, and written to the event log, whatever the
+    operator's tool (the dashboard, the ``leaselock`` command, code).
+    """
+
+    type: Literal["operator-acted"] = "operator-acted"
+    action: OperatorAction
+    operator: str
+    note: str | None = None
+    until: datetime | None = None
+    level: ClassVar[int] = logging.WARNING
+
+    def message(self) -> str:
+        """Return the log line."""
+        asked = f"; asked by {self.operator}"
+        if self.action == "break":
+            holder = self.instance or self.owner
+            return (
+                f'Broke the lock on "{self.key}" held by {holder} '
+                f"(fencing token {self.fencing_token}){asked}"
+            )
+        if self.action == "pause":
+            until = (
+                "" if self.until is None else f" until {self.until.isoformat(timespec='seconds')}"
+            )
+            return f"Paused {self.key}{until}: {self.note or '(no note)'}{asked}"
+        if self.action == "resume":
+            return f"Resumed {self.key} ({self.note}){asked}"
+        return f"Running {self.key} now, by hand{asked}"
+
+
 Event: TypeAlias = (
     LockAcquired
     | LockReleased
@@ -481,5 +525,6 @@ Event: TypeAlias = (
     | JobMissed
     | RunAbandoned
     | JobFailing
+    | OperatorActed
 )
 EventCallback: TypeAlias = Callable[[Event], object]

@@ -18,6 +18,7 @@ from ._durations import MIN_REAL_TTL_MS, Duration, check_ttl_floor, parse_ttl, p
 from ._engine import CheckedStore, Lock, LockEngine, LockSignal, check_store_shape
 from ._errors import LocksConfigurationError
 from ._event_log import EventLog
+from ._event_types import OperatorActed
 from ._events import Events, Publisher
 from ._forks import process_generation, refuse_if_forked
 from ._hold import LockHold
@@ -578,31 +579,44 @@ class Locks:
         checked = validate_key(key)
         return await self._running_engine().operator.read_lock(checked)
 
-    async def break_lock(self, key: str) -> LockInfo | None:
+    async def break_lock(self, key: str, *, by: str | None = None) -> LockInfo | None:
         """Free ``key`` whoever holds it; return what held it (``None``: nothing live did).
 
         For a lock whose holder is stuck or gone: the next acquire anywhere wins at once, with a
         token greater than every earlier one, so a late write of the broken holder is refused
         by fencing. The broken holder learns it at its next renewal (its signal aborts with
-        ``detected_by="renewal"``). Logged at WARNING.
+        ``detected_by="renewal"``). A break is an :class:`~leaselock.OperatorActed` event
+        (logged at WARNING) naming ``by``.
+
+        Args:
+            key: the lock to free.
+            by: who asks, for the audit trail (default: this instance's label).
 
         Raises:
             LocksConfigurationError: not started, a bad key, or a store that cannot break locks.
             LockStoreError: the store failed or did not answer in time.
 
         .. versionadded:: 0.2
+        .. versionchanged:: 0.3 ``by``, and the ``operator-acted`` event.
         """
         checked = validate_key(key)
+        operator = _operator(by, self.instance)
         broken = await self._running_engine().operator.break_lock(checked)
         if broken is None:
-            _log.warning('Asked to break the lock on "%s": no live lock held it', checked)
-        else:
             _log.warning(
-                'Broke the lock on "%s" held by %s (fencing token %s)',
+                'Asked to break the lock on "%s": no live lock held it; asked by %s',
                 checked,
-                broken.holder,
-                broken.fencing_token,
-                extra={"key": checked, "token": broken.fencing_token, "reason": "broken"},
+                operator,
+            )
+        else:
+            self._publisher.emit(
+                OperatorActed(
+                    key=checked,
+                    fencing_token=broken.fencing_token,
+                    owner=broken.owner,
+                    action="break",
+                    operator=operator,
+                )
             )
         return broken
 
@@ -628,7 +642,8 @@ class Locks:
             note: why, shown with every skipped tick and in ``leaselock jobs``.
             until: an aware datetime, or a duration from now (``"2h"``), after which the pause
                 ends by itself; ``None``: until resumed.
-            by: who pauses (default: this instance's label).
+            by: who pauses (default: this instance's label); kept with the pause, and named
+                by its :class:`~leaselock.OperatorActed` event.
 
         Raises:
             LocksConfigurationError: not started, a bad argument, or a store that keeps no job
@@ -638,12 +653,26 @@ class Locks:
         .. versionadded:: 0.2
         """
         engine = self._running_engine()
-        return await self._runtime.pause(engine, key_or_prefix, note=note, until=until, by=by)
+        pause = await self._runtime.pause(engine, key_or_prefix, note=note, until=until, by=by)
+        self._publisher.emit(
+            OperatorActed(
+                key=pause.target,
+                fencing_token=None,
+                owner=None,
+                action="pause",
+                operator=pause.paused_by,
+                note=pause.note,
+                until=pause.until,
+            )
+        )
+        return pause
 
-    async def resume(self, key_or_prefix: str) -> JobPause | None:
+    async def resume(self, key_or_prefix: str, *, by: str | None = None) -> JobPause | None:
         """Remove the pause of ``key_or_prefix`` (as given to :meth:`pause`); return it.
 
-        ``None`` when it was not paused. Its next tick runs, on whichever instance.
+        ``None`` when it was not paused. Its next tick runs, on whichever instance. A resume
+        that lifted a pause is an :class:`~leaselock.OperatorActed` event naming ``by``
+        (default: this instance's label).
 
         Raises:
             LocksConfigurationError: not started, a bad argument, or a store that keeps no job
@@ -651,8 +680,23 @@ class Locks:
             LockStoreError: the store failed or did not answer in time.
 
         .. versionadded:: 0.2
+        .. versionchanged:: 0.3 ``by``, and the ``operator-acted`` event.
         """
-        return await self._runtime.resume(self._running_engine(), key_or_prefix)
+        operator = _operator(by, self.instance)
+        removed = await self._runtime.resume(self._running_engine(), key_or_prefix)
+        if removed is not None:
+            note = f"paused by {removed.paused_by}: {removed.note or 'no note'}"
+            self._publisher.emit(
+                OperatorActed(
+                    key=removed.target,
+                    fencing_token=None,
+                    owner=None,
+                    action="resume",
+                    operator=operator,
+                    note=note,
+                )
+            )
+        return removed
 
     async def pauses(self) -> list[JobPause]:
         """Return every pause kept in the store, by target (a job key or a prefix).
@@ -665,7 +709,7 @@ class Locks:
         """
         return await self._running_engine().operator.job_pauses()
 
-    async def run_now(self, key: str) -> Any:  # noqa: ANN401 -- the job's own return value
+    async def run_now(self, key: str, *, by: str | None = None) -> Any:  # noqa: ANN401 -- the job's own return value
         """Run the registered job ``key`` once, here, now; return what it returned.
 
         It runs under its run lock ``<key>`` (so never beside another run of it), whatever its
@@ -673,7 +717,8 @@ class Locks:
         ``trigger="manual"``; its run is recorded so, and a success counts for its
         ``expect_every``. It is called with the arguments of its last tick on this instance,
         else with its registered object (a method job), else with none. What it raises is
-        raised here.
+        raised here. Asking is an :class:`~leaselock.OperatorActed` event naming ``by``
+        (default: this instance's label), once the job is known to be registered.
 
         Raises:
             LocksConfigurationError: not started, or no job ``key`` registered with this Locks.
@@ -681,9 +726,18 @@ class Locks:
             LockStoreError: the store failed or did not answer in time.
 
         .. versionadded:: 0.2
+        .. versionchanged:: 0.3 ``by``, and the ``operator-acted`` event.
         """
         self._running_engine()
-        return await self._runtime.run_now(validate_key(key))
+        checked = validate_key(key)
+        operator = _operator(by, self.instance)
+        self._runtime.job_spec(checked)
+        self._publisher.emit(
+            OperatorActed(
+                key=checked, fencing_token=None, owner=None, action="run", operator=operator
+            )
+        )
+        return await self._runtime.run_now(checked)
 
     def _checked(
         self, key: object, ttl: object, wait: object, signal: object
@@ -743,6 +797,17 @@ class Locks:
 def runtime_of(locks: Locks) -> JobRuntime:
     """Return the job runtime of ``locks`` (for ``SyncLocks``, which sets it in its threads)."""
     return locks._runtime  # noqa: SLF001 -- the facade's own module
+
+
+def _operator(by: object, instance: str) -> str:
+    """Return who acts, for an audit event: ``by``, or this instance's label when ``None``."""
+    if by is None:
+        return instance
+    if not isinstance(by, str) or not by.strip():
+        raise LocksConfigurationError(
+            f"by={by!r}; pass who asks (a person's name), or leave it out for this instance"
+        )
+    return by
 
 
 def _check_flag(name: str, value: object) -> None:

@@ -380,10 +380,10 @@ class SyncLocks:
         _refuse_on_an_event_loop("read_lock")
         return self._started_portal().call(self._locks.read_lock(key))
 
-    def break_lock(self, key: str) -> LockInfo | None:
+    def break_lock(self, key: str, *, by: str | None = None) -> LockInfo | None:
         """Free ``key`` whoever holds it; see :meth:`leaselock.Locks.break_lock`."""
         _refuse_on_an_event_loop("break_lock")
-        return self._started_portal().call(self._locks.break_lock(key))
+        return self._started_portal().call(self._locks.break_lock(key, by=by))
 
     def pause(
         self,
@@ -399,20 +399,20 @@ class SyncLocks:
             self._locks.pause(key_or_prefix, note=note, until=until, by=by)
         )
 
-    def resume(self, key_or_prefix: str) -> JobPause | None:
+    def resume(self, key_or_prefix: str, *, by: str | None = None) -> JobPause | None:
         """Remove a pause; see :meth:`leaselock.Locks.resume`."""
         _refuse_on_an_event_loop("resume")
-        return self._started_portal().call(self._locks.resume(key_or_prefix))
+        return self._started_portal().call(self._locks.resume(key_or_prefix, by=by))
 
     def pauses(self) -> list[JobPause]:
         """Return every pause kept; see :meth:`leaselock.Locks.pauses`."""
         _refuse_on_an_event_loop("pauses")
         return self._started_portal().call(self._locks.pauses())
 
-    def run_now(self, key: str) -> object:
+    def run_now(self, key: str, *, by: str | None = None) -> object:
         """Run the job ``key`` once here, now; see :meth:`leaselock.Locks.run_now`."""
         _refuse_on_an_event_loop("run_now")
-        return self._started_portal().call(self._locks.run_now(key))
+        return self._started_portal().call(self._locks.run_now(key, by=by))
 
     def _started_portal(self) -> Portal:
         refuse_if_forked(self._generation, "SyncLocks")

@@ -1,7 +1,9 @@
 """The admin endpoints: export invoices, see every job's runs, steer the jobs, pause a scheduler.
 
 The export runs under the nightly run's lock; the runs come from the lock store's run records;
-a job paused here is paused on every instance (the pause is kept in the lock store).
+a job paused here is paused on every instance (the pause is kept in the lock store). The same
+ADMIN_TOKEN opens the operator's dashboard at ``/admin/locks`` (see ``app.py``): a browser
+cannot send the ``x-admin-token`` header, so there an operator signs in with it.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from leaselock import Locks
 from leaselock.integrations.asgi import locks_lifespan
+from leaselock.integrations.dashboard import dashboard
 from leaselock.testing import ManualClock
 
 from . import admin
@@ -25,6 +26,9 @@ from .locking import make_lock_store
 from .schedule import Tick, start_scheduler
 from .settings import Settings
 from .state import Shop, shop_of
+
+# where the operator's dashboard is mounted; `make demo` prints its URL
+DASHBOARD_PATH = "/admin/locks"
 
 
 def create_app(
@@ -79,6 +83,11 @@ def create_app(
     else:
         # plain cron: every instance runs every tick, as before leaselock
         export_tick, reconcile_tick = invoice_export.export, stock_reconciliation.reconcile
+    # the operator's dashboard, behind the same ADMIN_TOKEN as the admin API: operators sign in
+    # with it (and a name, which every action's audit line carries)
+    admin_dashboard = dashboard(
+        locks, token=settings.admin_token.get_secret_value(), title="Cat food shop: locks"
+    )
     shop = Shop(
         settings=settings,
         engine=engine,
@@ -107,6 +116,8 @@ def create_app(
         try:
             yield
         finally:
+            # its reads stop, and a run asked for from its page ends, before the Locks closes
+            await admin_dashboard.aclose()
             # no new ticks; runs in progress finish when the Locks closes, right after this
             shop.scheduler.shutdown(wait=False)
             shop.scheduler = None
@@ -128,6 +139,7 @@ def create_app(
     app = FastAPI(title="Cat food shop", lifespan=lifespan)
     app.state.shop = shop
     app.include_router(admin.router)
+    app.mount(DASHBOARD_PATH, admin_dashboard)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

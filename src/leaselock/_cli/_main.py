@@ -11,6 +11,7 @@ from typing import Final
 from .._errors import LockError
 from ._check import add_check_command
 from ._operate import add_operator_commands, out
+from ._serve import add_serve_command
 from ._steer import add_steering_commands
 from ._timeline import add_timeline_command
 from ._watch import add_watch_command
@@ -33,8 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="leaselock",
         description=(
             "Distributed lease locks with fencing tokens: see who holds what, break a stuck "
-            "lock, read the jobs' run records, pause, resume and run jobs, and check a lock "
-            "store."
+            "lock, read the jobs' run records, pause, resume and run jobs, serve a dashboard of "
+            "it all, and check a lock store."
         ),
     )
     parser.add_argument(
@@ -48,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_steering_commands(commands)
     add_watch_command(commands)
     add_timeline_command(commands)
+    add_serve_command(commands)
     arguments = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(message)s")
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import getpass
 import json
 import os
 import socket
@@ -31,7 +32,15 @@ from ..stores._common._job_control import JobPause
 from ..stores._common._urls import store_from_url
 from ._arguments import add_url_argument
 
-__all__ = ["add_operator_commands", "add_redis_prefix_argument", "cli_locks", "on_store", "out"]
+__all__ = [
+    "add_operator_commands",
+    "add_redis_prefix_argument",
+    "cli_locks",
+    "on_store",
+    "operator_name",
+    "out",
+    "refuse_a_missing_sqlite_file",
+]
 
 T = TypeVar("T")
 
@@ -139,7 +148,11 @@ def _run_break(arguments: argparse.Namespace) -> int:
         if answer.strip().lower() not in {"y", "yes"}:
             out("Left as it was.")
             return 0
-    broken = on_store(arguments, lambda locks: locks.break_lock(arguments.key), read_only=False)
+    broken = on_store(
+        arguments,
+        lambda locks: locks.break_lock(arguments.key, by=operator_name()),
+        read_only=False,
+    )
     if broken is None:
         out(f"No live lock held {arguments.key!r}; nothing was broken.")
     else:
@@ -227,6 +240,11 @@ def _state(status: JobStatus, now: datetime) -> str:
     return "; ".join(said) or "ok"
 
 
+def operator_name() -> str:
+    """Who runs this command, for the audit trail of what it changes: ``user@host``."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
 # --- the store --------------------------------------------------------------------------------
 
 
@@ -254,7 +272,7 @@ async def cli_locks(arguments: argparse.Namespace, *, read_only: bool) -> AsyncI
         LocksConfigurationError: no SQLite file at the URL, or a URL leaselock cannot use.
         LockStoreError: the store cannot be reached or lacks its tables.
     """
-    _refuse_a_missing_sqlite_file(arguments.url)
+    refuse_a_missing_sqlite_file(arguments.url)
     store = store_from_url(
         arguments.url, prefix=arguments.redis_prefix, create_schema=False, read_only=read_only
     )
@@ -266,7 +284,12 @@ async def cli_locks(arguments: argparse.Namespace, *, read_only: bool) -> AsyncI
         yield locks
 
 
-def _refuse_a_missing_sqlite_file(url: str) -> None:
+def refuse_a_missing_sqlite_file(url: str) -> None:
+    """Refuse a ``sqlite:///`` URL whose file does not exist, naming the fix.
+
+    Raises:
+        LocksConfigurationError: no file at the URL's path.
+    """
     parts = urlsplit(url)
     if parts.scheme != "sqlite":
         return

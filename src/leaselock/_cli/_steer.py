@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import getpass
 import importlib
-import socket
 from typing import Any
 
 from .._errors import LocksConfigurationError
 from ._arguments import add_url_argument
-from ._operate import add_redis_prefix_argument, cli_locks, on_store, out
+from ._operate import add_redis_prefix_argument, cli_locks, on_store, operator_name, out
 
 __all__ = ["add_steering_commands"]
 
@@ -69,7 +67,7 @@ def add_steering_commands(commands: Any) -> None:  # noqa: ANN401 -- argparse's 
 
 
 def _run_pause(arguments: argparse.Namespace) -> int:
-    by = arguments.by or f"{getpass.getuser()}@{socket.gethostname()}"
+    by = arguments.by or operator_name()
     pause = on_store(
         arguments,
         lambda locks: locks.pause(arguments.key, note=arguments.note, until=arguments.until, by=by),
@@ -81,7 +79,9 @@ def _run_pause(arguments: argparse.Namespace) -> int:
 
 
 def _run_resume(arguments: argparse.Namespace) -> int:
-    removed = on_store(arguments, lambda locks: locks.resume(arguments.key), read_only=False)
+    removed = on_store(
+        arguments, lambda locks: locks.resume(arguments.key, by=operator_name()), read_only=False
+    )
     if removed is None:
         out(f"{arguments.key!r} was not paused.")
     else:
@@ -98,7 +98,7 @@ def _run_now(arguments: argparse.Namespace) -> int:
     async def run() -> object:
         async with cli_locks(arguments, read_only=False) as locks:
             locks.register(job)
-            return await locks.run_now(arguments.key)
+            return await locks.run_now(arguments.key, by=operator_name())
 
     result = asyncio.run(run())
     out(f"Ran {arguments.key!r} once: {result!r}")

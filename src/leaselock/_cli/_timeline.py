@@ -1,10 +1,10 @@
 """``leaselock timeline``: who held what, from event logs, drawn as SVG or HTML or listed as JSON.
 
 Each ``Locks(event_log=...)`` writes its events as JSON lines; the timeline merges any number of
-those files by time and finds every lease in them (:mod:`._timeline_leases`): its key, holder
+those files by time and finds every lease in them (:mod:`leaselock._timeline`): its key, holder
 and fencing token, when it started and ended, and how: released, handed back (a graceful
 shutdown or an idle owner), lost (and how it was detected), or expired: no end recorded, the
-holder died. It draws them (:mod:`._timeline_svg`), or prints them as JSON.
+holder died. It draws them, or prints them as JSON.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import LocksConfigurationError
+from .._timeline import leases_from, read_events, render_html, render_svg
 from ._operate import out
-from ._timeline_leases import leases_from, read_events
-from ._timeline_svg import render_html, render_svg
 
 __all__ = ["add_timeline_command"]
 

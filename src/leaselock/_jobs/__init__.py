@@ -15,7 +15,7 @@ from ._options import (
 )
 from ._runtime import CURRENT_RUNTIME, JobRuntime, current_runtime, resolve_runtime
 from ._spec import Overlap
-from ._status import JobStatus
+from ._status import JobsReader, JobStatus
 
 __all__ = [
     "CURRENT_RUNTIME",
@@ -23,6 +23,7 @@ __all__ = [
     "JobDecorator",
     "JobRuntime",
     "JobStatus",
+    "JobsReader",
     "OnOneInstanceOptions",
     "Overlap",
     "RunInfo",

@@ -38,7 +38,7 @@ from ._records import describe_error
 from ._registry import Registry
 from ._runs import JobRun, JobRuns
 from ._spec import ElectionSpec, JobSpec, election_spec_of, job_spec_of
-from ._status import JobStatus, job_statuses
+from ._status import JobsReader, JobStatus, job_statuses
 
 __all__ = [
     "CURRENT_RUNTIME",
@@ -271,6 +271,23 @@ class JobRuntime:
             jobs = sorted(recorded | {spec.key for spec in self._registry.jobs})
         return await job_statuses(engine.operator, overdue, jobs)
 
+    def jobs_reader(self) -> JobsReader:
+        """Return a reader of this store's job data, for a watcher that paces its store calls.
+
+        Raises:
+            LocksConfigurationError: not started.
+        """
+        engine = self._engine
+        if engine is None or self._runs is None:
+            raise LocksConfigurationError(
+                "This Locks is not started; use `async with locks:` or `await locks.start()` first"
+            )
+        return JobsReader(
+            engine.operator,
+            self._runs.overdue,
+            lambda: [spec.key for spec in self._registry.jobs],
+        )
+
     # --- pauses ----------------------------------------------------------------------------
 
     async def pause(
@@ -288,13 +305,7 @@ class JobRuntime:
             target, note=note, until=until, paused_by=paused_by, now=self._runs.records.wall.now()
         )
         await engine.operator.pause_jobs(pause)
-        _log.warning(
-            "Paused %s%s: %s",
-            pause.target,
-            "" if pause.until is None else f" until {pause.until.isoformat(timespec='seconds')}",
-            pause.note or "(no note)",
-            extra={"job": pause.target, "reason": "paused"},
-        )
+        # no log line here: the facade's operator-acted event is the line, naming who asked
         return pause
 
     async def resume(self, engine: LockEngine, target: object) -> JobPause | None:
@@ -304,16 +315,8 @@ class JobRuntime:
             LocksConfigurationError: a bad target, or a store that keeps no job control.
             LockStoreError: the store failed or did not answer in time.
         """
-        removed = await engine.operator.resume_jobs(checked_target(target))
-        if removed is not None:
-            _log.warning(
-                "Resumed %s (paused by %s: %s)",
-                removed.target,
-                removed.paused_by,
-                removed.note or "no note",
-                extra={"job": removed.target, "reason": "resumed"},
-            )
-        return removed
+        # no log line here: the facade's operator-acted event is the line, naming who asked
+        return await engine.operator.resume_jobs(checked_target(target))
 
     # --- running ticks -----------------------------------------------------------------------
 
@@ -449,6 +452,14 @@ class JobRuntime:
 
         loop = self._usable_loop()
         loop.call_soon_threadsafe(lambda: self._spawn(again()))
+
+    def job_spec(self, key: str) -> JobSpec:
+        """Return the registered job ``key``.
+
+        Raises:
+            LocksConfigurationError: no job ``key`` is registered with this Locks.
+        """
+        return self._registry.job(key)
 
     async def run_now(self, key: str) -> object:
         """Run the job ``key`` once here, now, under its run lock, whatever its pause or lease.

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import final
 
@@ -15,7 +15,7 @@ from ..stores._common._capabilities import JobRecord, LockInfo, RunRecord
 from ..stores._common._job_control import JobPause, JobState, pause_matches
 from ._overdue import OverdueWatch
 
-__all__ = ["JobStatus", "job_statuses"]
+__all__ = ["JobStatus", "JobsReader", "job_statuses", "statuses_of"]
 
 
 @final
@@ -66,54 +66,150 @@ async def job_statuses(
         LocksConfigurationError: the store keeps no run records.
         LockStoreError: the store failed or did not answer in time.
     """
-    records = {record.job: record for record in await operator.job_records(list(jobs))}
-    states: dict[str, JobState] = {}
+    records = await operator.job_records(list(jobs))
+    states: list[JobState] = []
     pauses: list[JobPause] = []
     if operator.keeps_job_control:
-        found, pauses = await asyncio.gather(operator.job_states(list(jobs)), operator.job_pauses())
-        states = {state.job: state for state in found}
-    inspectable = operator.can_inspect
-    statuses = await asyncio.gather(
-        *(
-            _status(operator, overdue, job, records.get(job), inspectable=inspectable)
-            for job in jobs
+        states, pauses = await asyncio.gather(
+            operator.job_states(list(jobs)), operator.job_pauses()
         )
+    held: dict[str, LockInfo] = {}
+    if operator.can_inspect:
+        keys = [key for job in jobs for key in (job, lease_key(job))]
+        found = await asyncio.gather(*(operator.read_lock(key) for key in keys))
+        held = {info.key: info for info in found if info is not None}
+    return statuses_of(
+        jobs,
+        records=records,
+        states=states,
+        pauses=pauses,
+        held=held,
+        overdue=overdue,
+        now=utc_now(),
     )
-    now = utc_now()
-    return [
-        replace(
-            status,
-            paused=next(
-                (p for p in pauses if pause_matches(p.target, status.job) and p.live(now)), None
-            ),
-            failures=states[status.job].failures if status.job in states else 0,
-            missed_at=states[status.job].missed_at if status.job in states else None,
-        )
-        for status in statuses
-    ]
 
 
-async def _status(
-    operator: OperatorStore,
-    overdue: OverdueWatch | None,
-    job: str,
-    record: JobRecord | None,
+def statuses_of(
+    jobs: Sequence[str],
     *,
-    inspectable: bool,
-) -> JobStatus:
-    running: LockInfo | None = None
-    owner: LockInfo | None = None
-    if inspectable:
-        running, owner = await asyncio.gather(
-            operator.read_lock(job), operator.read_lock(lease_key(job))
+    records: Sequence[JobRecord],
+    states: Sequence[JobState],
+    pauses: Sequence[JobPause],
+    held: Mapping[str, LockInfo],
+    overdue: OverdueWatch | None,
+    now: datetime,
+) -> list[JobStatus]:
+    """Return the status of each of ``jobs``, in order, from what was read: no store call.
+
+    ``held`` maps keys to their locks (a job's run lock ``<job>`` and lease ``<job>:owner``);
+    a key it lacks is free. ``pauses`` are every pause kept; the first live one whose target
+    matches a job pauses it.
+    """
+    by_job = {record.job: record for record in records}
+    state_of = {state.job: state for state in states}
+    statuses = []
+    for job in jobs:
+        record, state = by_job.get(job), state_of.get(job)
+        running, owner = held.get(job), held.get(lease_key(job))
+        every_ms = None if overdue is None else overdue.expect_every_ms(job)
+        statuses.append(
+            JobStatus(
+                job=job,
+                last_run=None if record is None else record.last_run,
+                last_success=None if record is None else record.last_success,
+                running_on=None if running is None else running.holder,
+                owner=None if owner is None else owner.holder,
+                expect_every=None if every_ms is None else timedelta(milliseconds=every_ms),
+                overdue=overdue is not None and overdue.is_overdue(job),
+                paused=next(
+                    (p for p in pauses if pause_matches(p.target, job) and p.live(now)), None
+                ),
+                failures=0 if state is None else state.failures,
+                missed_at=None if state is None else state.missed_at,
+            )
         )
-    every_ms = None if overdue is None else overdue.expect_every_ms(job)
-    return JobStatus(
-        job=job,
-        last_run=None if record is None else record.last_run,
-        last_success=None if record is None else record.last_success,
-        running_on=None if running is None else running.holder,
-        owner=None if owner is None else owner.holder,
-        expect_every=None if every_ms is None else timedelta(milliseconds=every_ms),
-        overdue=overdue is not None and overdue.is_overdue(job),
-    )
+    return statuses
+
+
+@final
+class JobsReader:
+    """What job statuses are made of, read one store call at a time; statuses from the reads.
+
+    For a watcher that paces its store calls (the dashboard): it reads the run records, the
+    job states and the pauses when it chooses, lists the locks itself, and builds every job's
+    status from its last reads with :meth:`statuses`, at no further cost.
+    """
+
+    __slots__ = ("_operator", "_overdue", "_registered")
+
+    def __init__(
+        self,
+        operator: OperatorStore,
+        overdue: OverdueWatch | None,
+        registered: Callable[[], Iterable[str]],
+    ) -> None:
+        """Read through ``operator``; ``registered`` names the jobs registered here."""
+        self._operator = operator
+        self._overdue = overdue
+        self._registered = registered
+
+    @property
+    def keeps_run_records(self) -> bool:
+        """Whether the store keeps run records (else :meth:`records` raises)."""
+        return self._operator.keeps_run_records
+
+    @property
+    def keeps_job_control(self) -> bool:
+        """Whether the store keeps pauses and job states (else those reads raise)."""
+        return self._operator.keeps_job_control
+
+    def registered(self) -> list[str]:
+        """Return the keys of the jobs registered with this ``Locks``: those it can run now."""
+        return sorted(self._registered())
+
+    async def records(self) -> list[JobRecord]:
+        """Read every job's run records: one store call.
+
+        Raises:
+            LocksConfigurationError: the store keeps no run records.
+            LockStoreError: the store failed or did not answer in time.
+        """
+        return await self._operator.job_records(None)
+
+    async def states(self) -> list[JobState]:
+        """Read every job's state (failure streak, missed tick): one store call.
+
+        Raises:
+            LocksConfigurationError: the store keeps no job control.
+            LockStoreError: the store failed or did not answer in time.
+        """
+        return await self._operator.job_states(None)
+
+    async def pauses(self) -> list[JobPause]:
+        """Read every pause kept: one store call.
+
+        Raises:
+            LocksConfigurationError: the store keeps no job control.
+            LockStoreError: the store failed or did not answer in time.
+        """
+        return await self._operator.job_pauses()
+
+    def statuses(
+        self,
+        records: Sequence[JobRecord],
+        states: Sequence[JobState],
+        pauses: Sequence[JobPause],
+        held: Mapping[str, LockInfo],
+        now: datetime,
+    ) -> list[JobStatus]:
+        """Return the status of every job recorded or registered here, by key; no store call."""
+        jobs = sorted({record.job for record in records} | set(self._registered()))
+        return statuses_of(
+            jobs,
+            records=records,
+            states=states,
+            pauses=pauses,
+            held=held,
+            overdue=self._overdue,
+            now=now,
+        )

@@ -16,8 +16,7 @@ from helpers import timeline_event as event
 from helpers import timeline_renewed as renewed
 from helpers import write_timeline_story as write_logs
 from leaselock._cli import main
-from leaselock._cli._timeline_leases import Lease, leases_from, read_events
-from leaselock._cli._timeline_svg import render_svg
+from leaselock._timeline import Lease, leases_from, read_events, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 from xml.sax.saxutils import escape, quoteattr
 
 if TYPE_CHECKING:
-    from ._timeline_leases import Lease
+    from ._leases import Lease
 
 __all__ = ["render_html", "render_svg"]
 
@@ -36,24 +36,32 @@ BAR_HEIGHT: Final = 18
 TOP: Final = 50
 MIN_TOKEN_WIDTH: Final = 26
 TICKS: Final = 10
-LEGEND_HEIGHT: Final = 70
+LEGEND_HEIGHT: Final = 84
 
 EXPIRED_MARK_WIDTH: Final = 64
 
 Scale = Callable[[datetime], float]
 
 
-def render_svg(leases: Sequence[Lease]) -> str:
-    """Draw ``leases`` as one SVG document: a lane per key, a bar per lease."""
+def render_svg(leases: Sequence[Lease], span: tuple[datetime, datetime] | None = None) -> str:
+    """Draw ``leases`` as one SVG document: a lane per key, a bar per lease.
+
+    ``span`` is the stretch of time drawn (a live timeline's last minutes): what lies outside
+    is cut at its edges. By default, from the first start to the last end.
+    """
     keys = sorted({lease.key for lease in leases})
     instances = sorted({lease.instance for lease in leases})
     colours = {name: PALETTE[index % len(PALETTE)] for index, name in enumerate(instances)}
-    start = min(lease.start for lease in leases)
-    finish = max(lease.end for lease in leases)
+    if span is None:
+        start = min(lease.start for lease in leases)
+        finish = max(lease.end for lease in leases)
+    else:
+        start, finish = span
     span_s = max((finish - start).total_seconds(), 0.001)
 
     def x(moment: datetime) -> float:
-        return LABEL_WIDTH + (moment - start).total_seconds() / span_s * PLOT_WIDTH
+        share = min(max((moment - start).total_seconds() / span_s, 0.0), 1.0)
+        return LABEL_WIDTH + share * PLOT_WIDTH
 
     height = TOP + len(keys) * LANE_HEIGHT + LEGEND_HEIGHT
     width = LABEL_WIDTH + PLOT_WIDTH + 60
@@ -109,10 +117,11 @@ def _bar(lease: Lease, x: Scale, top: float, colour: str) -> list[str]:
     # a lease of a few milliseconds still shows: 1.5 px at least
     right = max(x(lease.held_until), left + 1.5)
     y = top + (LANE_HEIGHT - BAR_HEIGHT) / 2
-    token = str(lease.token)
+    token = "" if lease.token is None else str(lease.token)
     how = lease.ended if lease.detected_by is None else f"{lease.ended} ({lease.detected_by})"
     title = (
-        f"{lease.key}: {lease.instance}, fencing token {token}, {_clock(lease.start)} to "
+        f"{lease.key}: {lease.instance}, fencing token {token or 'unknown'}, "
+        f"{_clock(lease.start)} to "
         f"{_clock(lease.end)}, {how}"
     )
     parts = [
@@ -129,7 +138,7 @@ def _bar(lease: Lease, x: Scale, top: float, colour: str) -> list[str]:
     ]
     if lease.ended == "expired":
         parts += _expired_tail(lease, right, x(lease.end), y, colour)
-    if right - left >= MIN_TOKEN_WIDTH:
+    if token and right - left >= MIN_TOKEN_WIDTH:
         parts.append(
             f'<text class="token" x="{(left + right) / 2:.1f}" y="{y + 13:.1f}" '
             f'text-anchor="middle" fill="#fff">{escape(token)}</text>'
@@ -184,11 +193,13 @@ def _legend(instances: Sequence[str], colours: dict[str, str], top: float) -> li
             f'<text x="{left + 18}" y="12">{escape(name)}</text>'
         )
         left += 30 + 7 * len(name)
+    # two lines: one would run past the drawing's right edge
     parts.append(
         '<text x="0" y="36" fill="#333">\u21a9 handed back (graceful shutdown, idle owner)   '
-        f'<tspan fill="{LOST_COLOUR}">\u2715 lost (renewal refused, deadline, max_run)   '
-        "? expired: no end recorded (the process died): held until its last sign of life, "
-        "over a ttl later at the latest</tspan></text>"
+        f'<tspan fill="{LOST_COLOUR}">\u2715 lost (renewal refused, deadline, max_run)</tspan>'
+        f'</text><text class="legend-expired" x="0" y="54" fill="{LOST_COLOUR}">? expired: no end '
+        "recorded (the process died): held until its last sign of life, over a ttl later at "
+        "the latest</text>"
     )
     parts.append("</g>")
     return parts

@@ -20,9 +20,10 @@ from typing import Any, Literal, TypeAlias
 
 from .._errors import LocksConfigurationError
 
-__all__ = ["Ended", "Lease", "leases_from", "read_events"]
+__all__ = ["Ended", "Lease", "end_by_the_next_token", "leases_from", "read_events"]
 
-Ended: TypeAlias = Literal["released", "handed-back", "lost", "expired"]
+Ended: TypeAlias = Literal["released", "handed-back", "lost", "expired", "held"]
+"""How a lease ended; ``"held"``: it had not, when a live timeline was drawn (the dashboard)."""
 
 
 @dataclass(slots=True)
@@ -33,13 +34,15 @@ class Lease:
     or, for a lease that ``expired`` (no end recorded), the last line its instance wrote.
     ``end`` is when it was over at the latest: its recorded end, or ``ttl`` after
     ``held_until``. Neither is later than the start of a later token of the same key.
-    ``detected_by`` says how a ``lost`` lease was lost.
+    ``detected_by`` says how a ``lost`` lease was lost. ``token`` is ``None`` where it is not
+    known: a live timeline of a store that keeps no token per key (Redis) sees other
+    processes' leases without theirs.
     """
 
     key: str
     owner: str
     instance: str
-    token: int
+    token: int | None
     start: datetime
     ttl: timedelta
     held_until: datetime
@@ -129,7 +132,7 @@ def leases_from(events: Sequence[dict[str, Any]]) -> list[Lease]:
         lease.held_until = max(lease.start, last_sign.get(lease.instance, lease.start))
         lease.end = lease.held_until + lease.ttl
         closed.append(lease)
-    _end_by_the_next_token(closed)
+    end_by_the_next_token(closed)
     return sorted(closed, key=lambda lease: (lease.key, lease.start, lease.token))
 
 
@@ -167,7 +170,7 @@ def _ending(event: dict[str, Any]) -> Ended | None:
     return None
 
 
-def _end_by_the_next_token(leases: list[Lease]) -> None:
+def end_by_the_next_token(leases: Sequence[Lease]) -> None:
     """Cut every lease at the earliest start of a greater token of its key.
 
     The store gave that token only once this lease was over, so a lease drawn past it would be
@@ -180,8 +183,19 @@ def _end_by_the_next_token(leases: list[Lease]) -> None:
         by_key.setdefault(lease.key, []).append(lease)
     for same_key in by_key.values():
         next_start: datetime | None = None
-        for lease in sorted(same_key, key=lambda lease: lease.token, reverse=True):
+        # tokens grow with every acquisition of a key; where one is not known (a live timeline
+        # of a store that keeps none per key), the starts are the order, each from one clock
+        order = _by_start if any(lease.token is None for lease in same_key) else _by_token
+        for lease in sorted(same_key, key=order, reverse=True):
             if next_start is not None:
                 lease.held_until = max(lease.start, min(lease.held_until, next_start))
                 lease.end = max(lease.held_until, min(lease.end, next_start))
             next_start = lease.start if next_start is None else min(next_start, lease.start)
+
+
+def _by_token(lease: Lease) -> int:
+    return lease.token or 0
+
+
+def _by_start(lease: Lease) -> datetime:
+    return lease.start
