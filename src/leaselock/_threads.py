@@ -23,7 +23,14 @@ from contextlib import AbstractAsyncContextManager, contextmanager
 from types import TracebackType
 from typing import Any, TypeVar, final
 
-__all__ = ["Portal", "call_in_loop", "run_sync_in_worker", "running_loop"]
+__all__ = [
+    "Portal",
+    "await_on_loop",
+    "call_in_loop",
+    "run_sync_in_worker",
+    "running_loop",
+    "start_on_loop",
+]
 
 T = TypeVar("T")
 _ExcInfo = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
@@ -53,6 +60,20 @@ def call_in_loop(loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, T]) 
     except BaseException:
         future.cancel()
         raise
+
+
+def start_on_loop(
+    loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, T]
+) -> concurrent.futures.Future[T]:
+    """Start ``work`` on ``loop`` from any thread; the future tells when and how it ended."""
+    return asyncio.run_coroutine_threadsafe(work, loop)
+
+
+async def await_on_loop(loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` on ``loop`` and await it from this thread's loop (it may be ``loop``)."""
+    if running_loop() is loop:
+        return await work
+    return await asyncio.wrap_future(start_on_loop(loop, work))
 
 
 async def run_sync_in_worker(fn: Callable[[], T]) -> T:

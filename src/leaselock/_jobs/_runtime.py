@@ -26,7 +26,7 @@ from .._errors import LocksConfigurationError
 from .._event_types import RunTrigger
 from .._events import Publisher
 from .._forks import process_generation, refuse_if_forked
-from .._threads import call_in_loop, running_loop
+from .._threads import await_on_loop, call_in_loop, running_loop, start_on_loop
 from ..stores._common._capabilities import RunOutcome
 from ..stores._common._job_control import JobPause
 from ._bindings import Bindings, Started
@@ -509,7 +509,7 @@ class JobRuntime:
         loop = self._usable_loop()
         if running_loop() is loop:
             return await self._begin(spec, trigger, run_again)
-        begun = asyncio.run_coroutine_threadsafe(self._begin(spec, trigger, run_again), loop)
+        begun = start_on_loop(loop, self._begin(spec, trigger, run_again))
         try:
             return await asyncio.wrap_future(begun)
         except asyncio.CancelledError:
@@ -529,13 +529,13 @@ class JobRuntime:
         if run is not None:
             ending = _Ending()
             ending.cancelled()
-            asyncio.run_coroutine_threadsafe(self._end(run, ending), loop)
+            start_on_loop(loop, self._end(run, ending))
 
     async def _on_own_loop(self, work: Coroutine[Any, Any, T]) -> T:
         loop = self._loop
-        if loop is None or running_loop() is loop:
+        if loop is None:
             return await work
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, loop))
+        return await await_on_loop(loop, work)
 
     def _usable_loop(self) -> asyncio.AbstractEventLoop:
         refuse_if_forked(self._generation, "Locks")
