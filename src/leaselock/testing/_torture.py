@@ -274,8 +274,8 @@ class _Nemesis:
             time.sleep(_POLL_S)  # noqa: TID251 -- waiting for real processes
 
     def make_faults(self) -> None:
-        """A pause and a kill first, so every run long enough has both; then at random."""
-        first: list[_FaultKind] = ["pause", "kill"]
+        """One fault of each kind first, so a run long enough has every one; then at random."""
+        first: list[_FaultKind] = ["pause", "kill", *self.store_faults]
         kinds: list[_FaultKind] = ["pause", "kill", "pause", *self.store_faults]
         for kind in itertools.chain(first, itertools.cycle(kinds)):
             gap_ns = int(self.rng.uniform(0.3, 0.9) * _NS_PER_S)
