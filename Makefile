@@ -68,13 +68,17 @@ typecheck: $(STAMP)
 	MYPYPATH=examples/celery $(BIN)/mypy --strict examples/celery/tasks.py
 	$(BIN)/python tests/doc_typecheck.py
 
+# two test processes: most of a run's time is spent waiting on real servers and processes (a
+# ttl to pass, a failover, a nemesis), and two workers wait at once; each starts its own servers
+TEST_WORKERS ?= 2
+
 coverage: $(STAMP)
 	@echo "Tests start throwaway PostgreSQL and Redis servers unless LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL name yours"
-	$(BIN)/coverage run -m pytest --durations=15 $(PYTEST_ARGS)
-	$(BIN)/coverage report --fail-under=$(COVERAGE_FLOOR)
+	$(BIN)/pytest -n $(TEST_WORKERS) --cov=leaselock --cov-report=term:skip-covered \
+		--cov-fail-under=$(COVERAGE_FLOOR) --durations=15 $(PYTEST_ARGS)
 
 pytest: $(STAMP)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python examples/shop/demo.py
