@@ -1,5 +1,5 @@
 # Two commands set everything up on a fresh machine with Python 3.11+ and make:
-#   make test   lint, type-check, and every test with coverage (bootstraps .venv)
+#   make test   lint, type-check, build the docs site, and every test with coverage (bootstraps .venv)
 #   make demo   the example shop on three instances (bootstraps .venv)
 #               make demo DATABASE_URL=postgresql://... REDIS_URL=redis://... on real servers
 #               make demo DEMO_PORTS=3101,3102,3103 when 3001-3003 are taken
@@ -35,7 +35,7 @@ TEST_HELPERS := \
 	tests/sim_jobs.py \
 	tests/store_benches.py
 
-.PHONY: test lint typecheck coverage pytest demo bench clean
+.PHONY: test lint typecheck docs coverage pytest demo bench clean
 
 export DATABASE_URL REDIS_URL DEMO_PORTS
 
@@ -43,18 +43,18 @@ $(STAMP): pyproject.toml
 	@echo "Setting up $(VENV) with leaselock and its development tools (the first time: about a minute)"
 	@if [ -n "$(UV)" ]; then \
 		uv venv --python $(PYTHON) $(VENV) && \
-		uv pip install --python $(BIN)/python -e . --group dev --group examples; \
+		uv pip install --python $(BIN)/python -e . --group dev --group examples --group docs; \
 	else \
 		$(PYTHON) -m venv $(VENV) && \
 		echo "  upgrading pip (dependency groups need pip 25.1 or later)" && \
 		$(BIN)/python -m pip install --quiet --upgrade pip && \
-		echo "  installing leaselock, the test tools and the example shop's packages" && \
-		$(BIN)/python -m pip install -e . --group dev --group examples; \
+		echo "  installing leaselock, the test tools, the docs' builder and the example shop's packages" && \
+		$(BIN)/python -m pip install -e . --group dev --group examples --group docs; \
 	fi
 	@touch $(STAMP)
 	@echo "$(VENV) is ready"
 
-test: lint typecheck coverage
+test: lint typecheck docs coverage
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -67,6 +67,12 @@ typecheck: $(STAMP)
 	MYPYPATH=examples/gunicorn $(BIN)/mypy --strict examples/gunicorn/app.py examples/gunicorn/gunicorn.conf.py
 	MYPYPATH=examples/celery $(BIN)/mypy --strict examples/celery/tasks.py
 	$(BIN)/python tests/doc_typecheck.py
+
+# the site of docs/ (mkdocs.yml), into build/site; --strict fails on a page left out of the nav
+# and on a link to a missing page or anchor (not with --quiet: it hides the warnings, and then
+# passes); NO_MKDOCS_2_WARNING hushes the theme's banner.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # two test processes: most of a run's time is spent waiting on real servers and processes (a
 # ttl to pass, a failover, a nemesis), and two workers wait at once; each starts its own servers
@@ -111,4 +117,4 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_dashboard.py --stores sqlite,redis,postgres
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build/doc_blocks
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build/doc_blocks build/site

@@ -30,8 +30,8 @@ from doc_blocks import ROOT, DocBlock, context_names, doc_blocks
 __all__ = ["GENERATED", "Generated", "generate", "main"]
 
 GENERATED = ROOT / "build" / "doc_blocks"
-# where the generated modules find doc_context (tests/) and the `app` of the README's gunicorn
-# hooks (examples/gunicorn, the example that README section points to)
+# where the generated modules find doc_context (tests/) and the `app` of the gunicorn hooks in
+# docs/frameworks.md (examples/gunicorn, the example that section points to)
 _MYPYPATH = ("tests", "examples/gunicorn")
 # APScheduler 3 and Celery ship no types: a reader's mypy configuration decides what to do about
 # that, not the example (import-not-found, a module that is not there at all, stays an error)

@@ -245,7 +245,7 @@ def two_holder_windows_ns(report: HistoryReport) -> list[int]:
 
 
 def table_row(name: str, result: CheckResult) -> str:
-    """The run as a row of the failover table of the README's reliability section."""
+    """The run as a row of the failover table in docs/check.md."""
     rules = [violation.rule for violation in result.report.violations]
     windows = two_holder_windows_ns(result.report)
     longest = f"{max(windows) / 1e6:.0f} ms" if windows else "-"
