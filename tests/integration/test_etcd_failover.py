@@ -57,6 +57,7 @@ def test_no_two_holders_no_token_back_no_stale_write_while_the_leader_is_killed(
     result = check_store(
         cluster.url,
         seconds=SECONDS,
+        at_most=SECONDS * 3,
         workers=WORKERS,
         ttl="1s",
         failover=failover,

@@ -58,6 +58,8 @@ def test_no_two_holders_no_token_back_no_stale_write_under_pauses_kills_and_cras
             seconds=SECONDS,
             workers=WORKERS,
             ttl="1s",
+            # on a loaded machine, as long as it takes to show every kind of fault's evidence
+            at_most=SECONDS * 6,
             restart=restart,
             directory=tmp_path,
         )

@@ -160,6 +160,7 @@ def test_tokens_never_go_back_across_asynchronous_failovers(
     result = check_store(
         async_replicas.url,
         seconds=SECONDS,
+        at_most=SECONDS * 3,
         workers=WORKERS,
         ttl=f"{TTL_MS}ms",
         failover=failing_over(async_replicas, synchronous=False),
@@ -185,6 +186,7 @@ def test_no_rule_is_broken_across_synchronous_failovers(
     result = check_store(
         sync_replicas.url,
         seconds=SECONDS,
+        at_most=SECONDS * 3,
         workers=WORKERS,
         ttl=f"{TTL_MS}ms",
         failover=failing_over(sync_replicas, synchronous=True),

@@ -294,7 +294,13 @@ def assert_fencing_held(result: CheckResult) -> None:
 def run_check(url: str, failover: object, tmp_path: Path) -> CheckResult:
     assert callable(failover)
     return check_store(
-        url, seconds=SECONDS, workers=WORKERS, ttl=TTL, failover=failover, directory=tmp_path
+        url,
+        seconds=SECONDS,
+        at_most=SECONDS * 3,
+        workers=WORKERS,
+        ttl=TTL,
+        failover=failover,
+        directory=tmp_path,
     )
 
 

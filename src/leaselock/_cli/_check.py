@@ -45,6 +45,15 @@ def add_check_command(commands: Any) -> None:  # noqa: ANN401 -- argparse's subp
         default=60,
         help="how long the workers run once all are ready (default 60; 10 or more for a verdict)",
     )
+    check.add_argument(
+        "--at-most",
+        type=float,
+        metavar="SECONDS",
+        help=(
+            "if the run lacks evidence after --seconds (a slow store, a loaded machine), go on "
+            "until it has it, this long in all (default: stop at --seconds)"
+        ),
+    )
     check.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
     check.add_argument("--ttl", default="1s", help='the lease length (default "1s")')
     check.add_argument(
@@ -106,6 +115,7 @@ def _run(arguments: argparse.Namespace) -> int:
         seconds=arguments.seconds,
         workers=arguments.workers,
         ttl=arguments.ttl,
+        at_most=arguments.at_most,
         failover=None if command is None else functools.partial(_fail_over, command),
         progress=lambda line: out(f"  {line}", flush=True),
     )

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import functools
 import itertools
-import json
 import logging
 import math
 import multiprocessing
@@ -42,7 +41,15 @@ from .._errors import LockNotAcquiredError, LocksConfigurationError, LockStoreEr
 from .._locks import Locks
 from .._redact import redact_secrets
 from ..stores import SupportsDiscard, store_from_url
-from ._check_verdict import CheckResult, Fault, StoreFault, judge
+from ._check_tally import Tally
+from ._check_verdict import (
+    MIN_ACQUISITIONS,
+    MIN_ACQUISITIONS_PER_WORKER,
+    CheckResult,
+    Fault,
+    StoreFault,
+    judge,
+)
 from .history import HistoryRecorder, check_history
 
 __all__ = ["CheckResult", "check_store"]
@@ -56,6 +63,8 @@ _POLL_S: Final = 0.01
 # a pause lasts at least this many ttls, and at most _PAUSE_MAX_TTLS waiting for a takeover
 _PAUSE_MIN_TTLS: Final = 1.6
 _PAUSE_MAX_TTLS: Final = 8.0
+# a run that lacks evidence is moved on by this much at a time, this long before its end
+_EXTENSION_NS: Final = 2 * _NS_PER_S
 
 _FaultKind: TypeAlias = Literal["pause", "kill"] | StoreFault
 
@@ -83,6 +92,7 @@ def check_store(
     seconds: float = 60,
     workers: int = 4,
     ttl: Duration = "1s",
+    at_most: float | None = None,
     restart: Callable[[], None] | None = None,
     failover: Callable[[], None] | None = None,
     directory: Path | None = None,
@@ -97,6 +107,9 @@ def check_store(
         workers: how many worker processes share the key (killed ones are replaced).
         ttl: the lease length; a pause lasts 1.6 times it, or longer until another worker
             has taken the key and written.
+        at_most: if the run still lacks evidence after ``seconds`` (a slow store, a loaded
+            machine), it goes on until it has it, ``at_most`` seconds in all; ``None``: it
+            stops at ``seconds`` whatever it has.
         restart: crashes and restarts the store, if the check may (never a production server).
         failover: makes a highly available store fail over (promotes a replica, kills the
             leader), if the check may; the run then needs at least one.
@@ -124,6 +137,13 @@ def check_store(
         or seconds <= 0
     ):
         raise LocksConfigurationError(f"seconds={seconds!r}; pass a number of seconds above 0")
+    if at_most is not None and (
+        isinstance(at_most, bool) or not isinstance(at_most, int | float) or at_most < seconds
+    ):
+        raise LocksConfigurationError(
+            f"at_most={at_most!r}; pass a number of seconds of at least seconds={seconds!r}, "
+            "or None"
+        )
     ttl_ms = parse_ttl(ttl)
     run_id = uuid.uuid4().hex[:8]
     prefix = _prefix_for(url, run_id)
@@ -152,7 +172,7 @@ def check_store(
                 {kind: fault for kind, fault in store_faults.items() if fault is not None},
                 progress,
             )
-            nemesis.run(seconds)
+            nemesis.run(seconds, at_most=seconds if at_most is None else at_most)
             return judge(
                 check_history(files / "history.jsonl"),
                 nemesis.faults,
@@ -217,7 +237,9 @@ class _Nemesis:
         self.rng = random.Random()  # noqa: S311 -- choosing faults, not secrets
         self.holding = job.files / "holding"
         self.ready = job.files / "ready"
-        self.tally = _Tally(job.files / "history.jsonl")
+        self.tally = Tally(job.files / "history.jsonl")
+        self.pause_took_over = False
+        self.most_ns = 0
         self.started_ns = 0
         self.reported_ns = 0
         self.ran_s = 0.0
@@ -230,7 +252,7 @@ class _Nemesis:
             job.files / "resource.db", isolation_level=None, timeout=_POLL_S
         )
 
-    def run(self, seconds: float) -> None:
+    def run(self, seconds: float, *, at_most: float) -> None:
         self.holding.mkdir(exist_ok=True)
         self.ready.mkdir(exist_ok=True)
         self.resource.execute("PRAGMA journal_mode=WAL")
@@ -242,6 +264,7 @@ class _Nemesis:
             self.await_ready()
             self.started_ns = self.reported_ns = time.monotonic_ns()
             self.job.until_ns.value = self.started_ns + int(seconds * _NS_PER_S)
+            self.most_ns = self.started_ns + int(at_most * _NS_PER_S)
             self.say(f"{self.workers} workers ready; running {seconds:g} s")
             self.make_faults()
             self.idle_until(self.job.until_ns.value)
@@ -290,13 +313,44 @@ class _Nemesis:
 
     def idle_until(self, when_ns: int) -> bool:
         """Wait until ``when_ns`` (or the run's end), reporting progress; whether time is left."""
-        until_ns = self.job.until_ns.value
-        while (now_ns := time.monotonic_ns()) < min(when_ns, until_ns):
+        while (now_ns := time.monotonic_ns()) < min(when_ns, self.job.until_ns.value):
             self.report_progress(now_ns)
             time.sleep(_POLL_S)  # noqa: TID251 -- the nemesis acts in real time
-        return time.monotonic_ns() < until_ns
+        return time.monotonic_ns() < self.job.until_ns.value
+
+    def keep_going(self, now_ns: int) -> None:
+        """Move the run's end on while it lacks evidence, up to ``at_most``.
+
+        Before the end comes: a worker that saw it pass has stopped for good.
+        """
+        until_ns = self.job.until_ns.value
+        if until_ns - now_ns < _EXTENSION_NS and until_ns < self.most_ns and self.lacks_evidence():
+            self.job.until_ns.value = min(until_ns + _EXTENSION_NS, self.most_ns)
+
+    def lacks_evidence(self) -> bool:
+        """Whether the history so far misses what a verdict needs (the judge has the last word).
+
+        The same evidence as :func:`._check_verdict.judge` asks, as far as a running count tells.
+        """
+        tally = self.tally
+        tally.read()
+        per_slot = [0] * self.workers
+        for process, count in tally.by_process.items():
+            per_slot[self.slots[process]] += count
+        kills = [fault for fault in self.faults if fault.kind == "kill"]
+        return (
+            tally.acquisitions < MIN_ACQUISITIONS
+            or min(per_slot) < MIN_ACQUISITIONS_PER_WORKER
+            or not self.pause_took_over
+            or not any(tally.won_since(kill.start_ns, other_than=kill.process) for kill in kills)
+            or not (tally.writes_accepted and tally.writes_refused)
+            or any(
+                not any(fault.kind == kind for fault in self.faults) for kind in self.store_faults
+            )
+        )
 
     def report_progress(self, now_ns: int) -> None:
+        self.keep_going(now_ns)
         if now_ns - self.reported_ns < PROGRESS_EVERY_S * _NS_PER_S:
             return
         self.reported_ns = now_ns
@@ -306,9 +360,10 @@ class _Nemesis:
             for kind in ("pause", "kill", "restart", "failover")
             if kind in kinds
         )
+        self.tally.read()
         self.say(
             f"{(now_ns - self.started_ns) / _NS_PER_S:.0f} s: "
-            f"{self.tally.acquisitions()} acquisitions; faults: {faults or 'none yet'}"
+            f"{self.tally.acquisitions} acquisitions; faults: {faults or 'none yet'}"
         )
 
     def say(self, line: str) -> None:
@@ -316,7 +371,12 @@ class _Nemesis:
             self.progress(line)
 
     def left_ns(self) -> int:
-        return self.job.until_ns.value - time.monotonic_ns()
+        """How long the run may still last: up to ``at_most`` while it lacks evidence."""
+        return self.latest_end_ns() - time.monotonic_ns()
+
+    def latest_end_ns(self) -> int:
+        until_ns = self.job.until_ns.value
+        return self.most_ns if until_ns < self.most_ns and self.lacks_evidence() else until_ns
 
     def await_holder(self, needed_ns: int) -> tuple[int, int] | None:
         """A worker holding the key now, as (pid, token), while ``needed_ns`` are left."""
@@ -348,7 +408,7 @@ class _Nemesis:
             os.kill(pid, signal.SIGSTOP)
             start_ns = time.monotonic_ns()
             least_ns = start_ns + int(ttl_ns * _PAUSE_MIN_TTLS)
-            most_ns = min(start_ns + int(ttl_ns * _PAUSE_MAX_TTLS), self.job.until_ns.value)
+            most_ns = min(start_ns + int(ttl_ns * _PAUSE_MAX_TTLS), self.latest_end_ns())
             while (now_ns := time.monotonic_ns()) < most_ns and (
                 now_ns < least_ns or self.resource_token(token) <= token
             ):
@@ -356,6 +416,8 @@ class _Nemesis:
                 time.sleep(_POLL_S)  # noqa: TID251 -- a real pause of a real process
             os.kill(pid, signal.SIGCONT)
             self.faults.append(Fault("pause", f"worker-{pid}", start_ns, time.monotonic_ns()))
+            # the pause ended on another worker's write, not on its time limit
+            self.pause_took_over |= self.resource_token(token) > token
 
     def resource_token(self, unknown: int) -> int:
         """The resource's token; ``unknown`` if the file cannot be read at once.
@@ -397,40 +459,6 @@ class _Nemesis:
             if process.exitcode is None:
                 process.kill()
                 process.join()
-
-
-@final
-class _Tally:
-    """Counts the acquisitions in a history file as it grows, reading only what is new."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.rest = b""
-        self.ops: dict[str, str] = {}
-        self.count = 0
-
-    def acquisitions(self) -> int:
-        with contextlib.suppress(FileNotFoundError), self.path.open("rb") as history:
-            history.seek(self.offset)
-            chunk = history.read()
-            self.offset += len(chunk)
-            *lines, self.rest = (self.rest + chunk).split(b"\n")
-            for line in lines:
-                self.count_line(line)
-        return self.count
-
-    def count_line(self, line: bytes) -> None:
-        with contextlib.suppress(ValueError, KeyError):
-            entry = json.loads(line)
-            if entry["phase"] == "sent":
-                self.ops[entry["call"]] = entry["op"]
-            elif entry["phase"] == "answered":
-                op = self.ops.pop(entry["call"], "")
-                result = entry.get("result")
-                # renewals and releases answer true or false; an acquisition, its token
-                won = isinstance(result, int) and not isinstance(result, bool)
-                self.count += won and op in {"acquire", "queue", "grant"}
 
 
 def work(job: _Job) -> None:
@@ -478,8 +506,9 @@ async def _work(job: _Job) -> None:
     spans_s = [job.ttl_ms / 1000 * share for share in (0.01, 0.05, 0.1, 0.2, 0.6)]
     async with Locks(store=recorder, ttl=f"{job.ttl_ms}ms") as locks:
         (job.files / "ready" / str(pid)).touch()
-        until_ns = await _await_start(job)
-        while time.monotonic_ns() < until_ns:
+        await _await_start(job)
+        # read at every turn: the nemesis extends a run that still lacks evidence
+        while time.monotonic_ns() < job.until_ns.value:
             try:
                 async with locks.hold(job.key, wait=f"{2 * job.ttl_ms}ms") as lock:
                     token = lock.fencing_token

@@ -80,8 +80,12 @@ def test_rerunning_the_printed_seed_gives_the_identical_report():
     assert first.summary() in message
 
 
-def test_the_fenced_export_keeps_every_invariant_for_100_seeds():
-    # benchmarks/bench_simulate.py runs 1,000 (under 60 s on two cores)
+# CPU-bound, about 13 s alone: a loaded machine stretches it past the unit tests' hang guard
+@pytest.mark.timeout(180)
+def test_the_fenced_export_keeps_every_invariant_for_100_seeds(caplog: pytest.LogCaptureFixture):
+    # benchmarks/bench_simulate.py runs 1,000 (under 60 s on two cores); the faults make the
+    # library warn, and capturing each line would double the run's time
+    caplog.set_level(logging.CRITICAL, logger="leaselock")
     check_seeds(fenced_export, 100, invariants=EXPORTED_ONCE)
 
 
