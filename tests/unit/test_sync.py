@@ -267,6 +267,20 @@ def test_every_public_async_method_of_locks_has_a_blocking_twin_of_its_name():
 
 
 @pytest.mark.parametrize("name", carried_across())
+def test_an_operator_twin_has_the_signature_of_the_async_method(name: str):
+    assert inspect.signature(getattr(SyncLocks, name)) == inspect.signature(getattr(Locks, name))
+    # bound, as users and their editors see it: self is gone from both, and nothing is awaited
+    twin = getattr(SyncLocks(allow_in_memory_storage=True), name)
+    method = getattr(Locks(allow_in_memory_storage=True), name)
+    assert inspect.signature(twin) == inspect.signature(method)
+
+
+@pytest.mark.parametrize("name", carried_across())
+def test_an_operator_twin_has_the_docs_of_the_async_method(name: str):
+    assert inspect.getdoc(getattr(SyncLocks, name)) == inspect.getdoc(getattr(Locks, name))
+
+
+@pytest.mark.parametrize("name", carried_across())
 async def test_an_operator_twin_called_from_a_coroutine_is_refused_naming_the_async_call(
     name: str,
 ):
