@@ -190,6 +190,9 @@ def callables_of(value: object) -> Iterator[tuple[str, object]]:
         member = attribute.fget if isinstance(attribute, property) else attribute
         if isinstance(member, staticmethod | classmethod):
             member = member.__func__
+        elif not inspect.isfunction(member) and hasattr(member, "__get__"):
+            # a descriptor that reads as a function on its class (SyncLocks' operator methods)
+            member = getattr(value, name)
         # a constructor users never call (its docstring says "internal") takes internal types
         if name == "__init__" and "(internal" in (inspect.getdoc(member) or ""):
             continue

@@ -7,13 +7,13 @@ calls across. Renewals keep running there while your thread works.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
-from datetime import datetime
-from types import TracebackType
-from typing import TypeVar, Unpack, final
+from types import MethodType, TracebackType
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, final, overload
 
 from ._clock import Clock
 from ._durations import Duration, parse_wait
@@ -26,20 +26,19 @@ from ._jobs import (
     CURRENT_RUNTIME,
     F,
     JobDecorator,
-    JobStatus,
     SyncOnOneInstanceOptions,
     SyncWithoutOverlappingOptions,
     job_decorator,
 )
 from ._locks import Locks, runtime_of
 from ._threads import Portal
-from .stores._common._capabilities import LockInfo
-from .stores._common._job_control import JobPause
 from .stores._common._protocol import LockStore
 
 __all__ = ["SyncLock", "SyncLocks"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _refuse_on_an_event_loop(method: str) -> None:
@@ -59,6 +58,53 @@ def _refuse_on_an_event_loop(method: str) -> None:
         "leaselock.Locks (SyncLocks.locks is the one underneath), or call it from a worker "
         "thread (asyncio.to_thread)"
     )
+
+
+@final
+class _Blocking(Generic[P, R]):
+    """The blocking twin, on :class:`SyncLocks`, of an async method of :class:`~leaselock.Locks`.
+
+    On the class, a function with the async method's name, docstring and signature (its result
+    unawaited); on an instance, that function bound. A call refuses a thread that runs an event
+    loop, then a ``SyncLocks`` not started, then runs the async method on the loop thread and
+    blocks until it returns or raises.
+    """
+
+    __slots__ = ("_function",)
+
+    def __init__(self, method: Callable[Concatenate[Locks, P], Coroutine[Any, Any, R]]) -> None:
+        """Make the twin of ``method``, an async method of ``Locks`` taken from the class."""
+        name = method.__name__
+
+        def blocking(self: SyncLocks, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            _refuse_on_an_event_loop(name)
+            return self._started_portal().call(method(self._locks, *args, **kwargs))
+
+        # __wrapped__ is what inspect.signature() and help() read the signature from
+        self._function = functools.wraps(method)(blocking)
+
+    def __set_name__(self, owner: type[SyncLocks], name: str) -> None:
+        """Name the function a method of ``owner``, not of ``Locks`` (its repr, help())."""
+        self._function.__qualname__ = f"{owner.__qualname__}.{name}"
+        self._function.__module__ = owner.__module__
+
+    @overload
+    def __get__(
+        self, instance: None, owner: type[SyncLocks]
+    ) -> Callable[Concatenate[SyncLocks, P], R]: ...
+
+    @overload
+    def __get__(
+        self, instance: SyncLocks, owner: type[SyncLocks] | None = None
+    ) -> Callable[P, R]: ...
+
+    def __get__(
+        self, instance: SyncLocks | None, owner: type[SyncLocks] | None = None
+    ) -> Callable[..., R]:
+        """Return the function on the class, and the method bound to ``instance`` on one."""
+        if instance is None:
+            return self._function
+        return MethodType(self._function, instance)
 
 
 @final
@@ -143,6 +189,10 @@ class SyncLocks:
         with locks:
             with locks.hold("invoice:42", wait="2s") as lock:
                 export(fencing_token=lock.fencing_token)
+
+    Its operator methods (:meth:`job_status`, :meth:`inspect`, :meth:`pause`, :meth:`run_now`...)
+    are those of ``Locks``, blocking, with their arguments, results, errors and docs; like every
+    blocking method here, each also raises ``LocksConfigurationError`` from a coroutine.
 
     Raises:
         LocksConfigurationError: an argument is wrong (checked here, before any thread starts).
@@ -360,59 +410,15 @@ class SyncLocks:
             return self._locks.register(target)
         return portal.call(_registered(self._locks, target))
 
-    def job_status(self, key: str) -> JobStatus:
-        """Return how the job ``key`` last ran and where it runs; see ``Locks.job_status``."""
-        _refuse_on_an_event_loop("job_status")
-        return self._started_portal().call(self._locks.job_status(key))
-
-    def jobs(self) -> list[JobStatus]:
-        """Return the status of every known job; see :meth:`leaselock.Locks.jobs`."""
-        _refuse_on_an_event_loop("jobs")
-        return self._started_portal().call(self._locks.jobs())
-
-    def inspect(self, prefix: str = "", *, limit: int = 1000) -> list[LockInfo]:
-        """Return the locks whose key starts with ``prefix``; see ``Locks.inspect``."""
-        _refuse_on_an_event_loop("inspect")
-        return self._started_portal().call(self._locks.inspect(prefix, limit=limit))
-
-    def read_lock(self, key: str) -> LockInfo | None:
-        """Return the lock on ``key`` as the store sees it; see ``Locks.read_lock``."""
-        _refuse_on_an_event_loop("read_lock")
-        return self._started_portal().call(self._locks.read_lock(key))
-
-    def break_lock(self, key: str, *, by: str | None = None) -> LockInfo | None:
-        """Free ``key`` whoever holds it; see :meth:`leaselock.Locks.break_lock`."""
-        _refuse_on_an_event_loop("break_lock")
-        return self._started_portal().call(self._locks.break_lock(key, by=by))
-
-    def pause(
-        self,
-        key_or_prefix: str,
-        *,
-        note: str = "",
-        until: datetime | Duration | None = None,
-        by: str | None = None,
-    ) -> JobPause:
-        """Pause a job or a prefix on every instance; see :meth:`leaselock.Locks.pause`."""
-        _refuse_on_an_event_loop("pause")
-        return self._started_portal().call(
-            self._locks.pause(key_or_prefix, note=note, until=until, by=by)
-        )
-
-    def resume(self, key_or_prefix: str, *, by: str | None = None) -> JobPause | None:
-        """Remove a pause; see :meth:`leaselock.Locks.resume`."""
-        _refuse_on_an_event_loop("resume")
-        return self._started_portal().call(self._locks.resume(key_or_prefix, by=by))
-
-    def pauses(self) -> list[JobPause]:
-        """Return every pause kept; see :meth:`leaselock.Locks.pauses`."""
-        _refuse_on_an_event_loop("pauses")
-        return self._started_portal().call(self._locks.pauses())
-
-    def run_now(self, key: str, *, by: str | None = None) -> object:
-        """Run the job ``key`` once here, now; see :meth:`leaselock.Locks.run_now`."""
-        _refuse_on_an_event_loop("run_now")
-        return self._started_portal().call(self._locks.run_now(key, by=by))
+    job_status = _Blocking(Locks.job_status)
+    jobs = _Blocking(Locks.jobs)
+    inspect = _Blocking(Locks.inspect)
+    read_lock = _Blocking(Locks.read_lock)
+    break_lock = _Blocking(Locks.break_lock)
+    pause = _Blocking(Locks.pause)
+    resume = _Blocking(Locks.resume)
+    pauses = _Blocking(Locks.pauses)
+    run_now = _Blocking(Locks.run_now)
 
     def _started_portal(self) -> Portal:
         refuse_if_forked(self._generation, "SyncLocks")

@@ -1,6 +1,7 @@
 """SyncLocks: the same engine for threads, through a loop thread of its own."""
 
 import asyncio
+import inspect
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -10,12 +11,44 @@ import pytest
 from leaselock import (
     LockLostError,
     LockNotAcquiredError,
+    Locks,
     LocksConfigurationError,
     SyncLock,
     SyncLocks,
     current_lock,
 )
 from leaselock.stores import InMemoryLockStore
+
+# Locks' public async methods that SyncLocks has no method of the same name for, and why
+WITHOUT_A_TWIN = {
+    "aclose": "a thread closes with SyncLocks.close() (`with` calls it): there is nothing to await",
+}
+
+# the twins that do more than carry the call across to Locks on the loop thread, and why
+OWN_TWINS = {
+    "start": "it starts the loop thread first, then Locks on it",
+    "acquire": "it returns a SyncLock, whose release blocks",
+    "with_lock": "fn runs in the calling thread: sync functions only, and no cancel_on_loss",
+}
+
+
+def public_async_methods() -> list[str]:
+    return sorted(
+        name
+        for name, member in vars(Locks).items()
+        if not name.startswith("_") and inspect.iscoroutinefunction(member)
+    )
+
+
+def carried_across() -> list[str]:
+    """Locks' async methods whose sync twin only carries the call to the loop thread."""
+    return [name for name in public_async_methods() if name not in WITHOUT_A_TWIN | OWN_TWINS]
+
+
+def required_arguments(name: str) -> list[str]:
+    """A key for each argument ``Locks.<name>`` requires (those methods require keys only)."""
+    parameters = list(inspect.signature(getattr(Locks, name)).parameters.values())[1:]
+    return ["k" for parameter in parameters if parameter.default is parameter.empty]
 
 
 @pytest.fixture
@@ -217,3 +250,59 @@ def until_queued(store: InMemoryLockStore, key: str) -> None:
     while not store._lines.get(key):
         assert time.monotonic() < deadline, f"nobody stood in the line of {key!r}"  # noqa: TID251
         time.sleep(0.01)  # noqa: TID251 -- another thread's loop cannot be awaited
+
+
+def test_every_public_async_method_of_locks_has_a_blocking_twin_of_its_name():
+    assert set(WITHOUT_A_TWIN) | set(OWN_TWINS) <= set(public_async_methods())
+    missing = [
+        name
+        for name in public_async_methods()
+        if name not in WITHOUT_A_TWIN
+        and not (
+            callable(getattr(SyncLocks, name, None))
+            and not inspect.iscoroutinefunction(getattr(SyncLocks, name))
+        )
+    ]
+    assert missing == []
+
+
+@pytest.mark.parametrize("name", carried_across())
+def test_an_operator_twin_has_the_signature_of_the_async_method(name: str):
+    assert inspect.signature(getattr(SyncLocks, name)) == inspect.signature(getattr(Locks, name))
+    # bound, as users and their editors see it: self is gone from both, and nothing is awaited
+    twin = getattr(SyncLocks(allow_in_memory_storage=True), name)
+    method = getattr(Locks(allow_in_memory_storage=True), name)
+    assert inspect.signature(twin) == inspect.signature(method)
+
+
+@pytest.mark.parametrize("name", carried_across())
+def test_an_operator_twin_has_the_docs_of_the_async_method(name: str):
+    assert inspect.getdoc(getattr(SyncLocks, name)) == inspect.getdoc(getattr(Locks, name))
+
+
+@pytest.mark.parametrize("name", carried_across())
+async def test_an_operator_twin_called_from_a_coroutine_is_refused_naming_the_async_call(
+    name: str,
+):
+    sync_locks = SyncLocks(allow_in_memory_storage=True)
+    await asyncio.to_thread(sync_locks.start)
+    try:
+        with pytest.raises(
+            LocksConfigurationError,
+            match=rf"SyncLocks\.{name} blocks its thread.*`await locks\.{name}\(\.\.\.\)`",
+        ):
+            getattr(sync_locks, name)(*required_arguments(name))
+    finally:
+        await asyncio.to_thread(sync_locks.close)
+
+
+@pytest.mark.parametrize("name", carried_across())
+def test_an_operator_twin_before_start_and_after_close_names_the_fix(name: str):
+    sync_locks = SyncLocks(allow_in_memory_storage=True)
+    twin = getattr(sync_locks, name)
+    with pytest.raises(LocksConfigurationError, match=r"not started; use `with locks:`"):
+        twin(*required_arguments(name))
+    with sync_locks:
+        pass
+    with pytest.raises(LocksConfigurationError, match=r"not started; use `with locks:`"):
+        twin(*required_arguments(name))
