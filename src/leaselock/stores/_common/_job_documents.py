@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Final, Protocol
+from typing import Final, Protocol, final
 
 from ..._errors import LockStoreError
 from ._capabilities import JobRecord, LockInfo, RunRecord, epoch_ms, from_epoch_ms
@@ -96,6 +96,14 @@ class KeepsJobDocuments(Protocol):
         ...
 
 
+@final
+class _Unread:
+    """A document not read yet (``None`` would say there is none)."""
+
+
+_UNREAD: Final = _Unread()
+
+
 @dataclass(frozen=True, slots=True)
 class _Kept:
     """A job's state as its document keeps it."""
@@ -154,7 +162,8 @@ class JobControlOnDocuments:
         """Start a run unless paused, taking its lock if asked; see ``SupportsJobControl``.
 
         Three reads at once (pauses, the job's state, its records), the run lock's acquire
-        when asked, and the state's swap.
+        when asked, and the state's swap: three round trips in a row (more when a racing
+        start's swap comes first).
         """
         name = JOB_PREFIX + start.job
         pauses, (text,), records = await asyncio.gather(
@@ -174,7 +183,7 @@ class JobControlOnDocuments:
             taken = await _take(self, start)
             if isinstance(taken, NotAcquired):
                 if start.when_busy == "buffer":
-                    await _change(self, name, lambda kept: replace(kept, buffered=True))
+                    await _change(self, name, lambda kept: replace(kept, buffered=True), text)
                 return RunStartAnswer(taken, None, before.open_run, last_run, before.failures)
             token = taken.fencing_token
         opened = replace(start.open_run, fencing_token=token)
@@ -186,7 +195,7 @@ class JobControlOnDocuments:
                 return kept
             return replace(kept, open_run=opened, buffered=False)
 
-        before, _ = await _change(self, name, open_it)
+        before, _ = await _change(self, name, open_it, text)
         return RunStartAnswer(taken, None, before.open_run, last_run, before.failures)
 
     async def end_run(self: KeepsJobDocuments, run: RunRecord) -> bool:
@@ -260,21 +269,29 @@ async def _take(store: KeepsJobDocuments, start: RunStart) -> AcquireResult:
 
 
 async def _change(
-    store: KeepsJobDocuments, name: str, change: Callable[[_Kept], _Kept]
+    store: KeepsJobDocuments,
+    name: str,
+    change: Callable[[_Kept], _Kept],
+    read: str | _Unread | None = _UNREAD,
 ) -> tuple[_Kept, _Kept]:
     """Apply ``change`` to the job state under ``name``; return the state before and after."""
-    before, after = await _swap(store, name, lambda text: change(_Kept.of(text)).text())
+    before, after = await _swap(store, name, lambda text: change(_Kept.of(text)).text(), read)
     return _Kept.of(before), _Kept.of(after)
 
 
 async def _swap(
-    store: KeepsJobDocuments, name: str, change: Callable[[str | None], str | None]
+    store: KeepsJobDocuments,
+    name: str,
+    change: Callable[[str | None], str | None],
+    read: str | _Unread | None = _UNREAD,
 ) -> tuple[str | None, str | None]:
     """Write ``change(document)`` under ``name`` until no other writer came between.
 
-    Returns the document before and after the write that went through.
+    ``read`` is the document as the caller read it, if it did: a swap on it costs no read more
+    (one that changed since fails, and the document is read again). Returns the document before
+    and after the write that went through.
     """
-    (text,) = await store.read_documents([name])
+    (text,) = await store.read_documents([name]) if isinstance(read, _Unread) else (read,)
     for _ in range(_MAX_SWAPS):
         document = change(text)
         if document == text or await store.swap_document(name, text, document):
