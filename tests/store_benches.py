@@ -1,9 +1,9 @@
 """Store benches: one per shipped store, so the same stories run on each.
 
 Where the store's clock can move (in-memory, SQLite), instances share a ManualClock with it and
-time passes by ``advance``. Where it is the server's (PostgreSQL, Redis), running instances use
-the system clock with a short ttl and time passes for real; a paused instance is one whose
-ManualClock is never advanced, on every store.
+time passes by ``advance``. Where it is the server's (PostgreSQL, Redis, a Redis Cluster),
+running instances use the system clock with a short ttl and time passes for real; a paused
+instance is one whose ManualClock is never advanced, on every store.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Protocol
 
 import pytest
 import redis.asyncio
+from redis.asyncio.cluster import RedisCluster
 
 from helpers import wait_for_real
 from leaselock._clock import Clock, SystemClock
@@ -29,6 +30,7 @@ STORES = [
     "sqlite",
     pytest.param("postgres", marks=pytest.mark.postgres),
     pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("redis_cluster", marks=pytest.mark.redis_cluster),
 ]
 
 
@@ -154,10 +156,12 @@ class RedisStock:
     return 1
     """
 
-    def __init__(self, url: str, key: str) -> None:
-        self.url, self.key = url, key
+    def __init__(self, url: str, key: str, *, cluster: bool = False) -> None:
+        self.url, self.key, self.cluster = url, key, cluster
 
-    async def _client(self) -> redis.asyncio.Redis:
+    async def _client(self) -> redis.asyncio.Redis | RedisCluster:
+        if self.cluster:
+            return RedisCluster.from_url(self.url)
         return redis.asyncio.from_url(self.url)
 
     async def write(self, count: int, token: int) -> bool:

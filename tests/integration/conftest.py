@@ -52,7 +52,7 @@ async def bench(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         stock = PostgresStock(url, f"fenced_stock_{run_id}")
         await stock.create()
         yield Bench(name, lambda: PostgresLockStore.from_url(url), None, REAL_TTL_MS, stock)
-    else:
+    elif name == "redis":
         from leaselock.stores import RedisLockStore  # noqa: PLC0415
 
         url = request.getfixturevalue("redis_url")
@@ -63,4 +63,16 @@ async def bench(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
             None,
             REAL_TTL_MS,
             RedisStock(url, f"{prefix}stock"),
+        )
+    else:
+        from leaselock.stores import RedisClusterLockStore  # noqa: PLC0415
+
+        url = request.getfixturevalue("redis_cluster_url")
+        prefix = f"stories:{run_id}:"
+        yield Bench(
+            name,
+            lambda: RedisClusterLockStore.from_url(url, prefix=prefix),
+            None,
+            REAL_TTL_MS,
+            RedisStock(url, f"{prefix}stock", cluster=True),
         )
