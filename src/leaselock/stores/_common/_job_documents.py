@@ -158,6 +158,9 @@ class JobControlOnDocuments:
     reads again and decides again).
     """
 
+    # no instance dict of its own: the stores that mix it in keep their __slots__
+    __slots__ = ()
+
     async def start_run(self: KeepsJobDocuments, start: RunStart) -> RunStartAnswer:
         """Start a run unless paused, taking its lock if asked; see ``SupportsJobControl``.
 
