@@ -129,13 +129,43 @@ async def test_a_command_on_a_mysql_database_without_tables_names_them_and_creat
     code, output, error = await command(*arguments, "--url", url)
 
     assert (code, output) == (2, "")
-    assert_one_line_naming(error, "`leaselock_locks`")
-    made = await mysql_sql(
-        mysql_url,
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+    assert_one_line_naming(
+        error, "`leaselock_locks`", "`leaselock_locks_runs`", "`leaselock_locks_jobs`"
+    )
+    assert await mysql_tables(mysql_url, database) == []
+
+
+async def mysql_tables(url: str, database: str) -> list[str]:
+    """The tables of ``database``, by name."""
+    rows = await mysql_sql(
+        url,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+        "ORDER BY table_name",
         database,
     )
-    assert made == []
+    return [str(row[0]) for row in rows]
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize("arguments", EVERY_STORE_COMMAND)
+async def test_a_command_on_a_mysql_schema_without_the_jobs_table_names_it_and_creates_it_not(
+    arguments: list[str], empty_mysql_database: tuple[str, str], mysql_url: str
+):
+    # the schema of a leaselock before job control on MySQL: the lock and run records tables
+    url, database = empty_mysql_database
+    store = store_from_url(url)
+    async with Locks(store=store, instance="shop-3002"):
+        pass
+    await mysql_sql(mysql_url, f"DROP TABLE `{database}`.`leaselock_locks_jobs`")
+
+    code, output, error = await command(*arguments, "--url", url)
+
+    assert (code, output) == (2, "")
+    assert_one_line_naming(error, "`leaselock_locks_jobs` does not exist")
+    assert "`leaselock_locks`," not in error
+    assert "`leaselock_locks_runs`" not in error
+    assert "docs/stores/alembic_leaselock_jobs_mysql.py" in error
+    assert await mysql_tables(mysql_url, database) == ["leaselock_locks", "leaselock_locks_runs"]
 
 
 # --- Redis and etcd: no tables, and a read writes no key ----------------------------------------
