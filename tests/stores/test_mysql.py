@@ -683,15 +683,17 @@ async def test_break_lock_frees_a_key_that_changed_hands_between_its_read_and_wr
     break_write, write = store._sql.break_write, store._write
     breaks: list[object] = []
 
-    async def hand_over_first(sql: str, args: Sequence[object]) -> Any:
-        if sql == break_write:
+    async def hand_over_first(self: MySQLLockStore, sql: str, args: Sequence[object]) -> Any:
+        if self is store and sql == break_write:
             breaks.append(args[1])  # the owner it read, as the server sent it
             if len(breaks) == 1:  # between the read and the write: first freed, second takes it
                 assert await store.release(key, "first")
                 assert isinstance(await store.acquire(key, "second", 60_000), Acquired)
-        return await write(sql, args)
+        return await write(sql, args) if self is store else await original(self, sql, args)
 
-    monkeypatch.setattr(store, "_write", hand_over_first)
+    # on the class: the store keeps no instance dict (__slots__) to patch one store's method in
+    original = MySQLLockStore._write
+    monkeypatch.setattr(MySQLLockStore, "_write", hand_over_first)
 
     broken = await store.break_lock(key)
     taken = await store.acquire(key, "third", 60_000)
