@@ -1,7 +1,7 @@
 """Jobs under an operator's hand on every shipped store: a pause every instance obeys, a manual
 run, a failure streak that pauses, a dead instance's run found abandoned, and a missed tick.
-PostgreSQL and Redis run in real time on their own clocks; in-memory and SQLite on the manual
-clock."""
+PostgreSQL, Redis and etcd run in real time on their own clocks; in-memory and SQLite on the
+manual clock."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ import leaselock
 from helpers import unique_key
 from leaselock import Event, JobMissed, Locks, RunAbandoned, current_run
 from leaselock.testing import FaultyStore
-from store_benches import Bench
+from store_benches import JOB_STORES, Bench
+
+pytestmark = pytest.mark.parametrize("bench", JOB_STORES, indirect=True)
 
 
 @asynccontextmanager
@@ -139,7 +141,7 @@ async def test_a_dead_instances_run_is_found_abandoned_by_the_next_run(bench: Be
         # shop-3001's network goes: nothing it sends reaches the store any more
         stores[0].hang()
         assert await survivor.run() is None
-        await bench.pass_time(bench.ttl_ms + 200)
+        await bench.pass_time(bench.expiry_ms + 200)
         token = await survivor.run()
         status = await second.job_status(key)
         stuck.cancel()
@@ -172,7 +174,7 @@ async def test_a_tick_its_dead_owner_never_started_is_reported_missed(bench: Ben
         stores[0].hang()
         # the owner is gone before this tick: nobody runs it
         assert await survivor.poll() is None
-        await bench.pass_time(bench.ttl_ms + 200)
+        await bench.pass_time(bench.expiry_ms + 200)
         assert await survivor.poll() == "polled"
         status = await second.job_status(key)
         stores[0].heal()
@@ -291,7 +293,7 @@ async def test_catch_up_and_recover_run_what_a_dead_instance_left(bench: Bench):
         stores[0].hang()
         assert await survivor.poll() is None
         assert await survivor.count() is None
-        await bench.pass_time(bench.ttl_ms + 400)
+        await bench.pass_time(bench.expiry_ms + 400)
         # the second looks run the job on their own, on this instance's loop
         await asyncio.wait_for(all_ran.wait(), 10)
         stuck.cancel()

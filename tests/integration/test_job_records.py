@@ -1,6 +1,6 @@
 """Jobs that never go silent, on every shipped store: run records, job status, the overdue
-alert, an owner that lets go, a cap on a run, and a broken lock. PostgreSQL and Redis run in
-real time on their own clocks; in-memory and SQLite on the manual clock."""
+alert, an owner that lets go, a cap on a run, and a broken lock. PostgreSQL, Redis and etcd run
+in real time on their own clocks; in-memory and SQLite on the manual clock."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import leaselock
 from helpers import unique_key
 from leaselock import Event, Locks, current_lock
 from leaselock.testing import wait_all_tasks_blocked
-from store_benches import Bench
+from store_benches import JOB_STORES, Bench
+
+pytestmark = pytest.mark.parametrize("bench", JOB_STORES, indirect=True)
 
 TICK_MS = 300
 

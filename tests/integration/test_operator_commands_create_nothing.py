@@ -1,8 +1,8 @@
 """Every `leaselock` command on a store leaselock never used: one line, exit 2, nothing made.
 
 In subprocesses, as an operator runs them. PostgreSQL gets a schema of its own per test (the
-URL's ``search_path``) and MySQL a database of its own, so runs can share a server. Redis and
-etcd have no tables: there a reading command answers, and writes no key.
+URL's ``search_path``) and MySQL a database of its own, so runs can share a server. Redis, a
+Redis Cluster and etcd have no tables: there a reading command answers, and writes no key.
 """
 
 from __future__ import annotations
@@ -129,22 +129,54 @@ async def test_a_command_on_a_mysql_database_without_tables_names_them_and_creat
     code, output, error = await command(*arguments, "--url", url)
 
     assert (code, output) == (2, "")
-    assert_one_line_naming(error, "`leaselock_locks`")
-    made = await mysql_sql(
-        mysql_url,
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+    assert_one_line_naming(
+        error, "`leaselock_locks`", "`leaselock_locks_runs`", "`leaselock_locks_jobs`"
+    )
+    assert await mysql_tables(mysql_url, database) == []
+
+
+async def mysql_tables(url: str, database: str) -> list[str]:
+    """The tables of ``database``, by name."""
+    rows = await mysql_sql(
+        url,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+        "ORDER BY table_name",
         database,
     )
-    assert made == []
+    return [str(row[0]) for row in rows]
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize("arguments", EVERY_STORE_COMMAND)
+async def test_a_command_on_a_mysql_schema_without_the_jobs_table_names_it_and_creates_it_not(
+    arguments: list[str], empty_mysql_database: tuple[str, str], mysql_url: str
+):
+    # the schema of a leaselock before job control on MySQL: the lock and run records tables
+    url, database = empty_mysql_database
+    store = store_from_url(url)
+    async with Locks(store=store, instance="shop-3002"):
+        pass
+    await mysql_sql(mysql_url, f"DROP TABLE `{database}`.`leaselock_locks_jobs`")
+
+    code, output, error = await command(*arguments, "--url", url)
+
+    assert (code, output) == (2, "")
+    assert_one_line_naming(error, "`leaselock_locks_jobs` does not exist")
+    assert "`leaselock_locks`," not in error
+    assert "`leaselock_locks_runs`" not in error
+    assert "docs/stores/alembic_leaselock_jobs_mysql.py" in error
+    assert await mysql_tables(mysql_url, database) == ["leaselock_locks", "leaselock_locks_runs"]
 
 
 # --- Redis and etcd: no tables, and a read writes no key ----------------------------------------
 
 
-async def redis_keys(url: str, prefix: str) -> set[str]:
+async def redis_keys(url: str, prefix: str, *, cluster: bool = False) -> set[str]:
     import redis.asyncio  # noqa: PLC0415 -- optional, as the store's driver
+    from redis.asyncio.cluster import RedisCluster  # noqa: PLC0415
 
-    client = redis.asyncio.Redis.from_url(url)
+    # a cluster client scans every master
+    client = RedisCluster.from_url(url) if cluster else redis.asyncio.Redis.from_url(url)
     try:
         return {name.decode() async for name in client.scan_iter(match=f"{prefix}*")}
     finally:
@@ -168,7 +200,7 @@ async def etcd_keys(url: str, prefix: str) -> set[str]:
 
 
 class KeyValueStore:
-    """A Redis or etcd server under a fresh prefix: the command's URL, and its keys there."""
+    """A Redis, Redis Cluster or etcd server under a fresh prefix: the command's URL, its keys."""
 
     def __init__(self, url: str, prefix: str, keys: Callable[[], Awaitable[set[str]]]) -> None:
         self.url = url
@@ -180,6 +212,7 @@ class KeyValueStore:
 @pytest.fixture(
     params=[
         pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis_cluster", marks=pytest.mark.redis_cluster),
         pytest.param("etcd", marks=pytest.mark.etcd),
     ]
 )
@@ -189,6 +222,13 @@ def key_value_store(request: pytest.FixtureRequest) -> KeyValueStore:
     if request.param == "redis":
         prefix = f"cli-{run_id}:"
         return KeyValueStore(url, prefix, lambda: redis_keys(url, prefix))
+    if request.param == "redis_cluster":
+        prefix = f"cli-{run_id}:"
+        return KeyValueStore(
+            url.replace("redis://", "redis+cluster://", 1),
+            prefix,
+            lambda: redis_keys(url, prefix, cluster=True),
+        )
     prefix = f"cli-{run_id}/"
     return KeyValueStore(
         url.replace("http://", "etcd://", 1), prefix, lambda: etcd_keys(url, prefix)

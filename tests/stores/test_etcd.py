@@ -21,14 +21,19 @@ import pytest
 from etcd_server import ETCD_URL_ENV, etcd_server
 from helpers import unique_key, wait_for_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError
+from leaselock._keys import MAX_KEY_LENGTH
 from leaselock.stores import (
     Acquired,
+    JobPause,
     JobRecord,
+    JobState,
     LockStore,
     NotAcquired,
+    OpenRun,
     Renewal,
     RunOutcome,
     RunRecord,
+    RunStart,
 )
 from leaselock.stores._common._capabilities import run_from_json, with_run
 from leaselock.stores._common._protocol import MAX_FENCING_TOKEN
@@ -141,8 +146,9 @@ class TestEtcdContract(LockStoreContractTests):
         ({"endpoints": []}, "or a list of them"),
         ({"endpoints": 2379}, "or a list of them"),
         ({"prefix": "app"}, 'ends with "/"'),
-        ({"prefix": "app/locks/"}, 'no "locks" or "runs" segment'),
-        ({"prefix": "app/runs/"}, 'no "locks" or "runs" segment'),
+        ({"prefix": "app/locks/"}, 'no "locks", "runs" or "jobs" segment'),
+        ({"prefix": "app/runs/"}, 'no "locks", "runs" or "jobs" segment'),
+        ({"prefix": "jobs/app/"}, 'no "locks", "runs" or "jobs" segment'),
         ({"prefix": "x" * 100 + "/"}, "at most 100 characters"),
         ({"client": object()}, "not an httpx.AsyncClient"),
         ({"timeout": -1}, "timeout="),
@@ -512,6 +518,136 @@ def test_a_run_whose_token_no_store_hands_out_is_refused_naming_it() -> None:
         run_value(make_run("job", at_ms=0, token=-2))
 
 
+# --- job documents --------------------------------------------------------------------------
+
+PAUSED_AT = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+
+def key_of(kv: Mapping[str, Any]) -> str:
+    return base64.b64decode(kv["key"]).decode()
+
+
+@pytest.mark.etcd
+async def test_pauses_and_job_states_are_keys_without_a_lease_under_jobs_apart_from_locks(
+    etcd_url: str, prefix: str
+) -> None:
+    job = "nightly \u732b"
+    pause = JobPause("reports.*", "stock-taking \u2014 'aisle 7'", "ops", PAUSED_AT, None)
+    start = RunStart(job, OpenRun("shop-3001", None, PAUSED_AT), f"job:{job}", "o", ONE_MINUTE_MS)
+    async with opened(EtcdLockStore(etcd_url, prefix=prefix)) as store:
+        await store.pause_jobs(pause)
+        # the run lock's key reads as the job's document name, and stays apart from it
+        started = await store.start_run(start)
+        assert isinstance(started.taken, Acquired)
+        documents = await kvs_under(etcd_url, prefix + "jobs/")
+        locks = await lock_kvs(etcd_url, prefix)
+        assert await store.job_pauses() == [pause]
+        assert await store.job_states([job]) == [
+            JobState(job, OpenRun("shop-3001", started.taken.fencing_token, PAUSED_AT), 0, None)
+        ]
+    assert sorted(map(key_of, documents)) == [
+        f"{prefix}jobs/job:{job}",
+        f"{prefix}jobs/pause:reports.*",
+    ]
+    assert all(kv.get("lease", "0") == "0" for kv in documents)
+    assert [key_of(kv) for kv in locks] == [f"{prefix}locks/job:{job}"]
+    assert locks[0]["lease"] != "0"
+
+
+@pytest.mark.etcd
+async def test_a_swap_writes_only_over_the_document_it_names_each_in_one_transaction(
+    etcd_url: str, prefix: str
+) -> None:
+    # the longest job key, in characters of three bytes each
+    name = "job:" + "\u732b" * MAX_KEY_LENGTH
+    calls: list[str] = []
+
+    async def count(request: httpx.Request) -> None:
+        calls.append(request.url.path)
+
+    async with (
+        httpx.AsyncClient(trust_env=False, event_hooks={"request": [count]}) as client,
+        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
+    ):
+        calls.clear()
+        assert await store.swap_document(name, None, "one") is True
+        assert await store.swap_document(name, None, "two") is False
+        assert await store.swap_document(name, "two", "three") is False
+        assert await store.swap_document(name, "one", "two") is True
+        assert await store.swap_document(name, "one", None) is False
+        assert calls == ["/v3/kv/txn"] * 5
+        assert await store.read_documents([name]) == ["two"]
+        assert await store.swap_document(name, "two", None) is True
+        assert await store.read_documents([name]) == [None]
+        assert await store.swap_document(name, None, "again") is True
+        assert await store.read_documents([name]) == ["again"]
+
+
+@pytest.mark.etcd
+async def test_of_racing_swaps_over_one_document_exactly_one_goes_through(
+    etcd_url: str, prefix: str
+) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        # four stores, each with connections of its own: the swaps reach etcd together
+        stores = [
+            await stack.enter_async_context(opened(EtcdLockStore(etcd_url, prefix=prefix)))
+            for _ in range(4)
+        ]
+        assert await stores[0].swap_document("job:race", None, "read") is True
+        swapped = await asyncio.gather(
+            *(stores[n % 4].swap_document("job:race", "read", f"by {n}") for n in range(32))
+        )
+        assert swapped.count(True) == 1
+        assert await stores[1].read_documents(["job:race"]) == [f"by {swapped.index(True)}"]
+
+
+@pytest.mark.etcd
+async def test_documents_are_read_128_names_to_a_transaction_and_listed_in_one_range(
+    etcd_url: str, prefix: str
+) -> None:
+    names = [f"job:{n:03d}" for n in range(200)]
+    kept = {name: f"state {n}" for n, name in enumerate(names) if n % 3}
+    neighbour = prefix[:-1] + "-neighbour/"
+    calls: list[str] = []
+
+    async def count(request: httpx.Request) -> None:
+        calls.append(request.url.path)
+
+    async with (
+        httpx.AsyncClient(trust_env=False, event_hooks={"request": [count]}) as client,
+        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
+        opened(EtcdLockStore(etcd_url, prefix=neighbour)) as other,
+    ):
+        await asyncio.gather(*(store.swap_document(n, None, d) for n, d in kept.items()))
+        assert await store.swap_document("pause:reports.*", None, "paused") is True
+        assert await other.swap_document("job:000", None, "the neighbour's") is True
+        asked = [*reversed(names), "job:never", names[1]]
+        calls.clear()
+        assert await store.read_documents(asked) == [kept.get(name) for name in asked]
+        assert calls == ["/v3/kv/txn"] * 2
+        calls.clear()
+        assert await store.documents_under("job:") == kept
+        assert await store.documents_under("pause:") == {"pause:reports.*": "paused"}
+        assert calls == ["/v3/kv/range"] * 2
+        calls.clear()
+        assert await store.read_documents([]) == []
+        assert calls == []
+
+
+@pytest.mark.etcd
+async def test_discard_prefix_deletes_the_job_documents_with_the_locks_and_runs(
+    etcd_url: str, prefix: str
+) -> None:
+    async with opened(EtcdLockStore(etcd_url, prefix=prefix)) as store:
+        assert isinstance(await store.acquire("k", "me", ONE_MINUTE_MS), Acquired)
+        await store.record_run(make_run("nightly", at_ms=0, token=1))
+        await store.pause_jobs(JobPause("reports.*", "", "ops", PAUSED_AT, None))
+        await store.note_missed("nightly", PAUSED_AT)
+        # a lock, the last run and the last success, a pause, a job state
+        assert await store.discard_prefix() == 5
+        assert await kvs_under(etcd_url, prefix) == []
+
+
 # --- release wake-ups -----------------------------------------------------------------------
 
 
@@ -827,6 +963,18 @@ async def test_a_break_whose_answer_was_lost_is_not_sent_again(etcd_url: str, pr
             await store.break_lock("k")
         # sent again, it would answer that nothing held the key it may have just freed
         assert faults.asked == [("member-a", "/v3/kv/deleterange")]
+
+
+@pytest.mark.etcd
+async def test_a_swap_whose_answer_was_lost_is_not_sent_again(etcd_url: str, prefix: str) -> None:
+    async with two_members(etcd_url, prefix) as (faults, store):
+        faults.lost_once["/v3/kv/txn"] = "after"
+        with pytest.raises(LockStoreError, match="not sent again, since it may have been applied"):
+            await store.swap_document("job:a", None, "one")
+        assert faults.asked == [("member-a", "/v3/kv/txn")]
+        # it went through: sent again, it would have answered False, and its caller, reading
+        # "one" back, would have made its change over its own
+        assert await store.read_documents(["job:a"]) == ["one"]
 
 
 @pytest.mark.etcd

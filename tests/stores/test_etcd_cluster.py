@@ -14,6 +14,7 @@ import base64
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -21,7 +22,7 @@ import pytest
 from etcd_cluster import EtcdCluster, etcd_cluster
 from helpers import wait_for_real
 from leaselock import Locks, LockStoreError
-from leaselock.stores import Acquired, NotAcquired
+from leaselock.stores import Acquired, JobPause, NotAcquired, OpenRun, RunStart
 from leaselock.stores.etcd import EtcdLockStore
 from servers import ServerUnavailable
 
@@ -127,6 +128,26 @@ async def test_an_acquire_through_a_killed_leader_moves_to_another_member(
         assert isinstance(after, Acquired)
         assert after.fencing_token > first.fencing_token
         assert await store.release("after", "o2") is True
+
+
+async def test_job_documents_kept_before_a_leader_is_killed_are_read_and_swapped_after(
+    cluster: EtcdCluster, prefix: str
+) -> None:
+    leader = cluster.leader()
+    endpoints = [cluster.client_urls[leader], *others(cluster, leader)]
+    at = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+    pause = JobPause("reports.*", "stock-taking", "ops", at, None)
+    async with opened(EtcdLockStore(endpoints, prefix=prefix)) as store:
+        await store.pause_jobs(pause)
+        await store.note_missed("reports.daily", at)
+        cluster.kill(leader)
+        stopped = await store.start_run(RunStart("reports.daily", OpenRun("shop-3001", 1, at)))
+        assert stopped.pause == pause
+        assert await store.resume_jobs("reports.*") == pause
+        started = await store.start_run(RunStart("reports.daily", OpenRun("shop-3001", 2, at)))
+        assert started.started
+        (state,) = await store.job_states(["reports.daily"])
+        assert (state.open_run, state.missed_at) == (OpenRun("shop-3001", 2, at), at)
 
 
 # --- a member cut off from the others --------------------------------------------------------

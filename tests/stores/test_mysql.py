@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import random
 import socket
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -21,10 +22,20 @@ import pytest
 
 from helpers import unique_key, wait_for_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError
-from leaselock.stores import Acquired, LockStore, NotAcquired, Renewal, RunRecord
+from leaselock.stores import (
+    Acquired,
+    JobPause,
+    LockStore,
+    NotAcquired,
+    OpenRun,
+    Renewal,
+    RunRecord,
+    RunStart,
+)
 from leaselock.stores._common._capabilities import RunOutcome
 from leaselock.stores.mysql import RENEW_CHUNK, MySQLLockStore
 from leaselock.stores.mysql._arguments import connect_args
+from leaselock.stores.mysql._documents import successor
 from leaselock.testing.pytest import LockStoreContractTests
 
 asyncmy = pytest.importorskip("asyncmy")
@@ -36,7 +47,9 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "stores"
 ALEMBIC_MIGRATIONS = (
     DOCS / "alembic_leaselock_locks_mysql.py",
     DOCS / "alembic_leaselock_runs_mysql.py",
+    DOCS / "alembic_leaselock_jobs_mysql.py",
 )
+SUFFIXES = ("", "_runs", "_jobs")
 HAS_ALEMBIC = importlib.util.find_spec("alembic") is not None
 RUN_STARTED = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -89,9 +102,20 @@ class Scratch:
         finally:
             connection.close()
 
+    async def named(self, statement: str, *args: object) -> list[dict[str, Any]]:
+        """Run one statement on a connection of its own; return its rows by column name."""
+        connection = await asyncmy.connect(**connect_args(self.url), autocommit=True)
+        try:
+            async with connection.cursor() as cursor:
+                await cursor.execute(statement, args)
+                names = [column[0] for column in cursor.description]
+                return [dict(zip(names, row, strict=True)) for row in await cursor.fetchall()]
+        finally:
+            connection.close()
+
     async def drop_all(self) -> None:
         for table in self.tables:
-            await self.sql(f"DROP TABLE IF EXISTS `{table}`, `{table}_runs`")
+            await self.sql(f"DROP TABLE IF EXISTS `{table}`, `{table}_runs`, `{table}_jobs`")
 
 
 @pytest.fixture(scope="module")
@@ -447,7 +471,7 @@ async def test_a_job_longer_than_its_column_is_refused_not_cut_short(
         await store.record_run(make_run("\u732b" * 700, "ok", at=1, token=1))
 
 
-async def test_a_table_name_of_59_characters_keeps_its_runs_in_a_64_character_table(
+async def test_a_table_name_of_59_characters_keeps_its_runs_and_jobs_in_64_character_tables(
     scratch: Scratch,
 ) -> None:
     table = scratch.table("long")
@@ -458,11 +482,246 @@ async def test_a_table_name_of_59_characters_keeps_its_runs_in_a_64_character_ta
     try:
         await store.record_run(make_run(job, "error", at=1, token=None))
         (record,) = await store.job_records([job])
+        await store.pause_jobs(JobPause(job, "long", "ops", RUN_STARTED))
+        pauses = await store.job_pauses()
     finally:
         await store.aclose()
 
     assert record.last_run == make_run(job, "error", at=1, token=None)
-    assert await scratch.sql("SHOW TABLES LIKE %s", f"{table}_runs") == [(f"{table}_runs",)]
+    assert pauses == [JobPause(job, "long", "ops", RUN_STARTED)]
+    for suffix in ("_runs", "_jobs"):
+        assert await scratch.sql("SHOW TABLES LIKE %s", table + suffix) == [(table + suffix,)]
+
+
+# --- job control: its documents in <table>_jobs ----------------------------------------------
+
+
+@pytest.fixture(params=["pool", "engine"])
+async def either_store(
+    request: pytest.FixtureRequest, scratch: Scratch
+) -> AsyncIterator[MySQLLockStore]:
+    """The store over an asyncmy pool (rows count when changed) or an engine (when matched)."""
+    table = scratch.table(f"documents-{request.param}")
+    if request.param == "pool":
+        opened = MySQLLockStore(await make_pool(scratch.url), table=table, own_pool=True)
+    else:
+        from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
+
+        engine = create_async_engine(sqlalchemy_url(scratch.url), pool_size=20)
+        opened = MySQLLockStore(engine, table=table, own_pool=True)
+    await opened.open()
+    yield opened
+    await opened.aclose()
+
+
+async def test_a_swap_writes_only_over_the_document_it_expects(
+    either_store: MySQLLockStore,
+) -> None:
+    store = either_store
+    name = "job:" + unique_key("swap")
+
+    assert await store.swap_document(name, None, '{"v":1}')
+    assert not await store.swap_document(name, None, '{"v":2}')  # the name has one
+    assert not await store.swap_document(name, '{"v":2}', '{"v":3}')  # not the one it has
+    assert await store.swap_document(name, '{"v":1}', '{"v":3}')
+    assert not await store.swap_document(name, '{"v":1}', None)
+    assert await store.read_documents([name, name + "-other", name]) == ['{"v":3}', None, '{"v":3}']
+    assert await store.swap_document(name, '{"v":3}', None)
+    assert not await store.swap_document(name, '{"v":3}', None)
+    assert not await store.swap_document(name, '{"v":3}', '{"v":4}')
+    assert await store.read_documents([name]) == [None]
+    assert await store.read_documents([]) == []
+
+
+async def test_a_swap_to_the_document_already_there_answers_whether_it_is_there(
+    either_store: MySQLLockStore, scratch: Scratch
+) -> None:
+    # an UPDATE to the same text changes no row: a bare asyncmy pool counts 0 rows, an engine 1
+    store = either_store
+    name = "job:" + unique_key("same")
+    rows = f"SELECT `document` FROM `{store._jobs_name}` WHERE `name` = %s"
+
+    assert await store.swap_document(name, None, None)
+    assert not await store.swap_document(name, "{}", "{}")
+    assert await scratch.sql(rows, name) == []
+    assert await store.swap_document(name, None, "{}")
+    assert await store.swap_document(name, "{}", "{}")
+    assert not await store.swap_document(name, None, None)
+    assert not await store.swap_document(name, '{"v":1}', '{"v":1}')
+    assert await scratch.sql(rows, name) == [(b"{}",)]
+
+
+async def test_racing_swaps_of_one_document_write_exactly_once_each_round(
+    either_store: MySQLLockStore,
+) -> None:
+    store = either_store
+    name = "job:" + unique_key("race")
+    callers = range(CALLERS["callers"])
+
+    inserted = await asyncio.gather(
+        *(store.swap_document(name, None, f'{{"by":{n}}}') for n in callers)
+    )
+    (first,) = await store.read_documents([name])
+    updated = await asyncio.gather(
+        *(store.swap_document(name, first, f'{{"then":{n}}}') for n in callers)
+    )
+    (second,) = await store.read_documents([name])
+    deleted = await asyncio.gather(*(store.swap_document(name, second, None) for _ in callers))
+
+    assert (inserted.count(True), updated.count(True), deleted.count(True)) == (1, 1, 1)
+    assert first == f'{{"by":{inserted.index(True)}}}'
+    assert second == f'{{"then":{updated.index(True)}}}'
+    assert await store.read_documents([name]) == [None]
+
+
+async def test_documents_compare_byte_for_byte_never_through_a_collation(
+    store: MySQLLockStore,
+) -> None:
+    # a _ci collation folds case and accents, a PAD SPACE one ignores trailing spaces
+    base = "pause:" + unique_key("pad")
+    names = [base, base + " ", base.upper(), base + "\t", base.replace("pad", "p\u00e1d")]
+    for n, name in enumerate(names):
+        assert await store.swap_document(name, None, f'{{"n":{n}}}')
+    kept = '{"note":"caf\u00e9 \u2615"}'
+    assert await store.swap_document(base, '{"n":0}', kept)
+
+    near = ['{"note":"cafe \u2615"}', '{"NOTE":"CAF\u00c9 \u2615"}', kept + " ", kept[:-1]]
+    for other in near:
+        assert not await store.swap_document(base, other, '{"n":9}')
+        assert not await store.swap_document(base, other, None)
+
+    assert await store.read_documents(names) == [kept] + [f'{{"n":{n}}}' for n in range(1, 5)]
+    under = await store.documents_under(base)
+    assert under == {base: kept, base + " ": '{"n":1}', base + "\t": '{"n":3}'}
+
+
+async def test_documents_are_utf8_json_in_the_jobs_table(
+    store: MySQLLockStore, scratch: Scratch
+) -> None:
+    job = unique_key("reports:\u732b")
+    await store.pause_jobs(JobPause(job, "caf\u00e9 \u2615", "ops", RUN_STARTED))
+
+    ((name, document),) = await scratch.sql(
+        f"SELECT `name`, `document` FROM `{store._jobs_name}` WHERE `name` = %s",
+        f"pause:{job}".encode(),
+    )
+
+    assert name == f"pause:{job}".encode()
+    assert json.loads(document.decode())["note"] == "caf\u00e9 \u2615"
+    assert await store.job_pauses() == [JobPause(job, "caf\u00e9 \u2615", "ops", RUN_STARTED)]
+
+
+async def test_documents_under_a_prefix_read_a_range_of_the_primary_key(
+    store: MySQLLockStore, scratch: Scratch
+) -> None:
+    prefix = f"pause:{unique_key('range')}:"
+    inside = [prefix, prefix + "a", prefix + "\u732b*", prefix + "\U0001f600"]
+    outside = [prefix[:-1], prefix[:-1] + ";", prefix[:-2], "job:" + prefix[6:], "pausf:"]
+    outside += [f"job:{unique_key('other')}" for _ in range(200)]
+    for name in inside + outside:
+        assert await store.swap_document(name, None, json.dumps(name))
+
+    under = await store.documents_under(prefix)
+    everything = await store.documents_under("")
+
+    assert under == {name: json.dumps(name) for name in inside}
+    assert everything == {name: json.dumps(name) for name in inside + outside}
+    start = prefix.encode()
+    (plan,) = await scratch.named(f"EXPLAIN {store._jobs_sql.under}", start, successor(start))
+    assert (plan["type"], plan["key"]) == ("range", "PRIMARY"), plan
+
+
+def test_the_successor_of_a_prefix_bounds_every_name_under_it() -> None:
+    assert successor(b"job:") == b"job;"
+    assert successor(b"a\xfe\xff\xff") == b"a\xff"
+    assert successor(b"") is None
+    assert successor(b"\xff\xff") is None
+
+
+async def test_the_longest_pause_target_fits_and_a_longer_name_is_refused(
+    store: MySQLLockStore,
+) -> None:
+    # a key of 500 four-byte characters with "*" after it: a prefix pause
+    longest = JobPause("\U0001f600" * 500 + "*", "", "ops", RUN_STARTED)
+    await store.pause_jobs(longest)
+
+    assert await store.job_pauses() == [longest]
+    with pytest.raises(LocksConfigurationError, match=r"at most 2007 .*shorter document name"):
+        await store.swap_document("pause:" + longest.target + "x", None, "{}")
+
+
+async def test_job_control_keeps_the_open_run_in_a_document_until_its_end(
+    either_store: MySQLLockStore, scratch: Scratch
+) -> None:
+    store = either_store
+    job = unique_key("nightly")
+    opened = OpenRun("shop-1", None, RUN_STARTED)
+    start = RunStart(job, opened, take_key=f"{job}:run", owner="owner-1", ttl_ms=60_000)
+
+    answer = await store.start_run(start)
+    assert isinstance(answer.taken, Acquired)
+    (state,) = await store.job_states([job])
+    kept = await scratch.sql(
+        f"SELECT COUNT(*) FROM `{store._jobs_name}` WHERE `name` = %s", f"job:{job}"
+    )
+    run = RunRecord(job, "shop-1", answer.taken.fencing_token, RUN_STARTED, RUN_STARTED, "ok", None)
+    assert not await store.end_run(run)
+
+    assert state.open_run == OpenRun("shop-1", answer.taken.fencing_token, RUN_STARTED)
+    assert kept == [(1,)]
+    assert await store.job_states([job]) == []
+    assert await store.read_documents([f"job:{job}"]) == [None]
+
+
+async def test_break_lock_frees_a_key_that_changed_hands_between_its_read_and_write(
+    either_store: MySQLLockStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = either_store
+    key = unique_key("handed")
+    assert isinstance(await store.acquire(key, "first", 60_000), Acquired)
+    assert store._sql is not None
+    break_write, write = store._sql.break_write, store._write
+    breaks: list[object] = []
+
+    async def hand_over_first(self: MySQLLockStore, sql: str, args: Sequence[object]) -> Any:
+        if self is store and sql == break_write:
+            breaks.append(args[1])  # the owner it read, as the server sent it
+            if len(breaks) == 1:  # between the read and the write: first freed, second takes it
+                assert await store.release(key, "first")
+                assert isinstance(await store.acquire(key, "second", 60_000), Acquired)
+        return await write(sql, args) if self is store else await original(self, sql, args)
+
+    # on the class: the store keeps no instance dict (__slots__) to patch one store's method in
+    original = MySQLLockStore._write
+    monkeypatch.setattr(MySQLLockStore, "_write", hand_over_first)
+
+    broken = await store.break_lock(key)
+    taken = await store.acquire(key, "third", 60_000)
+
+    assert breaks == [b"first"]  # the second break ran under the row lock, not through _write
+    assert broken is not None
+    assert broken.owner == "second"
+    assert not await store.renew(key, "second", 60_000)
+    assert isinstance(taken, Acquired)
+    assert taken.fencing_token > broken.fencing_token
+
+
+async def test_racing_breaks_and_acquires_of_one_key_never_fail(
+    either_store: MySQLLockStore,
+) -> None:
+    store = either_store
+    key = unique_key("storm")
+
+    async def break_and_take(n: int) -> int:
+        while True:
+            await store.break_lock(key)
+            taken = await store.acquire(key, f"owner-{n}", 60_000)
+            if isinstance(taken, Acquired):
+                return taken.fencing_token
+
+    tokens = await asyncio.gather(*(break_and_take(n) for n in range(CALLERS["callers"])))
+
+    assert len(set(tokens)) == len(tokens)
 
 
 # --- schema --------------------------------------------------------------------------------
@@ -487,8 +746,99 @@ async def test_a_missing_table_with_create_schema_off_fails_at_start_naming_the_
     scratch: Scratch,
 ) -> None:
     missing = scratch.store("missing", create_schema=False)
-    with pytest.raises(LockStoreError, match=r"_runs` do not exist, and create_schema=False"):
+    table = missing._table_name
+
+    with pytest.raises(LockStoreError) as raised:
         await missing.open()
+
+    assert (
+        f"`{table}`, `{table}_runs` and `{table}_jobs` do not exist, and create_schema=False. "
+        "Create them: apply the Alembic migrations in the docs "
+        "(docs/stores/alembic_leaselock_locks_mysql.py, "
+        "then docs/stores/alembic_leaselock_runs_mysql.py, "
+        "then docs/stores/alembic_leaselock_jobs_mysql.py), "
+        "or call await store.create_schema()"
+    ) in str(raised.value)
+    assert await scratch.sql("SHOW TABLES LIKE %s", f"{table}%") == []
+
+
+async def test_a_schema_without_the_jobs_table_and_create_schema_off_names_it_alone(
+    scratch: Scratch,
+) -> None:
+    # a schema of an earlier leaselock: the lock and runs tables, no jobs table
+    table = scratch.table("no-jobs")
+    made = MySQLLockStore.from_url(scratch.url, table=table)
+    await made.create_schema()
+    await made.aclose()
+    await scratch.sql(f"DROP TABLE `{table}_jobs`")
+    strict = MySQLLockStore.from_url(scratch.url, table=table, create_schema=False)
+
+    with pytest.raises(LockStoreError) as raised:
+        await strict.open()
+
+    message = str(raised.value)
+    assert (
+        f"cannot start: `{table}_jobs` does not exist, and create_schema=False. Create it: "
+        "apply the Alembic migration in the docs (docs/stores/alembic_leaselock_jobs_mysql.py), "
+        "or call await store.create_schema() once as a user that may CREATE tables; "
+        "or pass create_schema=True"
+    ) in message
+    assert "_runs" not in message
+    assert "alembic_leaselock_locks_mysql" not in message
+    assert await scratch.sql("SHOW TABLES LIKE %s", f"{table}_jobs") == []
+
+
+async def test_create_schema_adds_the_jobs_table_to_an_earlier_schema_and_keeps_its_rows(
+    scratch: Scratch,
+) -> None:
+    table = scratch.table("add-jobs")
+    old = MySQLLockStore.from_url(scratch.url, table=table)
+    key, job = unique_key("kept"), unique_key("job")
+    try:
+        taken = await old.acquire(key, "holder", 60_000)
+        await old.record_run(make_run(job, "ok", at=1, token=4))
+        await scratch.sql(f"DROP TABLE `{table}_jobs`")
+        await old.create_schema()
+        await old.pause_jobs(JobPause(job, "added", "ops", RUN_STARTED))
+        pauses = await old.job_pauses()
+        records = await old.job_records([job])
+        info = await old.read_lock(key)
+    finally:
+        await old.aclose()
+
+    assert isinstance(taken, Acquired)
+    assert info is not None
+    assert (info.owner, info.fencing_token) == ("holder", taken.fencing_token)
+    assert [record.last_run for record in records] == [make_run(job, "ok", at=1, token=4)]
+    assert pauses == [JobPause(job, "added", "ops", RUN_STARTED)]
+
+
+async def test_a_store_that_creates_its_schema_at_open_adds_only_the_missing_jobs_table(
+    scratch: Scratch,
+) -> None:
+    table = scratch.table("open-adds")
+    made = MySQLLockStore.from_url(scratch.url, table=table)
+    await made.create_schema()
+    await made.aclose()
+    await scratch.sql(f"DROP TABLE `{table}_jobs`")
+    key = unique_key("kept")
+    await scratch.sql(
+        f"INSERT INTO `{table}` (`key`, `owner`, `fencing_token`, `expires_at`) "
+        "VALUES (%s, 'holder', 7, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)",
+        key,
+    )
+    reopened = MySQLLockStore.from_url(scratch.url, table=table)
+    try:
+        await reopened.open()
+        info = await reopened.read_lock(key)
+        states = await reopened.job_states()
+    finally:
+        await reopened.aclose()
+
+    assert info is not None
+    assert (info.owner, info.fencing_token) == ("holder", 7)
+    assert states == []
+    assert await scratch.sql("SHOW TABLES LIKE %s", f"{table}_jobs") == [(f"{table}_jobs",)]
 
 
 async def test_a_table_dropped_after_start_is_reported_with_the_ways_to_create_it(
@@ -502,6 +852,27 @@ async def test_a_table_dropped_after_start_is_reported_with_the_ways_to_create_i
             await store.acquire(unique_key("dropped"), "owner", 60_000)
     finally:
         await store.aclose()
+
+
+async def test_a_jobs_table_dropped_after_start_is_reported_with_the_ways_to_create_it(
+    scratch: Scratch,
+) -> None:
+    store = scratch.store("jobs-dropped")
+    await store.open()
+    table = store._table_name
+    try:
+        await scratch.sql(f"DROP TABLE `{table}_jobs`")
+        with pytest.raises(LockStoreError, match=r"_jobs` does not exist .*create_schema=True"):
+            await store.swap_document("job:" + unique_key("gone"), None, "{}")
+        with pytest.raises(LockStoreError) as raised:
+            await store.job_pauses()
+    finally:
+        await store.aclose()
+
+    message = str(raised.value)
+    assert f"`{table}`, `{table}_runs` or `{table}_jobs` does not exist" in message
+    assert f"{table}_jobs' doesn't exist" in message
+    assert "docs/stores/alembic_leaselock_jobs_mysql.py" in message
 
 
 def load_migration(path: Path, table: str) -> ModuleType:
@@ -539,17 +910,18 @@ async def test_the_alembic_migrations_make_the_tables_create_schema_makes(
     await by_store.create_schema()
     await by_store.aclose()
     table = scratch.table("alembic")
-    locks, runs = (load_migration(path, table) for path in ALEMBIC_MIGRATIONS)
+    locks, runs, jobs = (load_migration(path, table) for path in ALEMBIC_MIGRATIONS)
     assert runs.down_revision == locks.revision
+    assert jobs.down_revision == runs.revision
 
-    for migration in (locks, runs, locks, runs):  # the second pass adopts what exists
+    for migration in (locks, runs, jobs, locks, runs, jobs):  # the second pass adopts them
         await migrate(scratch.url, migration, "upgrade")
 
     async def definition(name: str, made_for: str) -> str:
         (row,) = await scratch.sql(f"SHOW CREATE TABLE `{name}`")
         return str(row[1]).replace(f"`{made_for}", "`T")
 
-    for suffix in ("", "_runs"):
+    for suffix in SUFFIXES:
         assert await definition(table + suffix, table) == await definition(
             by_store._table_name + suffix, by_store._table_name
         )
@@ -557,8 +929,12 @@ async def test_the_alembic_migrations_make_the_tables_create_schema_makes(
     try:
         assert isinstance(await migrated.acquire(unique_key("alembic"), "o", 60_000), Acquired)
         await migrated.record_run(make_run(unique_key("alembic job"), "ok", at=1, token=1))
+        await migrated.pause_jobs(JobPause(unique_key("alembic job"), "", "ops", RUN_STARTED))
     finally:
         await migrated.aclose()
+    await migrate(scratch.url, jobs, "downgrade")
+    assert await scratch.sql("SHOW TABLES LIKE %s", f"{table}_jobs") == []
+    assert await scratch.sql("SHOW TABLES LIKE %s", f"{table}_runs") != []
     await migrate(scratch.url, runs, "downgrade")
     assert await scratch.sql("SHOW TABLES LIKE %s", f"{table}_runs") == []
     assert await scratch.sql("SHOW TABLES LIKE %s", table) != []

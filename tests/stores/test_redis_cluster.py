@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
+from datetime import UTC, datetime
 from typing import ClassVar
 
 import pytest
@@ -14,7 +15,16 @@ import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
 
 from leaselock import Locks, LocksConfigurationError, LockStoreError
-from leaselock.stores import Acquired, LockStore, RedisClusterLockStore, Renewal
+from leaselock.stores import (
+    Acquired,
+    JobPause,
+    LockStore,
+    OpenRun,
+    RedisClusterLockStore,
+    Renewal,
+    RunStart,
+    SupportsJobControl,
+)
 from leaselock.stores.redis._tokens import TOKEN_GAP
 from leaselock.testing.pytest import LockStoreContractTests
 
@@ -45,6 +55,11 @@ class TestRedisClusterContract(LockStoreContractTests):
         return RedisClusterLockStore.from_url(self.url, prefix=self.prefix)
 
 
+def run_start(job: str) -> RunStart:
+    """A start of ``job`` now that takes its run lock, the job's key."""
+    return RunStart(job, OpenRun("shop-1", None, datetime.now(UTC)), job, "me", LONG_TTL_MS)
+
+
 @pytest.fixture
 def prefix(redis_cluster_url: str) -> Iterator[str]:
     prefix = f"leaselock-cluster-{uuid.uuid4().hex[:12]}:"
@@ -73,6 +88,75 @@ async def test_discard_prefix_deletes_every_key_of_its_prefix_on_every_master(
         assert [name async for name in client.scan_iter(match=f"{prefix}*")] == []
     finally:
         await client.aclose()
+
+
+async def test_job_documents_sit_in_one_hash_of_the_prefix_that_discard_prefix_removes(
+    store: RedisClusterLockStore, redis_cluster_url: str, prefix: str
+) -> None:
+    assert isinstance(store, SupportsJobControl)
+    await store.pause_jobs(JobPause("reports:*", "month-end", "ops", datetime.now(UTC)))
+    started = await store.start_run(run_start("feed:poll"))
+    assert isinstance(started.taken, Acquired)
+    client = RedisCluster.from_url(redis_cluster_url)
+    try:
+        names = {name async for name in client.scan_iter(match=f"{prefix}*")}
+        documents = [name for name in names if b"{" not in name]
+        assert documents == [f"{prefix}job-documents".encode()]
+        assert sorted(await client.hkeys(documents[0])) == [b"job:feed:poll", b"pause:reports:*"]
+        assert [info.key for info in await store.list_locks()] == ["feed:poll"]
+        # the run lock's lock, counter and counter's source, and the documents
+        assert await store.discard_prefix() == 4
+        assert [name async for name in client.scan_iter(match=f"{prefix}*")] == []
+    finally:
+        await client.aclose()
+
+
+async def test_an_empty_document_is_never_taken_for_no_document(
+    store: RedisClusterLockStore,
+) -> None:
+    assert not await store.swap_document("job:a", "", "x")
+    assert await store.swap_document("job:a", None, "")
+    assert await store.read_documents(["job:a", "job:b"]) == ["", None]
+    assert not await store.swap_document("job:a", None, "x")
+    assert await store.swap_document("job:a", "", None)
+    assert await store.read_documents(["job:a"]) == [None]
+
+
+async def test_of_racing_swaps_from_one_document_exactly_one_writes(
+    store: RedisClusterLockStore,
+) -> None:
+    assert await store.swap_document("job:a", None, "0")
+    swapped = await asyncio.gather(
+        *(store.swap_document("job:a", "0", str(n)) for n in range(1, 33))
+    )
+    assert swapped.count(True) == 1
+    assert await store.read_documents(["job:a"]) == [str(swapped.index(True) + 1)]
+
+
+async def test_starts_racing_on_a_small_pool_wait_for_a_connection_instead_of_failing(
+    redis_cluster_url: str, prefix: str
+) -> None:
+    store = RedisClusterLockStore.from_url(redis_cluster_url, prefix=prefix, max_connections=2)
+    await store.open()
+    try:
+        answers = await asyncio.gather(*(store.start_run(run_start(f"job-{n}")) for n in range(16)))
+    finally:
+        await store.aclose()
+    assert all(isinstance(answer.taken, Acquired) for answer in answers)
+
+
+async def test_documents_under_matches_the_start_of_names_and_no_pattern(
+    store: RedisClusterLockStore,
+) -> None:
+    names = ["pause:a*", "pause:[x]", "pause:?", "pause:é", "pausex", "job:pause:a", "pause"]
+    for name in names:
+        assert await store.swap_document(name, None, f"of {name}")
+    assert await store.documents_under("pause:") == {
+        name: f"of {name}" for name in names if name.startswith("pause:")
+    }
+    assert await store.documents_under("pause:[") == {"pause:[x]": "of pause:[x]"}
+    assert await store.documents_under("pause:*") == {}
+    assert await store.documents_under("none:") == {}
 
 
 async def test_a_keys_lock_and_counter_share_a_slot_and_keys_spread_over_every_master(

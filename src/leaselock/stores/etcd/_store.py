@@ -5,7 +5,8 @@ when the lease expires, etcd deletes the key. Locks of one ttl share a lease, so
 renews them all (``_etcd_leases`` says how each lock still expires on its own). An acquire is
 one transaction that creates the key only if it does not exist; its revision is the token.
 A watch of a key's deletions wakes the waiters on it at once. Job run records are keys of
-their own under ``<prefix>runs/`` (``_etcd_runs`` says how one transaction keeps the newer run).
+their own under ``<prefix>runs/`` (``_etcd_runs`` says how one transaction keeps the newer run);
+job control's pauses and job states are keys under ``<prefix>jobs/`` (``_documents``).
 
 Talks to etcd 3.4 or later through etcd's own gRPC JSON gateway (``POST /v3/...`` on the client
 URL) with httpx: no gRPC stack, and nothing between leaselock and etcd but an HTTP client.
@@ -25,6 +26,7 @@ from ..._durations import Duration, parse_ttl
 from ..._errors import LocksConfigurationError, LockStoreError
 from ..._redact import redact_secrets
 from .._common._capabilities import JobRecord, LockInfo, RunRecord
+from .._common._job_documents import JobControlOnDocuments
 from .._common._protocol import (
     MAX_FENCING_TOKEN,
     Acquired,
@@ -33,6 +35,7 @@ from .._common._protocol import (
     ReleaseFollower,
     Renewal,
 )
+from ._documents import JOBS_SEGMENT, documents_under, read_documents, swap_txn
 from ._follower import EtcdReleaseFollower
 from ._gateway import (
     EtcdGateway,
@@ -69,7 +72,7 @@ _KEEPALIVE_CONNECTIONS: Final = 64
 
 
 @final
-class EtcdLockStore:
+class EtcdLockStore(JobControlOnDocuments):
     """Locks in etcd v3: a key per lock under a shared lease, tokens from etcd's revisions.
 
     - **acquire** is one transaction: create ``<prefix>locks/<key>`` (value: the owner) under
@@ -85,6 +88,11 @@ class EtcdLockStore:
       (:meth:`follow_releases`).
     - job run records are keys with no lease, ``<prefix>runs/last/<job>`` and
       ``<prefix>runs/success/<job>`` (:meth:`record_run`).
+    - job control (pauses, open runs, overlap policies, failure streaks, missed ticks) is
+      written once above the stores (``JobControlOnDocuments``), over documents that are keys
+      with no lease, ``<prefix>jobs/pause:<target>`` and ``<prefix>jobs/job:<key>``, each
+      changed by one transaction that compares it with what was read
+      (:meth:`swap_document`).
 
     **Expiry precision.** etcd leases last whole seconds, and etcd deletes an expired lease's
     keys within about 500 ms: a lock lives from its ttl rounded up to a second, to that plus
@@ -108,8 +116,8 @@ class EtcdLockStore:
             one, the store makes its own at :meth:`open`, on the loop that opens it, and
             closes it at the last :meth:`aclose`.
         prefix: the start of every key this store writes; ends with ``/``, and has no
-            ``locks`` or ``runs`` segment. Stores with different prefixes never see each
-            other's locks or runs.
+            ``locks``, ``runs`` or ``jobs`` segment. Stores with different prefixes never see
+            each other's locks, runs or job documents.
         timeout: the bound of every call to etcd, all its attempts on every member
             included; an attempt that may be resent gets a third of it. The engine bounds its
             calls too.
@@ -126,6 +134,7 @@ class EtcdLockStore:
         "_endpoints",
         "_gateway",
         "_granting",
+        "_jobs_prefix",
         "_key_prefix",
         "_opens",
         "_owns_client",
@@ -155,6 +164,7 @@ class EtcdLockStore:
         self._prefix = prefix
         self._key_prefix = prefix + LOCKS_SEGMENT
         self._runs_prefix = prefix + RUNS_SEGMENT
+        self._jobs_prefix = prefix + JOBS_SEGMENT
         self._client = client
         self._owns_client = client is None
         self._gateway: EtcdGateway | None = None
@@ -643,6 +653,47 @@ class EtcdLockStore:
         """
         return await read_job_records(self._ready(), self._runs_prefix, jobs)
 
+    # --- job documents -------------------------------------------------------------------------
+
+    async def read_documents(self, names: Sequence[str]) -> list[str | None]:
+        """Return the job document of each name, in order; ``None`` where there is none.
+
+        One transaction of range reads per 128 names (etcd's ``--max-txn-ops``), sent
+        together: one round trip.
+
+        Raises:
+            LockStoreError: etcd could not be reached or refused the read.
+        """
+        if not names:
+            return []
+        return await read_documents(self._ready(), self._jobs_prefix, names)
+
+    async def documents_under(self, prefix: str) -> dict[str, str]:
+        """Return every job document whose name starts with ``prefix``, by name: one range read.
+
+        Raises:
+            LockStoreError: etcd could not be reached or refused the read.
+        """
+        return await documents_under(self._ready(), self._jobs_prefix, prefix)
+
+    async def swap_document(self, name: str, expected: str | None, document: str | None) -> bool:
+        """Make ``document`` the job document under ``name`` (``None``: remove it) if ``expected``.
+
+        One transaction: etcd compares the key's value with ``expected`` (``None``: the key
+        does not exist) and puts ``document`` (with no lease) or deletes the key in the same
+        step. An attempt whose answer was lost is not sent again: applied, a second attempt
+        would answer ``False`` for a swap that went through, and the caller would apply its
+        change twice.
+
+        Raises:
+            LockStoreError: etcd could not be reached or refused the write, or an attempt's
+                answer was lost (the swap may have been applied: read the document again).
+        """
+        answer = await self._ready().call(
+            "kv/txn", swap_txn(self._jobs_prefix + name, expected, document), resend=False
+        )
+        return bool(answer.get("succeeded"))
+
     # --- release notifications -----------------------------------------------------------------
 
     @asynccontextmanager
@@ -726,20 +777,21 @@ def _checked_endpoints(endpoints: object) -> tuple[str, ...]:
 def _check_prefix(prefix: object) -> None:
     """Refuse a prefix under which one store's keys could be another store's.
 
-    Keys are ``<prefix>locks/<key>`` and ``<prefix>runs/<kind>/<job>``: with prefixes that end
-    with ``/`` and have no ``locks`` or ``runs`` segment, no key of one prefix starts with
-    another prefix's ``<prefix>locks/`` or ``<prefix>runs/``.
+    Keys are ``<prefix>locks/<key>``, ``<prefix>runs/<kind>/<job>`` and ``<prefix>jobs/<name>``:
+    with prefixes that end with ``/`` and have no ``locks``, ``runs`` or ``jobs`` segment, no key
+    of one prefix starts with another prefix's ``<prefix>locks/``, ``<prefix>runs/`` or
+    ``<prefix>jobs/``.
     """
     if (
         not isinstance(prefix, str)
         or not prefix.endswith("/")
         or len(prefix) > MAX_PREFIX_LENGTH
-        or {"locks", "runs"}.intersection(prefix.split("/"))
+        or {"locks", "runs", "jobs"}.intersection(prefix.split("/"))
     ):
         raise LocksConfigurationError(
             f"prefix={prefix!r}; pass a str of at most {MAX_PREFIX_LENGTH} characters that ends "
-            'with "/" and has no "locks" or "runs" segment (which would overlap the keys of '
-            "another prefix's locks or runs), such as "
+            'with "/" and has no "locks", "runs" or "jobs" segment (which would overlap the keys '
+            "of another prefix's locks, runs or job documents), such as "
             f'{DEFAULT_PREFIX!r} or "myapp/leaselock/"'
         )
 

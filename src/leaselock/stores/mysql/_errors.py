@@ -12,6 +12,7 @@ from typing import Final
 from ..._errors import LockStoreError
 
 __all__ = [
+    "DUPLICATE_ENTRY",
     "NO_DATABASE_SELECTED",
     "NO_SUCH_TABLE",
     "RETRIED_ERRORS",
@@ -24,6 +25,8 @@ __all__ = [
 # gap locks) and ER_LOCK_WAIT_TIMEOUT (it waited innodb_lock_wait_timeout for a row lock)
 RETRIED_ERRORS: Final = frozenset({1213, 1205})
 NO_SUCH_TABLE: Final = 1146
+# ER_DUP_ENTRY: an INSERT found the key taken
+DUPLICATE_ENTRY: Final = 1062
 NO_DATABASE_SELECTED: Final = 1046
 
 _ACCESS_DENIED: Final = 1045

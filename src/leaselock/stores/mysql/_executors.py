@@ -1,24 +1,35 @@
 """How MySQLLockStore's statements reach the server: an asyncmy pool, or a SQLAlchemy engine.
 
 Both run one ``%s``-parameter statement per call on a pooled connection and hand back what the
-store reads: the rows of a SELECT, or the affected-row count and the insert id of a write.
+store reads: the rows of a SELECT, or the affected-row count and the insert id of a write; or
+several statements in one transaction on one connection (:meth:`Executor.transaction`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, final
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar, final
 from urllib.parse import urlsplit
 
 from ..._errors import LocksConfigurationError
 
 if TYPE_CHECKING:
     import asyncmy
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["Executor", "PoolExecutor", "Row", "Written", "executor_over", "safe_url"]
+__all__ = [
+    "Executor",
+    "PoolExecutor",
+    "Row",
+    "Session",
+    "Written",
+    "executor_over",
+    "safe_url",
+]
 
 _SQLALCHEMY_DRIVERS: Final = ("asyncmy",)
+T = TypeVar("T")
 
 
 class Row(Protocol):
@@ -34,6 +45,14 @@ class Written(NamedTuple):
     insert_id: int
 
 
+class Session(Protocol):
+    """Statements on the one connection of a transaction."""
+
+    async def write(self, sql: str, args: Sequence[object]) -> Written: ...
+
+    async def fetch(self, sql: str, args: Sequence[object]) -> Sequence[Row]: ...
+
+
 class Executor(Protocol):
     """Runs the store's statements, each on its own, committed when it returns."""
 
@@ -41,7 +60,36 @@ class Executor(Protocol):
 
     async def fetch(self, sql: str, args: Sequence[object]) -> Sequence[Row]: ...
 
+    async def transaction(self, work: Callable[[Session], Awaitable[T]]) -> T:
+        """Run ``work``'s statements in one transaction on one connection; commit after it.
+
+        If ``work`` raises, nothing it wrote is kept (the transaction is rolled back).
+        """
+        ...
+
     async def close(self) -> None: ...
+
+
+@final
+class _CursorSession:
+    """Statements on one asyncmy connection."""
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: asyncmy.Connection) -> None:
+        self._connection = connection
+
+    async def write(self, sql: str, args: Sequence[object]) -> Written:
+        async with self._connection.cursor() as cursor:
+            await cursor.execute(sql, args)
+            affected = cursor.rowcount
+            return Written(affected if isinstance(affected, int) else 0, cursor.lastrowid)
+
+    async def fetch(self, sql: str, args: Sequence[object]) -> Sequence[Row]:
+        async with self._connection.cursor() as cursor:
+            await cursor.execute(sql, args)
+            rows: Sequence[Row] = await cursor.fetchall()
+            return rows
 
 
 @final
@@ -62,22 +110,26 @@ class PoolExecutor:
 
     async def write(self, sql: str, args: Sequence[object]) -> Written:
         async with self._pool.acquire() as connection:
-            async with connection.cursor() as cursor:
-                await cursor.execute(sql, args)
-                affected = cursor.rowcount
-                written = Written(affected if isinstance(affected, int) else 0, cursor.lastrowid)
+            written = await _CursorSession(connection).write(sql, args)
             if not connection.get_autocommit():
                 await connection.commit()
         return written
 
     async def fetch(self, sql: str, args: Sequence[object]) -> Sequence[Row]:
         async with self._pool.acquire() as connection:
-            async with connection.cursor() as cursor:
-                await cursor.execute(sql, args)
-                rows: Sequence[Row] = await cursor.fetchall()
+            rows = await _CursorSession(connection).fetch(sql, args)
             if not connection.get_autocommit():
                 await connection.commit()
         return rows
+
+    async def transaction(self, work: Callable[[Session], Awaitable[T]]) -> T:
+        async with self._pool.acquire() as connection:
+            await connection.begin()
+            # if work fails, the connection goes back in its transaction, which the pool closes
+            # (and the server rolls back) rather than reuse
+            done = await work(_CursorSession(connection))
+            await connection.commit()
+        return done
 
     async def close(self) -> None:
         if self._owned:
@@ -107,9 +159,41 @@ class _SQLAlchemyExecutor:
             result = await connection.exec_driver_sql(sql, tuple(args))
             return result.all()
 
+    async def transaction(self, work: Callable[[Session], Awaitable[T]]) -> T:
+        # the transaction is the server's own (START TRANSACTION ... COMMIT), so it holds
+        # whatever isolation level the application set on its engine
+        async with self._autocommit.connect() as connection:
+            await connection.exec_driver_sql("START TRANSACTION")
+            try:
+                done = await work(_ConnectionSession(connection))
+            except Exception:
+                with contextlib.suppress(Exception):  # a lost connection rolled it back
+                    await connection.exec_driver_sql("ROLLBACK")
+                raise
+            await connection.exec_driver_sql("COMMIT")
+            return done
+
     async def close(self) -> None:
         if self._owned:
             await self._engine.dispose()
+
+
+@final
+class _ConnectionSession:
+    """Statements on one SQLAlchemy connection."""
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: AsyncConnection) -> None:
+        self._connection = connection
+
+    async def write(self, sql: str, args: Sequence[object]) -> Written:
+        result = await self._connection.exec_driver_sql(sql, tuple(args))
+        return Written(int(result.rowcount), int(result.lastrowid or 0))
+
+    async def fetch(self, sql: str, args: Sequence[object]) -> Sequence[Row]:
+        result = await self._connection.exec_driver_sql(sql, tuple(args))
+        return result.all()
 
 
 def executor_over(pool: object, *, owned: bool) -> tuple[Executor, str]:

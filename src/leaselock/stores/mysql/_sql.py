@@ -27,9 +27,11 @@ from ..._errors import LocksConfigurationError
 
 __all__ = [
     "ACQUIRE_SQL",
+    "BREAK_READ_LOCKED_SQL",
     "BREAK_READ_SQL",
     "BREAK_WRITE_SQL",
     "CREATE_TABLE_SQL",
+    "JOBS_SUFFIX",
     "LIST_LOCKS_SQL",
     "MAX_KEY_BYTES",
     "MAX_OWNER_BYTES",
@@ -48,10 +50,13 @@ __all__ = [
 # a key is at most 500 characters, at most 4 bytes each in UTF-8
 MAX_KEY_BYTES: Final = 2000
 MAX_OWNER_BYTES: Final = 2000
-# the run records live in "<table>_runs": a name of at most 64 characters, as any MySQL name
+# the run records live in "<table>_runs", the job documents in "<table>_jobs": names of at most
+# 64 characters, as any MySQL name
 RUNS_SUFFIX: Final = "_runs"
+JOBS_SUFFIX: Final = "_jobs"
 _DATABASE_NAME: Final = r"[A-Za-z_][A-Za-z0-9_$]{0,63}"
-_TABLE_NAME: Final = rf"[A-Za-z_][A-Za-z0-9_$]{{0,{63 - len(RUNS_SUFFIX)}}}"
+_LONGEST_SUFFIX: Final = max(len(RUNS_SUFFIX), len(JOBS_SUFFIX))
+_TABLE_NAME: Final = rf"[A-Za-z_][A-Za-z0-9_$]{{0,{63 - _LONGEST_SUFFIX}}}"
 _QUALIFIED_NAME: Final = re.compile(rf"(?:{_DATABASE_NAME}\.)?{_TABLE_NAME}")
 # MySQL 8.0.19 reads the inserted row by alias; 8.0.20 deprecates VALUES(col) with a warning,
 # and a warning costs asyncmy a SHOW WARNINGS round trip on every acquire
@@ -114,6 +119,9 @@ SELECT `owner`, `fencing_token`,
        CEILING(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), `expires_at`) / 1000)
   FROM {table} WHERE `key` = %s AND `owner` IS NOT NULL AND `expires_at` > UTC_TIMESTAMP(6)"""
 
+# %s key -> as BREAK_READ_SQL, the key's row locked (exclusive) until the transaction ends
+BREAK_READ_LOCKED_SQL: Final = BREAK_READ_SQL + " FOR UPDATE"
+
 # %s key, %s owner, %s fencing_token -> insert id: the token if that very lock was still live
 # (now freed, as by a release), else 0
 BREAK_WRITE_SQL: Final = """\
@@ -143,11 +151,14 @@ LIST_LOCKS_SQL: Final = (
  ORDER BY `key` LIMIT %s"""
 )
 
-# %s schema or NULL (the connection's database), %s lock table, %s runs table -> (server
-# version, the database in use, whether the lock table exists, whether the runs table exists).
-# Needs no privilege beyond reading the tables.
+# (%s schema or NULL: the connection's database, %s table) for the lock table, the runs table
+# and the jobs table -> (server version, the database in use, whether the lock table exists,
+# whether the runs table exists, whether the jobs table exists). Needs no privilege beyond
+# reading the tables.
 SERVER_SQL: Final = """\
 SELECT VERSION(), DATABASE(),
+       EXISTS(SELECT 1 FROM information_schema.tables
+               WHERE table_schema = COALESCE(%s, DATABASE()) AND table_name = %s),
        EXISTS(SELECT 1 FROM information_schema.tables
                WHERE table_schema = COALESCE(%s, DATABASE()) AND table_name = %s),
        EXISTS(SELECT 1 FROM information_schema.tables
@@ -177,6 +188,7 @@ class Statements:
     renew: str
     release: str
     break_read: str
+    break_read_locked: str
     break_write: str
     read_lock: str
     list_locks: str
@@ -196,6 +208,7 @@ def statements(table: str, server_version: str) -> Statements:
         renew=RENEW_SQL.format(table=table),
         release=RELEASE_SQL.format(table=table),
         break_read=BREAK_READ_SQL.format(table=table),
+        break_read_locked=BREAK_READ_LOCKED_SQL.format(table=table),
         break_write=BREAK_WRITE_SQL.format(table=table),
         read_lock=READ_LOCK_SQL.format(table=table),
         list_locks=LIST_LOCKS_SQL.format(table=table),
@@ -224,28 +237,31 @@ def _reads_row_alias(server_version: str) -> bool:
 
 
 class TableNames(NamedTuple):
-    """The store's two tables, quoted for its SQL and bare for ``information_schema``."""
+    """The store's three tables, quoted for its SQL and bare for ``information_schema``."""
 
     locks: str
     runs: str
+    jobs: str
     schema: str | None
     """The database named in ``table=``; ``None``: the connection's."""
     locks_name: str
     runs_name: str
+    jobs_name: str
 
 
 def checked_table(value: object) -> TableNames:
-    """Return the names of the lock table ``value`` and of its run records table.
+    """Return the names of the lock table ``value``, its run records and its jobs tables.
 
     Raises:
         LocksConfigurationError: not a name of letters, digits, ``_`` and ``$``, optionally
-            qualified by a database, short enough for ``_runs`` to be appended.
+            qualified by a database, short enough for ``_runs`` and ``_jobs`` to be appended.
     """
     if not isinstance(value, str) or not _QUALIFIED_NAME.fullmatch(value):
         raise LocksConfigurationError(
             f"table={value!r} is not a name MySQLLockStore accepts: use letters, digits, '_' "
-            f"and '$', starting with a letter or underscore, at most {64 - len(RUNS_SUFFIX)} "
-            f"characters (its run records go in '<table>{RUNS_SUFFIX}', at most 64), optionally "
+            f"and '$', starting with a letter or underscore, at most {64 - _LONGEST_SUFFIX} "
+            f"characters (its run records go in '<table>{RUNS_SUFFIX}' and its jobs in "
+            f"'<table>{JOBS_SUFFIX}', at most 64 each), optionally "
             'qualified by a database ("locks.leaselock_locks"); it is used as written (quoted)'
         )
     schema, _, name = value.rpartition(".")
@@ -253,7 +269,9 @@ def checked_table(value: object) -> TableNames:
     return TableNames(
         locks=f"{prefix}`{name}`",
         runs=f"{prefix}`{name}{RUNS_SUFFIX}`",
+        jobs=f"{prefix}`{name}{JOBS_SUFFIX}`",
         schema=schema or None,
         locks_name=name,
         runs_name=name + RUNS_SUFFIX,
+        jobs_name=name + JOBS_SUFFIX,
     )

@@ -13,6 +13,8 @@ Schema (the default names)::
     leaselock_locks_runs(job, kind "last" | "success", instance, fencing_token, started_at_ms,
                          ended_at_ms, outcome, error, trigger, detected_by;
                          PRIMARY KEY (job, kind))   -- run records (``_mysql_runs``)
+    leaselock_locks_jobs(name VARBINARY PRIMARY KEY, document MEDIUMBLOB)
+                         -- pauses and job states, UTF-8 JSON (``_mysql_documents``)
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, TypeVar, final
 
 from ..._durations import Duration, parse_ttl
 from ..._errors import LocksConfigurationError, LockStoreError
 from ..._redact import redact_secrets
 from .._common._capabilities import JobRecord, LockInfo, RunRecord
+from .._common._job_documents import JobControlOnDocuments
 from .._common._pool_arguments import (
     DEFAULT_MAX_SIZE,
     DEFAULT_MIN_SIZE,
@@ -36,8 +39,15 @@ from .._common._pool_arguments import (
 )
 from .._common._protocol import MAX_FENCING_TOKEN, Acquired, AcquireResult, NotAcquired, Renewal
 from ._arguments import check_length, connect_args
-from ._errors import NO_SUCH_TABLE, RETRIED_ERRORS, mysql_errno, open_failure
-from ._executors import Executor, PoolExecutor, Row, Written, executor_over, safe_url
+from ._documents import (
+    CREATE_JOBS_SQL,
+    MAX_DOCUMENT_BYTES,
+    MAX_DOCUMENT_NAME_BYTES,
+    DocumentStatements,
+    successor,
+)
+from ._errors import DUPLICATE_ENTRY, NO_SUCH_TABLE, RETRIED_ERRORS, mysql_errno, open_failure
+from ._executors import Executor, PoolExecutor, Row, Session, Written, executor_over, safe_url
 from ._runs import CREATE_RUNS_SQL, RunStatements, records_from_rows
 from ._sql import (
     CREATE_TABLE_SQL,
@@ -56,18 +66,24 @@ if TYPE_CHECKING:
 
 __all__ = ["RENEW_CHUNK", "MySQLLockStore"]
 
+T = TypeVar("T")
+
 RENEW_CHUNK: Final = 500
 """Leases renewed per statement; the chunks of a bigger batch are sent at once."""
 
 DEFAULT_TABLE: Final = "leaselock_locks"
 # how often a statement InnoDB rolled back (deadlock victim, lock wait timeout) is sent again
 ATTEMPTS: Final = 5
-# how often break_lock reads the holder again when the key changed hands between read and write
-BREAK_ATTEMPTS: Final = 5
+# the Alembic migrations in docs/stores/ that make the lock, runs and jobs tables, in order
+_MIGRATIONS: Final = (
+    "alembic_leaselock_locks_mysql.py",
+    "alembic_leaselock_runs_mysql.py",
+    "alembic_leaselock_jobs_mysql.py",
+)
 
 
 @final
-class MySQLLockStore:
+class MySQLLockStore(JobControlOnDocuments):
     """Locks in a MySQL or MariaDB table: one row per key, fencing tokens from its counter.
 
     The contract, as InnoDB keeps it: acquire, renew and release are each ONE statement that
@@ -77,9 +93,11 @@ class MySQLLockStore:
     key's row is the floor of its next token (``GREATEST(drawn, row.token + 1)``), so tokens of
     a key grow however it was freed, and even if the counter went back. Renewals of many leases
     go in one statement (:meth:`renew_many`). Each job's last run and last success are kept in
-    ``<table>_runs`` (:meth:`record_run`: one statement). No release notifications: MySQL has
-    no LISTEN/NOTIFY, so waiters in other processes find a released key by polling (their
-    backoff caps at a second).
+    ``<table>_runs`` (:meth:`record_run`: one statement). Job control (pauses, open runs,
+    overlap policies) is :class:`~leaselock.stores._common._job_documents.JobControlOnDocuments`
+    over the locks, the run records and small documents kept in ``<table>_jobs``. No release
+    notifications: MySQL has no LISTEN/NOTIFY, so waiters in other processes find a released
+    key by polling (their backoff caps at a second).
 
     Build it over what the application has: ``MySQLLockStore(pool)`` with an asyncmy pool
     (``autocommit=True`` for one round trip a call), ``MySQLLockStore(engine)`` with a
@@ -89,9 +107,11 @@ class MySQLLockStore:
     Args:
         pool: an asyncmy ``Pool`` or a SQLAlchemy ``AsyncEngine``.
         table: the lock table, optionally qualified by its database (``"locks.leaselock_locks"``);
-            used as written (quoted). The run records go in ``<table>_runs`` beside it.
-        create_schema: at open, create the lock table and the runs table if either is missing
-            (no DDL runs when both exist). Pass ``False`` where migrations own the schema.
+            used as written (quoted). The run records go in ``<table>_runs`` beside it, the
+            pauses and job states in ``<table>_jobs``.
+        create_schema: at open, create the lock table, the runs table and the jobs table where
+            missing (no DDL runs when all three exist). Pass ``False`` where migrations own the
+            schema.
         own_pool: close the pool or dispose the engine when the last user closes the store;
             for a pool made for this store alone.
 
@@ -105,6 +125,8 @@ class MySQLLockStore:
     __slots__ = (
         "_create_schema_at_open",
         "_executor",
+        "_jobs_name",
+        "_jobs_sql",
         "_loop",
         "_make_executor",
         "_opening",
@@ -217,6 +239,8 @@ class MySQLLockStore:
         self._table, self._schema, self._table_name = names.locks, names.schema, names.locks_name
         self._runs_name = names.runs_name
         self._runs_sql = RunStatements.of(names.runs)
+        self._jobs_name = names.jobs_name
+        self._jobs_sql = DocumentStatements.of(names.jobs)
         self._make_executor = opener
         self._create_schema_at_open = create_schema
         self._where = where
@@ -316,6 +340,69 @@ class MySQLLockStore:
             rows = await self._fetch(self._runs_sql.job_runs(len(wanted)), wanted)
         return records_from_rows(rows)
 
+    # --- job documents (job control: JobControlOnDocuments) ------------------------------
+
+    async def read_documents(self, names: Sequence[str]) -> list[str | None]:
+        """Return the document of each name in ``names``, in order; ``None`` where there is none.
+
+        One statement (none for no names).
+        """
+        if not names:
+            return []
+        wanted = sorted({name.encode() for name in names})
+        rows = await self._fetch(self._jobs_sql.read(len(wanted)), wanted)
+        found = {bytes(row[0]): _text(row[1]) for row in rows}
+        return [found.get(name.encode()) for name in names]
+
+    async def documents_under(self, prefix: str) -> dict[str, str]:
+        """Return every document whose name starts with ``prefix``, by name; one statement.
+
+        A range of the primary key, from ``prefix`` to the first name past every name that
+        starts with it: the scan reads those rows only.
+        """
+        start = prefix.encode()
+        end = successor(start)
+        if end is None:
+            rows = await self._fetch(self._jobs_sql.from_prefix, (start,))
+        else:
+            rows = await self._fetch(self._jobs_sql.under, (start, end))
+        return {_text(row[0]): _text(row[1]) for row in rows}
+
+    async def swap_document(self, name: str, expected: str | None, document: str | None) -> bool:
+        """Make ``document`` the one under ``name`` (``None``: remove it) if ``expected`` is.
+
+        One statement that writes only where the row holds ``expected``, byte for byte: an
+        INSERT for a name without one (a duplicate key answers ``False``), an UPDATE naming
+        ``expected`` in its WHERE, or a DELETE likewise. When ``document`` is ``expected``
+        there is nothing to write: one read answers whether ``name`` holds it.
+
+        Raises:
+            LocksConfigurationError: ``name`` or ``document`` is longer than its column
+                (2,007 bytes and 16 MiB in UTF-8).
+        """
+        check_length(name, "document name", MAX_DOCUMENT_NAME_BYTES)
+        if document is not None:
+            check_length(document, "document", MAX_DOCUMENT_BYTES)
+        if document == expected:
+            # an UPDATE to the same text changes no row, and may count none: read instead
+            return await self.read_documents([name]) == [expected]
+        key = name.encode()
+        if expected is None:
+            assert document is not None  # noqa: S101 -- document differs from expected
+            try:
+                await self._write(self._jobs_sql.insert, (key, document.encode()))
+            except Exception as error:
+                if mysql_errno(error) == DUPLICATE_ENTRY:
+                    return False
+                raise
+            return True
+        if document is None:
+            written = await self._write(self._jobs_sql.delete, (key, expected.encode()))
+        else:
+            args = (document.encode(), key, expected.encode())
+            written = await self._write(self._jobs_sql.update, args)
+        return written.affected > 0
+
     # --- inspection -----------------------------------------------------------------------
 
     async def read_lock(self, key: str) -> LockInfo | None:
@@ -335,29 +422,36 @@ class MySQLLockStore:
         """Free ``key`` whoever holds it; return what held it, or ``None`` if it was not live.
 
         Reads the live lock, then frees that very lock (same owner, same token) in one
-        statement; if the key changed hands in between, it reads again.
-
-        Raises:
-            LockStoreError: the key changed hands between every read and write of
-                :data:`BREAK_ATTEMPTS` attempts.
+        statement: two round trips. If the key changed hands in between (another caller broke
+        it, and someone took it), it reads and frees again in one transaction that holds the
+        key's row lock from the read to the write (``SELECT ... FOR UPDATE``), so nobody comes
+        between them however many callers break and take the key at once: four round trips.
         """
         sql = await self._statements()
-        for _ in range(BREAK_ATTEMPTS):
-            rows = await self._fetch(sql.break_read, (key,))
+        rows = await self._fetch(sql.break_read, (key,))
+        if not rows:
+            return None
+        freed = await self._write(sql.break_write, (key, rows[0][0], rows[0][1]))
+        if freed.insert_id != 0:
+            return self._broken(key, rows[0])
+
+        async def under_row_lock(session: Session) -> LockInfo | None:
+            rows = await session.fetch(sql.break_read_locked, (key,))
             if not rows:
                 return None
-            owner, token, ms_left = rows[0][0], rows[0][1], rows[0][2]
-            freed = await self._write(sql.break_write, (key, owner, token))
-            if freed.insert_id != 0:
-                return LockInfo(
-                    key=key,
-                    owner=_text(owner),
-                    fencing_token=self._token(token),
-                    expires_in_ms=int(ms_left),
-                )
-        raise LockStoreError(
-            f"{self!r}.break_lock({key!r}): the key changed hands {BREAK_ATTEMPTS} times between "
-            "reading its holder and freeing it; try again"
+            freed = await session.write(sql.break_write, (key, rows[0][0], rows[0][1]))
+            # the row is locked: only the lock's own expiry, between the two, stops the write
+            return self._broken(key, rows[0]) if freed.insert_id != 0 else None
+
+        return await self._transaction(under_row_lock)
+
+    def _broken(self, key: str, row: Row) -> LockInfo:
+        """The lock a row of ``break_read`` shows (owner, token, ms left), now freed."""
+        return LockInfo(
+            key=key,
+            owner=_text(row[0]),
+            fencing_token=self._token(row[1]),
+            expires_in_ms=int(row[2]),
         )
 
     def _lock_info(self, row: Row) -> LockInfo:
@@ -372,7 +466,7 @@ class MySQLLockStore:
     # --- schema and lifecycle -------------------------------------------------------------
 
     async def create_schema(self) -> None:
-        """Create the lock table and the runs table if missing; safe when processes race.
+        """Create the lock, runs and jobs tables where missing; safe when processes race.
 
         Raises:
             LockStoreError: the server refused (e.g. the user may not create tables).
@@ -381,16 +475,21 @@ class MySQLLockStore:
         # a table may have gone since the store opened; CREATE ... IF NOT EXISTS on a table
         # that exists draws a warning that asyncmy fetches in a round trip of its own and logs
         rows = await self._fetch(SERVER_SQL, self._server_args())
-        await self._create_tables(executor, locks=not rows[0][2], runs=not rows[0][3])
+        await self._create_tables(executor, missing=_missing(rows[0]))
 
-    async def _create_tables(self, executor: Executor, *, locks: bool, runs: bool) -> None:
+    async def _create_tables(self, executor: Executor, *, missing: Sequence[bool]) -> None:
         wanted = [
             sql
-            for sql, missing in (
-                (CREATE_TABLE_SQL.format(table=self._table), locks),
-                (CREATE_RUNS_SQL.format(runs=self._runs_sql.runs), runs),
+            for sql, absent in zip(
+                (
+                    CREATE_TABLE_SQL.format(table=self._table),
+                    CREATE_RUNS_SQL.format(runs=self._runs_sql.runs),
+                    CREATE_JOBS_SQL.format(jobs=self._jobs_sql.jobs),
+                ),
+                missing,
+                strict=True,
             )
-            if missing
+            if absent
         ]
         try:
             for sql in wanted:
@@ -399,12 +498,17 @@ class MySQLLockStore:
             raise LockStoreError(
                 f"{self!r} could not create its tables: {type(error).__name__}: {error}. "
                 "GRANT the user CREATE on the database, or create the tables once with the "
-                "Alembic migrations in the docs (docs/stores/alembic_leaselock_locks_mysql.py, "
-                "then docs/stores/alembic_leaselock_runs_mysql.py), and pass create_schema=False"
+                f"Alembic migrations in the docs ({_migrations(missing)}), and pass "
+                "create_schema=False"
             ) from error
 
     def _server_args(self) -> tuple[object, ...]:
-        return (self._schema, self._table_name, self._schema, self._runs_name)
+        names = (self._table_name, self._runs_name, self._jobs_name)
+        return tuple(arg for name in names for arg in (self._schema, name))
+
+    def _tables(self) -> tuple[str, str, str]:
+        """The lock, runs and jobs tables, quoted as the SQL names them."""
+        return (self._table, self._runs_sql.runs, self._jobs_sql.jobs)
 
     async def open(self) -> None:
         """Open the pool (if the store owns one) and create the tables if asked; counted."""
@@ -470,31 +574,27 @@ class MySQLLockStore:
     async def _check_server(self, executor: Executor, *, create: bool) -> Statements:
         rows = await executor.fetch(SERVER_SQL, self._server_args())
         version, database = _text(rows[0][0]), rows[0][1]
-        locks_exist, runs_exist = rows[0][2], rows[0][3]
+        missing = _missing(rows[0])
         if self._schema is None and database is None:
             raise LockStoreError(
                 f"{self!r} cannot start: its connections have no database, and the table "
                 f"{self._table} names none. Put the database at the end of the URL "
                 "(mysql://host:3306/locks), or qualify the table (table='locks.leaselock_locks')"
             )
-        if not (locks_exist and runs_exist):
+        if any(missing):
             if not create:
                 # fail at start, not with a warning at every tick
-                missing = [
-                    table
-                    for table, exists in (
-                        (self._table, locks_exist),
-                        (self._runs_sql.runs, runs_exist),
-                    )
-                    if not exists
-                ]
-                verb = "does" if len(missing) == 1 else "do"
+                tables = zip(self._tables(), missing, strict=True)
+                absent = [table for table, gone in tables if gone]
+                one = len(absent) == 1
                 raise LockStoreError(
-                    f"{self!r} cannot start: {' and '.join(missing)} {verb} not exist, and "
-                    "create_schema=False. Create them (apply the Alembic migrations in the docs, "
-                    "or call await store.create_schema()), or pass create_schema=True"
+                    f"{self!r} cannot start: {_listed(absent)} {'does' if one else 'do'} not "
+                    f"exist, and create_schema=False. Create {'it' if one else 'them'}: apply "
+                    f"the Alembic {'migration' if one else 'migrations'} in the docs "
+                    f"({_migrations(missing)}), or call await store.create_schema() once as a "
+                    "user that may CREATE tables; or pass create_schema=True"
                 )
-            await self._create_tables(executor, locks=not locks_exist, runs=not runs_exist)
+            await self._create_tables(executor, missing=missing)
         return statements(self._table, version)
 
     # --- plumbing -------------------------------------------------------------------------
@@ -521,6 +621,21 @@ class MySQLLockStore:
                     continue
                 raise self._explained(error) from error
 
+    async def _transaction(self, work: Callable[[Session], Awaitable[T]]) -> T:
+        executor = self._executor
+        if executor is None or self._loop is not asyncio.get_running_loop():
+            executor, _ = await self._ready()
+        attempt = 1
+        while True:
+            try:
+                return await executor.transaction(work)
+            except Exception as error:
+                # rolled back whole, as a statement in _write
+                if mysql_errno(error) in RETRIED_ERRORS and attempt < ATTEMPTS:
+                    attempt += 1
+                    continue
+                raise self._explained(error) from error
+
     async def _fetch(self, sql: str, args: Sequence[object]) -> Sequence[Row]:
         executor = self._executor
         if executor is None or self._loop is not asyncio.get_running_loop():
@@ -535,9 +650,9 @@ class MySQLLockStore:
         if mysql_errno(error) != NO_SUCH_TABLE:
             return error
         return LockStoreError(
-            f"{self!r}: the table {self._table} or {self._runs_sql.runs} does not exist "
-            f"({error}). Create them: pass create_schema=True, call await "
-            "store.create_schema(), or apply the Alembic migrations from the docs"
+            f"{self!r}: the table {_listed(self._tables(), 'or')} does not exist ({error}). "
+            "Create them: pass create_schema=True, call await store.create_schema(), or apply "
+            f"the Alembic migrations from the docs ({_migrations((True, True, True))})"
         )
 
     def _token(self, value: object) -> int:
@@ -564,6 +679,28 @@ class _Opener:
 
     make: Callable[[], Awaitable[Executor]]
     after_close: Callable[[], None]
+
+
+def _missing(row: Row) -> tuple[bool, bool, bool]:
+    """Which of the lock, runs and jobs tables a row of ``SERVER_SQL`` found missing."""
+    return (not row[2], not row[3], not row[4])
+
+
+def _listed(names: Sequence[str], last: str = "and") -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    if len(names) < 2:  # noqa: PLR2004 -- one name, or none
+        return "".join(names)
+    return f"{', '.join(names[:-1])} {last} {names[-1]}"
+
+
+def _migrations(missing: Sequence[bool]) -> str:
+    """The migrations that make the tables ``missing`` marks, in the order to apply them."""
+    files = [
+        f"docs/stores/{migration}"
+        for migration, absent in zip(_MIGRATIONS, missing, strict=True)
+        if absent
+    ]
+    return ", then ".join(files)
 
 
 def _text(value: object) -> str:

@@ -13,7 +13,9 @@ kept next to its lock by a hash tag (the part in braces decides the slot):
   across a failover;
 - channel ``<prefix>released:<key>``: a release publishes its key there; a cluster forwards a
   publish to every node, so a follower subscribed on any node hears it;
-- ``<prefix>runs``: one hash of job run records (one key, one slot).
+- ``<prefix>runs``: one hash of job run records (one key, one slot);
+- ``<prefix>job-documents``: one hash of the documents job control keeps (one field per pause
+  target and per job with something to say), so each call on them is one slot.
 
 ``<tag>`` is 16 hex digits of a BLAKE2b digest of the key: a key may hold any characters,
 braces included, without moving its lock and counter apart. Locks of different keys spread
@@ -34,6 +36,7 @@ from typing import Any, Final, cast, final
 
 from ..._errors import LocksConfigurationError, LockStoreError
 from .._common._capabilities import JobRecord, LockInfo, RunRecord
+from .._common._job_documents import JobControlOnDocuments
 from .._common._protocol import Acquired, AcquireResult, NotAcquired, ReleaseFollower, Renewal
 from ..redis._follower import RedisReleaseFollower
 from ..redis._keyspace import delete_prefixed, glob_escaped, lock_info, text
@@ -42,6 +45,7 @@ from ..redis._scripts import Script, script
 from ..redis._settings import DEFAULT_PREFIX, DEFAULT_SOCKET_TIMEOUTS, check_options, check_prefix
 from ..redis._store import ACQUIRE, RENEW
 from ..redis._tokens import SOURCE_NAME
+from ._documents import DOCUMENTS_SEGMENT, DOCUMENTS_UNDER, SWAP_DOCUMENT, documents_of, swap_args
 
 try:
     import redis.asyncio
@@ -108,11 +112,20 @@ return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET
 """,
 )
 
-_SCRIPTS: Final = (ACQUIRE, RENEW, RELEASE, BREAK_LOCK, READ_LOCK, RECORD_RUN)
+_SCRIPTS: Final = (
+    ACQUIRE,
+    RENEW,
+    RELEASE,
+    BREAK_LOCK,
+    READ_LOCK,
+    RECORD_RUN,
+    SWAP_DOCUMENT,
+    DOCUMENTS_UNDER,
+)
 
 
 @final
-class RedisClusterLockStore:
+class RedisClusterLockStore(JobControlOnDocuments):
     """Locks on a Redis Cluster (or Valkey cluster): per-key slots, per-key fencing tokens.
 
     Each method is one Lua script on the master of the key's slot, so the owner check and the
@@ -126,10 +139,10 @@ class RedisClusterLockStore:
 
     Renewals due together take one pipelined round trip per master (:meth:`renew_many`);
     releases are published, so waiters in other processes wake at once
-    (:meth:`follow_releases`). Job control (pauses, ``run_now``, overlap policies) needs one
-    atomic step over a job's lock and the job's records, which a cluster cannot give across
-    slots: jobs on this store run through ``acquire`` and keep their run records
-    (:meth:`record_run`), without job control.
+    (:meth:`follow_releases`). Job control (pauses, ``run_now``, overlap policies, abandoned
+    runs, catch-up) comes from ``JobControlOnDocuments`` (written once for every store), over
+    the run lock's :meth:`acquire` and the documents of one hash: a run lock and its job's
+    documents sit in different slots, so a start is a few round trips instead of one script.
 
     Example::
 
@@ -143,6 +156,7 @@ class RedisClusterLockStore:
         "_calls",
         "_channel",
         "_client",
+        "_documents_key",
         "_opens",
         "_options",
         "_prefix",
@@ -222,6 +236,7 @@ class RedisClusterLockStore:
         self._prefix = prefix
         self._channel = prefix + CHANNEL_SEGMENT
         self._runs_key = prefix + "runs"
+        self._documents_key = prefix + DOCUMENTS_SEGMENT
         self._client = client
         self._url = url
         self._options = dict(options)
@@ -368,7 +383,40 @@ class RedisClusterLockStore:
 
     async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
         """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""
-        return await read_job_records(self._client or self._connected(), self._runs_key, jobs)
+        client = self._client or self._connected()
+        # a run's start reads these beside its documents: counted with the other calls in flight
+        async with self._calls:
+            return await read_job_records(client, self._runs_key, jobs)
+
+    # --- job documents (job control) -----------------------------------------------------------
+
+    async def read_documents(self, names: Sequence[str]) -> list[str | None]:
+        """Return the document of each name in ``names``, in order, ``None`` where there is none.
+
+        One ``HMGET`` on the documents hash.
+        """
+        if not names:
+            return []
+        client = self._client or self._connected()
+        async with self._calls:
+            values = await client.hmget(self._documents_key, list(names))
+        return [None if value is None else text(value) for value in values]
+
+    async def documents_under(self, prefix: str) -> dict[str, str]:
+        """Return every document whose name starts with ``prefix``, by name; one script."""
+        reply = await self._run(DOCUMENTS_UNDER, [self._documents_key], prefix)
+        return documents_of(reply)
+
+    async def swap_document(self, name: str, expected: str | None, document: str | None) -> bool:
+        """Make ``document`` the one under ``name`` (``None``: remove it) if ``expected`` is.
+
+        One script on the documents hash compares and writes in one atomic step; it answers
+        whether it wrote (``expected`` ``None``: only where there was no document).
+        """
+        swapped: int = await self._run(
+            SWAP_DOCUMENT, [self._documents_key], *swap_args(name, expected, document)
+        )
+        return swapped == 1
 
     async def read_lock(self, key: str) -> LockInfo | None:
         """Return ``key``'s lock with its last token, or ``None`` if it never had one."""
