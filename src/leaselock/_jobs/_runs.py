@@ -64,7 +64,8 @@ class JobRun:
 
     ``info`` is what ``current_run()`` returns; ``failures_before`` the job's failure streak
     when it started, where the store keeps job control (``None`` elsewhere); ``owned`` the
-    job's lease its tick came through (``on_one_instance``), which is not idle until it ends.
+    job's lease its tick came through (``on_one_instance``), which is not idle until it ends;
+    ``ending`` whether its end has begun.
     """
 
     spec: JobSpec
@@ -77,6 +78,7 @@ class JobRun:
     cap: TimerHandle | None = None
     span: Span | None = None
     owned: _OwnedLease | None = None
+    ending: bool = False
 
 
 @final
@@ -228,8 +230,13 @@ class JobRuns:
         info = RunInfo(spec.key, lock, trigger, started_at)
         failures_before = None
         if start is not None and answer is not None:
+            ending_here = [
+                run.lock.fencing_token for run in self._active if run.spec is spec and run.ending
+            ]
             try:
-                judged = await self.control.judge_start(spec, start, answer, lock.fencing_token)
+                judged = await self.control.judge_start(
+                    spec, start, answer, lock.fencing_token, ending_here=ending_here
+                )
             except BaseException:
                 self._abandon_start(run_lease, unlink)
                 raise
@@ -408,6 +415,9 @@ class JobRuns:
         caller runs the job once more.
         """
         ended_ms = self._clock.now_ms()
+        # its run lock is released before its end reaches the store: a start in between finds
+        # it open, and must not take it for abandoned
+        run.ending = True
         if run.lock.signal.reason is not None:
             outcome = "lost"
         try:

@@ -136,3 +136,35 @@ async def test_a_tick_that_comes_while_the_idle_owner_hands_its_lease_back_takes
         await clock.advance("500ms")
         assert await late == "ran"
     assert skipped == []
+
+
+async def test_a_tick_that_comes_as_the_last_run_ends_runs_and_that_run_is_not_taken_for_lost(
+    clock: ManualClock,
+):
+    store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
+    returned = asyncio.Event()
+    runs: list[int] = []
+
+    @leaselock.on_one_instance(key="stock:reconcile")
+    @leaselock.without_overlapping()
+    async def reconcile() -> int:
+        runs.append(len(runs) + 1)
+        returned.set()
+        return runs[-1]
+
+    abandoned: list[Event] = []
+    async with Locks(store=store, clock=clock) as locks:
+        locks.register(reconcile)
+        locks.events.subscribe(abandoned.append, "run-abandoned")
+        # the first run releases its run lock, then its end takes 10 ms to reach the store
+        store.delay("end_run", "10ms", on="request", times=1)
+        ending = asyncio.create_task(reconcile())
+        await returned.wait()
+        await wait_all_tasks_blocked()
+        assert await reconcile() == 2, "the run lock is free: the next tick runs"
+        await clock.advance("10ms")
+        assert await ending == 1
+        status = await locks.job_status("stock:reconcile")
+    assert abandoned == []
+    assert status.last_run is not None
+    assert status.last_run.outcome == "ok"
