@@ -52,6 +52,7 @@ _log = logging.getLogger("leaselock.jobs")
 # one of them run the tick a second time
 SAME_TICK_MS = 1000
 # with no owner_idle set, the owner lets go after this many of the intervals it saw between ticks
+# (and SAME_TICK_MS at least: back-to-back ticks have intervals of a store round trip)
 IDLE_INTERVALS = 3
 # the ticks remembered to derive that interval
 TICKS_SEEN = 5
@@ -569,11 +570,15 @@ class JobRuns:
 
 
 def _derived_idle_ms(ticks: deque[int]) -> int | None:
-    """Three times the median interval between the ticks seen; none before two intervals."""
+    """Three times the median interval between the ticks seen, a second at least.
+
+    None before two intervals, or while the median is 0 (ticks at one instant show no period).
+    """
     if len(ticks) < 3:  # noqa: PLR2004 -- two intervals at least, or one odd gap decides
         return None
     intervals = [later - earlier for earlier, later in itertools.pairwise(ticks)]
-    return int(IDLE_INTERVALS * statistics.median(intervals)) or None
+    idle_ms = int(IDLE_INTERVALS * statistics.median(intervals))
+    return max(idle_ms, SAME_TICK_MS) if idle_ms else None
 
 
 def _resolver(future: asyncio.Future[None]) -> Callable[[], Awaitable[None]]:

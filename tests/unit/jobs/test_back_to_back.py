@@ -168,3 +168,24 @@ async def test_a_tick_that_comes_as_the_last_run_ends_runs_and_that_run_is_not_t
     assert abandoned == []
     assert status.last_run is not None
     assert status.last_run.outcome == "ok"
+
+
+async def test_an_owner_whose_ticks_come_back_to_back_lets_go_only_after_a_second_without_one(
+    clock: ManualClock,
+):
+    store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
+    feed = Feed()
+    handed_back: list[Event] = []
+    async with Locks(store=store, clock=clock) as locks:
+        locks.register(feed)
+        locks.events.subscribe(handed_back.append, "lock-handed-back")
+        store.delay(None, "2ms")  # ticks a few milliseconds apart: a store round trip or two
+        await as_time_passes(clock, back_to_back(feed, 25))
+        store.heal()
+        assert await feed.poll() == 26
+        # the scheduler stalls (a busy loop, a pause): less than a second is not idle; an
+        # owner that let go sooner would let an instance firing the same tick run it again
+        await clock.advance("999ms")
+        assert handed_back == []
+        await clock.advance("1ms")
+        assert [getattr(event, "reason", None) for event in handed_back] == ["idle"]
