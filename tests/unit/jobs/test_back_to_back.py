@@ -7,6 +7,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import leaselock
+from helpers import back_to_back
 from leaselock import Event, LockHandedBack, Locks, RunAbandoned, TickSkipped
 from leaselock.stores import InMemoryLockStore
 from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
@@ -26,25 +27,6 @@ class Feed:
         self.runs += 1
         self.returned.set()
         return self.runs
-
-
-async def back_to_back(feed: Feed, ticks: int) -> list[int | None]:
-    """Fire ``ticks`` ticks, each as soon as the one before returned; every fifth even sooner.
-
-    That one comes as soon as the body of the run before it returned, while that run's end is
-    still on its way to the store (a scheduler with no interval and two workers).
-    """
-    results: list[int | None] = []
-    finishing = []
-    for tick in range(ticks):
-        if tick % 5 == 4:
-            feed.returned.clear()
-            finishing.append(asyncio.create_task(feed.poll()))
-            await feed.returned.wait()
-        else:
-            results.append(await feed.poll())
-    results.extend(await asyncio.gather(*finishing))
-    return results
 
 
 async def as_time_passes(clock: ManualClock, work: Coroutine[Any, Any, T]) -> T:
@@ -67,7 +49,7 @@ async def test_an_owner_whose_ticks_come_back_to_back_runs_every_one_and_loses_n
         for _ in range(8):
             # one run start in 25 is answered late (a commit waiting on the disk)
             store.delay("start_run", "30ms", times=1)
-            results += await back_to_back(feed, 25)
+            results += await back_to_back(feed.poll, feed.returned, 25)
         return results
 
     async with Locks(store=store, clock=clock) as locks:
@@ -180,7 +162,7 @@ async def test_an_owner_whose_ticks_come_back_to_back_lets_go_only_after_a_secon
         locks.register(feed)
         locks.events.subscribe(handed_back.append, "lock-handed-back")
         store.delay(None, "2ms")  # ticks a few milliseconds apart: a store round trip or two
-        await as_time_passes(clock, back_to_back(feed, 25))
+        await as_time_passes(clock, back_to_back(feed.poll, feed.returned, 25))
         store.heal()
         assert await feed.poll() == 26
         # the scheduler stalls (a busy loop, a pause): less than a second is not idle; an
