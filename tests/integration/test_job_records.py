@@ -1,7 +1,6 @@
 """Jobs that never go silent, on every shipped store: run records, job status, the overdue
-alert, an owner that lets go (and one whose ticks come back to back that never does), a cap on
-a run, and a broken lock. PostgreSQL and Redis run in real time on their own clocks; in-memory
-and SQLite on the manual clock."""
+alert, an owner that lets go, a cap on a run, and a broken lock. PostgreSQL and Redis run in
+real time on their own clocks; in-memory and SQLite on the manual clock."""
 
 from __future__ import annotations
 
