@@ -25,6 +25,7 @@ from leaselock.stores import (
 )
 
 TESTS = Path(__file__).resolve().parent
+T = TypeVar("T")
 
 
 def unique_key(name: str) -> str:
@@ -64,6 +65,31 @@ async def yield_once() -> None:
     To let everything settle, use ``leaselock.testing.wait_all_tasks_blocked()`` instead.
     """
     await asyncio.sleep(0)  # noqa: TID251 -- a zero sleep yields to the loop; no time passes
+
+
+async def back_to_back(
+    tick: Callable[[], Awaitable[T]], returned: asyncio.Event, ticks: int
+) -> list[T]:
+    """Fire ``ticks`` ticks as a scheduler with no interval does; return what each returned.
+
+    Each comes as soon as the one before it returned; every fifth sooner still (a scheduler
+    with two workers): as soon as the run before it set ``returned`` (its body returned, its
+    end still on its way to the store), or that tick was skipped.
+    """
+    results: list[T] = []
+    finishing: list[asyncio.Future[T]] = []
+    for count in range(1, ticks + 1):
+        if count % 5:
+            results.append(await tick())
+            continue
+        returned.clear()
+        ticking = asyncio.ensure_future(tick())
+        body_returned = asyncio.ensure_future(returned.wait())
+        await asyncio.wait({ticking, body_returned}, return_when=asyncio.FIRST_COMPLETED)
+        body_returned.cancel()
+        finishing.append(ticking)
+    results += await asyncio.gather(*finishing)
+    return results
 
 
 class TokensAsText:

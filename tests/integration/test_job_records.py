@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 import leaselock
-from helpers import unique_key
+from helpers import back_to_back, unique_key
 from leaselock import Event, Locks, current_lock
 from leaselock.testing import wait_all_tasks_blocked
 from store_benches import JOB_STORES, Bench
@@ -145,6 +145,30 @@ async def test_an_owner_whose_scheduler_stops_lets_go_and_another_instance_takes
                 break
         assert (stalled.runs, healthy.runs) == (1, 1)
         assert (await second.job_status(key)).owner == "shop-3002"
+
+
+async def test_an_owner_whose_ticks_come_back_to_back_runs_every_one_and_records_none_lost(
+    bench: Bench,
+):
+    key = unique_key("feed:poll")
+    returned = asyncio.Event()
+    runs: list[int] = []
+
+    @leaselock.on_one_instance(key=key)
+    async def poll() -> int:
+        runs.append(len(runs) + 1)
+        returned.set()
+        return runs[-1]
+
+    wrong: list[Event] = []
+    async with shop(bench, "shop-3001") as (locks,):
+        locks.register(poll)
+        locks.events.subscribe(wrong.append, "tick-skipped", "run-abandoned")
+        results = await back_to_back(poll, returned, 200)
+        status = await locks.job_status(key)
+    assert (len(runs), results.count(None), wrong) == (200, 0, [])
+    assert status.last_run is not None
+    assert status.last_run.outcome == "ok"
 
 
 async def test_a_run_past_its_cap_gives_its_lock_up_and_the_next_tick_runs(bench: Bench):

@@ -12,6 +12,7 @@ round trip; a store failure there is logged, never raised into the job.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final, final
@@ -100,9 +101,18 @@ class JobControl:
         self._skipped[spec.key] = _Skipped(self._wall.now(), holder)
 
     async def judge_start(
-        self, spec: JobSpec, start: RunStart, answer: RunStartAnswer, token: int
+        self,
+        spec: JobSpec,
+        start: RunStart,
+        answer: RunStartAnswer,
+        token: int,
+        *,
+        ending_here: Collection[int],
     ) -> StartJudged:
         """Find what a run's start says: an abandoned run, a missed tick; record them.
+
+        ``ending_here`` holds the tokens of the job's runs whose end is on its way to the
+        store from this instance: an open run among them is not abandoned, its end records it.
 
         Recorded before the run begins (one more round trip, only when one was found), so the
         run's own end is the job's last run. A store failure there is logged, never raised.
@@ -113,7 +123,10 @@ class JobControl:
         if (
             opened is not None
             and opened.fencing_token != token
-            and (opened.instance, opened.fencing_token) != (self._instance, ended_here)
+            and not (
+                opened.instance == self._instance
+                and opened.fencing_token in {ended_here, *ending_here}
+            )
             # a run this start replaced records its own end, if it lives to
             and spec.overlap != "replace"
         ):

@@ -55,8 +55,10 @@ class SyncOnOneInstanceOptions(_Watched, total=False):
 
     Attributes:
         owner_idle: hand the lease back, logged at INFO, when no tick came for this long
-            (default: three times the interval between the ticks it saw), so another
-            instance takes over from one whose scheduler stopped while its process lives.
+            after the last one here ended (its run, or its skip): idle time, never counted
+            while a tick runs (default: three times the interval between the ticks it saw, a
+            second at least), so another instance takes over from one whose scheduler stopped
+            while its process lives.
         catch_up: ``"latest"``: a tick skipped because another instance owns the job is
             looked at again once that owner's lease would have expired; if the owner never
             started it (it died), the job runs once now (``trigger="catch-up"``, and a

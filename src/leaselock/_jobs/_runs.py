@@ -3,8 +3,8 @@
 A tick of a job becomes a run in :meth:`JobRuns.begin` (or a skip, reported as an event) and
 ends in :meth:`JobRuns.end`, which keeps the run's outcome in the store. The sticky lease
 ``<key>:owner`` is taken at the first tick that finds it free and kept, renewed, while ticks
-keep coming: after ``owner_idle`` without one it is handed back. A run past its ``max_run``
-gives its run lock up.
+keep coming: once ``owner_idle`` has passed since its last tick ended (its run, or its skip),
+with no tick in between, it is handed back. A run past its ``max_run`` gives its run lock up.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ _log = logging.getLogger("leaselock.jobs")
 # one of them run the tick a second time
 SAME_TICK_MS = 1000
 # with no owner_idle set, the owner lets go after this many of the intervals it saw between ticks
+# (and SAME_TICK_MS at least: back-to-back ticks have intervals of a store round trip)
 IDLE_INTERVALS = 3
 # the ticks remembered to derive that interval
 TICKS_SEEN = 5
@@ -63,7 +64,9 @@ class JobRun:
     """One run of a job: the lock ``current_lock()`` returns, and what to undo at the end.
 
     ``info`` is what ``current_run()`` returns; ``failures_before`` the job's failure streak
-    when it started, where the store keeps job control (``None`` elsewhere).
+    when it started, where the store keeps job control (``None`` elsewhere); ``owned`` the
+    job's lease its tick came through (``on_one_instance``), which is not idle until it ends;
+    ``ending`` whether its end has begun.
     """
 
     spec: JobSpec
@@ -75,6 +78,8 @@ class JobRun:
     failures_before: int | None = None
     cap: TimerHandle | None = None
     span: Span | None = None
+    owned: _OwnedLease | None = None
+    ending: bool = False
 
 
 @final
@@ -84,6 +89,8 @@ class _OwnedLease:
     lock: Lock
     last_started_ms: int
     ticks: deque[int]
+    # the ticks that came through it and have not ended yet: it is idle only at none
+    busy: int = 0
     idle_check: TimerHandle | None = None
 
 
@@ -181,13 +188,27 @@ class JobRuns:
             return None
 
     async def _begin(self, spec: JobSpec, trigger: RunTrigger) -> JobRun | None:
-        manual = trigger == "manual"
-        owned = await self._lease_for(spec) if spec.one_instance and not manual else None
-        if isinstance(owned, str | None) and spec.one_instance and not manual:
+        if not spec.one_instance or trigger == "manual":
+            return await self._begin_run(spec, trigger, None)
+        owned = await self._lease_for(spec)
+        if not isinstance(owned, _OwnedLease):
             self.control.skipped_elsewhere(spec, owned)
             self._skip(spec, "another-instance", holder=owned)
             return None
-        lease_token = owned.lease.fencing_token if isinstance(owned, _OwnedLease) else None
+        run = None
+        try:
+            run = await self._begin_run(spec, trigger, owned)
+        finally:
+            if run is None:
+                self._tick_ended(spec, owned)
+        return run
+
+    async def _begin_run(
+        self, spec: JobSpec, trigger: RunTrigger, owned: _OwnedLease | None
+    ) -> JobRun | None:
+        """Start a run of a tick that came through ``owned`` (or needs no lease), or skip it."""
+        manual = trigger == "manual"
+        lease_token = None if owned is None else owned.lease.fencing_token
         started_ms = self._clock.now_ms()
         started_at = self.records.wall.at(started_ms)
         start = self.control.start(spec, trigger, lease_token, started_at)
@@ -195,7 +216,7 @@ class JobRuns:
         if started is None:
             return None
         run_lease, answer = started
-        if isinstance(owned, _OwnedLease) and not owned.lease.held:
+        if owned is not None and not owned.lease.held:
             # the lease was lost while the run lock was taken: another instance may run now
             if run_lease is not None:
                 await release_logged(self._engine.lock(run_lease))
@@ -203,21 +224,26 @@ class JobRuns:
             return None
         if run_lease is not None:
             lock = self._engine.lock(run_lease)
-            unlink = self._tie(owned.lease, run_lease) if isinstance(owned, _OwnedLease) else None
+            unlink = None if owned is None else self._tie(owned.lease, run_lease)
         else:
-            assert isinstance(owned, _OwnedLease)  # noqa: S101 -- a job has one of the two
+            assert owned is not None  # noqa: S101 -- a job has one of the two
             lock, unlink = owned.lock, None
         info = RunInfo(spec.key, lock, trigger, started_at)
         failures_before = None
         if start is not None and answer is not None:
+            ending_here = [
+                run.lock.fencing_token for run in self._active if run.spec is spec and run.ending
+            ]
             try:
-                judged = await self.control.judge_start(spec, start, answer, lock.fencing_token)
+                judged = await self.control.judge_start(
+                    spec, start, answer, lock.fencing_token, ending_here=ending_here
+                )
             except BaseException:
                 self._abandon_start(run_lease, unlink)
                 raise
             info = replace(info, previous=judged.previous, abandoned=judged.abandoned)
             failures_before = judged.failures
-        run = JobRun(spec, lock, run_lease, unlink, started_ms, info, failures_before)
+        run = JobRun(spec, lock, run_lease, unlink, started_ms, info, failures_before, owned=owned)
         self._events.emit(
             RunStarted(
                 key=lock.key,
@@ -321,7 +347,7 @@ class JobRuns:
             owned = self._leases.get(key)
             now_ms = self._clock.now_ms()
             if owned is not None and owned.lease.held:
-                self._ticked(spec, owned, now_ms)
+                self._ticked(owned, now_ms)
                 return owned
             taken = await self._engine.try_once(
                 spec.lease_key, spec.one_instance_ttl_ms or self._default_ttl_ms
@@ -330,7 +356,7 @@ class JobRuns:
                 return taken.holder
             owned = _OwnedLease(taken, self._engine.lock(taken), now_ms, deque(maxlen=TICKS_SEEN))
             self._leases[key] = owned
-            self._ticked(spec, owned, now_ms)
+            self._ticked(owned, now_ms)
             self._events.emit(
                 LeaseAcquired(
                     key=taken.key, fencing_token=taken.fencing_token, owner=taken.owner, job=key
@@ -338,33 +364,45 @@ class JobRuns:
             )
             return owned
 
-    def _ticked(self, spec: JobSpec, owned: _OwnedLease, now_ms: int) -> None:
-        """Note a tick the owner saw, and when it lets go if no other comes."""
+    def _ticked(self, owned: _OwnedLease, now_ms: int) -> None:
+        """Note a tick the owner saw: the lease is busy until it ends (:meth:`_tick_ended`)."""
         owned.last_started_ms = now_ms
         owned.ticks.append(now_ms)
-        idle_ms = spec.owner_idle_ms or _derived_idle_ms(owned.ticks)
+        owned.busy += 1
         if owned.idle_check is not None:
             owned.idle_check.cancel()
+            owned.idle_check = None
+
+    def _tick_ended(self, spec: JobSpec, owned: _OwnedLease) -> None:
+        """End a tick that came through ``owned``; the last to end starts its idle time."""
+        owned.busy -= 1
+        if owned.busy or self._leases.get(spec.key) is not owned or self._closing:
+            return
+        idle_ms = spec.owner_idle_ms or _derived_idle_ms(owned.ticks)
         if idle_ms is not None:
-            owned.idle_check = self._clock.call_at(now_ms + idle_ms, self._idler(spec, owned))
+            owned.idle_check = self._clock.call_at(
+                self._clock.now_ms() + idle_ms, self._idler(spec, owned)
+            )
 
     def _idler(self, spec: JobSpec, owned: _OwnedLease) -> Callable[[], Awaitable[None]]:
         async def let_go() -> None:
-            if self._leases.get(spec.key) is not owned or self._closing:
-                return
-            if any(run.spec is spec for run in self._active) or not owned.lease.held:
-                return
-            del self._leases[spec.key]
-            self._events.emit(
-                LockHandedBack(
-                    key=owned.lease.key,
-                    fencing_token=owned.lease.fencing_token,
-                    owner=owned.lease.owner,
-                    reason="idle",
-                    job=spec.key,
+            # under the ticks' guard: a tick that comes meanwhile waits for the hand-back, then
+            # takes the lease afresh, instead of finding it on its way back to the store
+            async with self._guards[spec.key]:
+                mine = self._leases.get(spec.key) is owned and owned.lease.held
+                if not mine or owned.busy or self._closing:
+                    return
+                del self._leases[spec.key]
+                self._events.emit(
+                    LockHandedBack(
+                        key=owned.lease.key,
+                        fencing_token=owned.lease.fencing_token,
+                        owner=owned.lease.owner,
+                        reason="idle",
+                        job=spec.key,
+                    )
                 )
-            )
-            await self._engine.hand_back(owned.lease, 0)
+                await self._engine.hand_back(owned.lease, 0)
 
         return let_go
 
@@ -378,6 +416,9 @@ class JobRuns:
         caller runs the job once more.
         """
         ended_ms = self._clock.now_ms()
+        # its run lock is released before its end reaches the store: a start in between finds
+        # it open, and must not take it for abandoned
+        run.ending = True
         if run.lock.signal.reason is not None:
             outcome = "lost"
         try:
@@ -398,6 +439,8 @@ class JobRuns:
             self._active.pop(run, None)
             if not self._active:
                 self._idle.set()
+            if run.owned is not None:
+                self._tick_ended(run.spec, run.owned)
         return buffered and run.spec.overlap == "buffer_one" and not self._closing
 
     async def _record_end(
@@ -527,11 +570,15 @@ class JobRuns:
 
 
 def _derived_idle_ms(ticks: deque[int]) -> int | None:
-    """Three times the median interval between the ticks seen; none before two intervals."""
+    """Three times the median interval between the ticks seen, a second at least.
+
+    None before two intervals, or while the median is 0 (ticks at one instant show no period).
+    """
     if len(ticks) < 3:  # noqa: PLR2004 -- two intervals at least, or one odd gap decides
         return None
     intervals = [later - earlier for earlier, later in itertools.pairwise(ticks)]
-    return int(IDLE_INTERVALS * statistics.median(intervals)) or None
+    idle_ms = int(IDLE_INTERVALS * statistics.median(intervals))
+    return max(idle_ms, SAME_TICK_MS) if idle_ms else None
 
 
 def _resolver(future: asyncio.Future[None]) -> Callable[[], Awaitable[None]]:
