@@ -519,8 +519,10 @@ async def test_a_client_that_decodes_responses_gets_int_tokens_and_key_names(
             assert await asyncio.wait_for(heard.get(), 5) == key
 
 
-def _release_subscriber(clients: list[dict[str, str]]) -> dict[str, str]:
-    [subscriber] = [c for c in clients if c["sub"] != "0"]
+def _release_subscriber(clients: list[dict[str, str]], name: str) -> dict[str, str]:
+    # by the client name this test's store gave its connections: on a shared server, other
+    # tests' and other processes' subscribers are on the list too
+    [subscriber] = [c for c in clients if c["sub"] != "0" and c["name"] == name]
     return subscriber
 
 
@@ -530,17 +532,20 @@ async def test_a_quiet_release_subscription_answers_its_pings_and_is_kept(
 ) -> None:
     caplog.set_level(logging.INFO, LOGGER)
     key = unique_key("quiet")
+    name = unique_key("quiet-follower")
     async with (
         # a client whose connections are quiet after 0.1 s is pinged after 0.1 s
-        opened(RedisLockStore.from_url(redis_url, prefix=prefix, socket_timeout=0.1)) as store,
+        opened(
+            RedisLockStore.from_url(redis_url, prefix=prefix, socket_timeout=0.1, client_name=name)
+        ) as store,
         store.follow_releases(lambda _key: None) as follower,
         follower.following(key),
         redis.asyncio.Redis.from_url(redis_url) as admin,
     ):
         channel = f"{prefix}released@db0:{key}"
-        before = _release_subscriber(await admin.client_list(_type="pubsub"))
+        before = _release_subscriber(await admin.client_list(_type="pubsub"), name)
         await wait_for_real(1000)
-        after = _release_subscriber(await admin.client_list(_type="pubsub"))
+        after = _release_subscriber(await admin.client_list(_type="pubsub"), name)
         assert await _subscribed(admin, channel, 1)
     assert before["cmd"] == "subscribe"
     # the same connection, and the last thing it asked the server was a PING
