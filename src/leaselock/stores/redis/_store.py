@@ -564,7 +564,9 @@ class RedisLockStore:
             sentinel, self._sentinel = self._sentinel, None
             await client.aclose()
             if sentinel is not None:
-                await sentinel.aclose()
+                # one by one: redis-py 8.0 and earlier have no Sentinel.aclose()
+                for sentinel_client in sentinel.sentinels:
+                    await sentinel_client.aclose()
 
     def _connected(self) -> redis.asyncio.Redis:
         """Return the client; a store from :meth:`from_url` makes it now, on the running loop."""
