@@ -14,8 +14,8 @@ Every method is one Lua script run with EVALSHA (one round trip, atomic on the s
 - ``<prefix>runs``: one hash of job run records, fields ``last:<job>`` and ``success:<job>``,
   each a JSON object (one key, so a cluster keeps it in one slot).
 
-Talks to Redis or Valkey through ``redis.asyncio`` (redis-py 5 or later); tested against Redis 6.2
-and 7.0 and Valkey 9.1.
+Talks to Redis or Valkey through ``redis.asyncio`` (redis-py 5.0.1 or later); tested against
+Redis 6.2 and 7.0 and Valkey 9.1.
 """
 
 from __future__ import annotations
@@ -95,8 +95,11 @@ except ImportError:  # the extra is not installed: constructing the store says w
     _HAVE_DRIVER = False
 else:
     # the command connection reads replies with hiredis; 3.2 is the first that tells a push
-    # the server sends on its own from a reply
-    _HAVE_DRIVER = hasattr(hiredis, "PushNotification")
+    # the server sends on its own from a reply. redis-py 5.0.1 is the first whose clients
+    # close with aclose() and are made over a pool with from_pool()
+    _HAVE_DRIVER = hasattr(hiredis, "PushNotification") and hasattr(
+        redis.asyncio.Redis, "from_pool"
+    )
 
 __all__ = ["RedisLockStore"]
 
@@ -1066,7 +1069,7 @@ class RedisLockStore:
 def _require_driver() -> None:
     if not _HAVE_DRIVER:
         raise LocksConfigurationError(
-            "RedisLockStore needs redis-py 5 or later and hiredis 3.2 or later; "
+            "RedisLockStore needs redis-py 5.0.1 or later and hiredis 3.2 or later; "
             "install them with: pip install 'leaselock[redis]'"
         )
 
