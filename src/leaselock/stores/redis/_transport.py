@@ -88,6 +88,10 @@ def endpoint_of(pool: redis.asyncio.ConnectionPool) -> RedisEndpoint:
     ``connection_kwargs`` and never connected, holds them as redis-py reads them, its defaults
     for this version included (keepalive, TLS checks); its TLS context is the one its
     ``ssl_context`` gives. Behind Sentinel, the pool's ``get_master_address`` finds the primary.
+
+    Raises:
+        LocksConfigurationError: the pool's connections are neither TCP (TLS included) nor a
+            Unix socket's, so the store cannot open one of its own.
     """
     settings = pool.connection_class(**pool.connection_kwargs)
     address: tuple[str, int] | str
@@ -123,8 +127,10 @@ def endpoint_of(pool: redis.asyncio.ConnectionPool) -> RedisEndpoint:
         credentials=settings.credential_provider,
         database=int(settings.db or 0),
         client_name=settings.client_name,
-        # redis-py 5 keeps the protocol as given (None, or "3" from a URL)
-        protocol=int(settings.protocol or 2),
+        # RESP3 where the application asked for it: the replies the store reads are alike in
+        # both, and RESP2 needs no HELLO (redis-py 8 speaks RESP3 unless told, and falls back
+        # to RESP2 on a server or proxy without HELLO)
+        protocol=int(pool.connection_kwargs.get("protocol") or 2),
         encoding=encoder.encoding,
         encoding_errors=encoder.encoding_errors,
         decode_responses=bool(encoder.decode_responses),
