@@ -18,6 +18,7 @@ import pytest
 import redis
 import redis.asyncio
 import redis.exceptions
+from redis.credentials import UsernamePasswordCredentialProvider
 from redis.exceptions import BusyLoadingError, ReadOnlyError
 
 from helpers import Partition, unique_key, until_real, wait_for_real, yield_once
@@ -318,6 +319,14 @@ async def test_a_connection_logs_in_selects_the_database_and_takes_the_name_the_
     async with redis.asyncio.Redis.from_url(redis_url.rpartition("/")[0] + "/3") as on_3:
         assert await on_3.get(key) == b"here"
         await on_3.delete(key)
+
+
+async def test_a_credential_provider_is_asked_for_the_login(redis_url: str):
+    async with user_without(redis_url, "flushall") as url:
+        parts = urlsplit(url)
+        provider = UsernamePasswordCredentialProvider(parts.username, parts.password)
+        async with pipe_to(redis_url, credential_provider=provider) as (pipe, _):
+            assert await pipe.execute("ACL", "WHOAMI") == (parts.username or "").encode()
 
 
 async def test_a_password_the_server_refuses_fails_every_call_with_the_servers_words(

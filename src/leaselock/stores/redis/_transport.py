@@ -270,7 +270,7 @@ async def _credentials(endpoint: RedisEndpoint) -> tuple[str, ...]:
     """``(password,)`` or ``(username, password)``, from the provider if there is one."""
     provider = endpoint.credentials
     if provider is not None:
-        # redis-py 5.1 and later ask providers without blocking the loop, where they can
+        # redis-py 5.3 and later ask providers without blocking the loop, where they can
         ask = getattr(provider, "get_credentials_async", None)
         answer = await ask() if ask is not None else provider.get_credentials()
         return tuple(str(part) for part in answer)
