@@ -44,6 +44,7 @@ from leaselock.stores import AcquireResult
 from leaselock.stores.redis._line import RELEASE
 from leaselock.stores.redis._pipe import RedisCommandPipe
 from leaselock.stores.redis._store import ACQUIRE, RedisLockStore
+from leaselock.stores.redis._transport import endpoint_of
 
 # KEYS[1] = the lock, ARGV[1] = owner -> 1 if owner held it (now deleted), else 0
 COMPARE_AND_DELETE = """
@@ -98,12 +99,9 @@ def pipelined_minimal_cycle(pipe: RedisCommandPipe, prefix: str, compare_and_del
 
 
 def new_pipe(url: str) -> RedisCommandPipe:
-    """A command pipe as RedisLockStore.from_url makes one: the pool's settings, no timeout."""
+    """A command pipe as RedisLockStore.from_url makes one: where the pool's settings say."""
     pool = redis.asyncio.BlockingConnectionPool.from_url(url)
-    settings = {**pool.connection_kwargs, "socket_timeout": None}
-    return RedisCommandPipe(
-        lambda: pool.connection_class(**settings), stall_s=5.0, name="the bench's pipe"
-    )
+    return RedisCommandPipe(endpoint_of(pool), stall_s=5.0, name="the bench's pipe")
 
 
 async def command_cpu(url: str) -> None:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import hiredis
 import redis
 import redis.asyncio
-from redis.asyncio.connection import AbstractConnection
+
+from leaselock.stores.redis._transport import RedisEndpoint, endpoint_of
 
 
 def connections_named(url: str, name: str) -> int:
@@ -20,11 +21,9 @@ def connections_named(url: str, name: str) -> int:
         return sum(1 for entry in client.client_list() if entry.get("name") == name)
 
 
-def connection_maker(url: str, name: str, **options: object) -> Callable[[], AbstractConnection]:
-    """Build connections to ``url`` named ``name``, as the store builds them: no socket timeout."""
-    pool = redis.asyncio.ConnectionPool.from_url(url, client_name=name, **options)
-    settings = {**pool.connection_kwargs, "socket_timeout": None}
-    return lambda: pool.connection_class(**settings)
+def endpoint_to(url: str, name: str, **options: object) -> RedisEndpoint:
+    """Where connections to ``url`` named ``name`` go, as the store reads it from a client."""
+    return endpoint_of(redis.asyncio.ConnectionPool.from_url(url, client_name=name, **options))
 
 
 @contextlib.asynccontextmanager

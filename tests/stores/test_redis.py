@@ -1017,11 +1017,11 @@ async def test_leaving_wait_in_line_unsubscribes_and_stops_its_subscription(
 
 
 @pytest.mark.redis
-async def test_on_a_unix_socket_or_tls_the_taken_over_connections_serve_and_come_back(
+async def test_on_a_unix_socket_or_tls_the_stores_own_connections_serve_and_come_back(
     transport_url: str, caplog: pytest.LogCaptureFixture, quick_resubscription: None
 ) -> None:
-    # the command pipe and the grant subscription take over redis-py's transport: a unix
-    # socket's, or TLS's, must serve them as a TCP one does, and be replaced the same way
+    # the command pipe and the grant subscription open their connections themselves: on a
+    # unix socket, or with TLS, they must serve as on TCP, and be replaced the same way
     caplog.set_level(logging.INFO, LOGGER)
     prefix, key = unique_prefix(), unique_key("on a socket")
     heard: asyncio.Queue[Grant] = asyncio.Queue()

@@ -18,13 +18,14 @@ import pytest
 import redis
 import redis.asyncio
 import redis.exceptions
+from redis.credentials import UsernamePasswordCredentialProvider
 from redis.exceptions import BusyLoadingError, ReadOnlyError
 
 from helpers import Partition, unique_key, until_real, wait_for_real, yield_once
 from leaselock.stores.redis import RedisLockStore
 from leaselock.stores.redis._pipe import RedisCommandPipe
-from leaselock.stores.redis._transport import packed
-from redis_connections import connection_maker, connections_named, fake_redis
+from leaselock.stores.redis._resp import error_reply, packed
+from redis_connections import ThenClose, connections_named, endpoint_to, fake_redis, user_without
 
 pytestmark = pytest.mark.redis
 
@@ -37,7 +38,7 @@ async def pipe_to(
 ) -> AsyncIterator[tuple[RedisCommandPipe, str]]:
     name = f"leaselock-pipe-{uuid.uuid4().hex[:8]}"
     pipe = RedisCommandPipe(
-        connection_maker(url, name, **options), stall_s=stall_s, name="the test pipe"
+        endpoint_to(url, name, **options), stall_s=stall_s, name="the test pipe"
     )
     try:
         yield pipe, name
@@ -259,7 +260,7 @@ async def test_closing_while_a_connection_opens_returns_at_once(redis_url: str):
     target = urlsplit(redis_url)
     async with Partition(target.hostname or "127.0.0.1", target.port or 0) as partition:
         proxied = f"redis://127.0.0.1:{partition.port}/0"
-        pipe = RedisCommandPipe(connection_maker(proxied, "opening"), stall_s=30.0, name="pipe")
+        pipe = RedisCommandPipe(endpoint_to(proxied, "opening"), stall_s=30.0, name="pipe")
         partition.cut()
         waiting = asyncio.create_task(pipe.execute("PING"))
         await wait_for_real(100)
@@ -275,7 +276,7 @@ async def test_closing_fails_the_calls_awaited_and_refuses_later_ones(redis_url:
     async with Partition(target.hostname or "127.0.0.1", target.port or 0) as partition:
         name = f"leaselock-pipe-{uuid.uuid4().hex[:8]}"
         proxied = f"redis://127.0.0.1:{partition.port}/0"
-        pipe = RedisCommandPipe(connection_maker(proxied, name), stall_s=5.0, name="the pipe")
+        pipe = RedisCommandPipe(endpoint_to(proxied, name), stall_s=5.0, name="the pipe")
         await pipe.execute("PING")
         partition.cut()
         stuck = asyncio.create_task(pipe.execute("PING"))
@@ -292,13 +293,68 @@ async def test_closing_fails_the_calls_awaited_and_refuses_later_ones(redis_url:
 async def test_a_connection_that_cannot_open_fails_every_caller_waiting_for_it():
     # nothing listens on port 1: the connection is refused at once
     pipe = RedisCommandPipe(
-        connection_maker("redis://127.0.0.1:1/0", "nobody"), stall_s=5.0, name="the pipe"
+        endpoint_to("redis://127.0.0.1:1/0", "nobody"), stall_s=5.0, name="the pipe"
     )
     answers = await asyncio.gather(
         *(pipe.execute("PING") for _ in range(3)), return_exceptions=True
     )
     await pipe.aclose()
     assert all(isinstance(answer, redis.exceptions.ConnectionError) for answer in answers)
+
+
+@pytest.mark.parametrize("protocol", [2, 3], ids=["RESP2", "RESP3"])
+async def test_a_connection_logs_in_selects_the_database_and_takes_the_name_the_client_gives(
+    redis_url: str, protocol: int
+):
+    async with user_without(redis_url, "flushall") as url:
+        user = urlsplit(url).username
+        on_database_3 = url.rpartition("/")[0] + "/3"
+        async with pipe_to(on_database_3, protocol=protocol) as (pipe, name):
+            key = unique_key("on database 3")
+            await pipe.execute("SET", key, "here", "PX", 60_000)
+            info = (await pipe.execute("CLIENT", "INFO")).decode()
+    fields = dict(field.split("=", 1) for field in info.split())
+    assert (fields["user"], fields["db"], fields["name"]) == (user, "3", name)
+    assert fields["resp"] == str(protocol)
+    async with redis.asyncio.Redis.from_url(redis_url.rpartition("/")[0] + "/3") as on_3:
+        assert await on_3.get(key) == b"here"
+        await on_3.delete(key)
+
+
+async def test_a_credential_provider_is_asked_for_the_login(redis_url: str):
+    async with user_without(redis_url, "flushall") as url:
+        parts = urlsplit(url)
+        provider = UsernamePasswordCredentialProvider(parts.username, parts.password)
+        async with pipe_to(redis_url, credential_provider=provider) as (pipe, _):
+            assert await pipe.execute("ACL", "WHOAMI") == (parts.username or "").encode()
+
+
+async def test_a_password_the_server_refuses_fails_every_call_with_the_servers_words(
+    redis_url: str,
+):
+    async with user_without(redis_url, "flushall") as url:
+        parts = urlsplit(url)
+        wrong = url.replace(f":{parts.password}@", ":not-the-password@")
+        async with pipe_to(wrong) as (pipe, _):
+            # the next call tries again, and is refused again
+            for _ in range(2):
+                with pytest.raises(
+                    redis.exceptions.AuthenticationError, match="invalid username-password pair"
+                ):
+                    await pipe.execute("PING")
+
+
+async def test_a_connection_the_server_closes_during_the_handshake_fails_the_call():
+    def serve(command: list[bytes], _: int) -> bytes | ThenClose:
+        """Close the connection at its CLIENT SETNAME; answer the rest."""
+        if command[0] == b"CLIENT":
+            return ThenClose(b"")
+        return b"+PONG\r\n"
+
+    async with fake_redis(serve) as server, pipe_to(server.url, protocol=2) as (pipe, _):
+        with pytest.raises(redis.exceptions.ConnectionError, match="during the handshake"):
+            await pipe.execute("PING")
+    assert server.opened == 1
 
 
 async def test_store_calls_run_on_one_connection_however_many_run_at_once(redis_url: str):
@@ -350,6 +406,27 @@ def test_commands_are_packed_as_redis_py_packs_them(
 ):
     connection = redis.asyncio.Connection(encoding=encoding, encoding_errors=errors)
     assert packed(args, encoding, errors) == b"".join(connection.pack_command(*args))
+
+
+@pytest.mark.parametrize(
+    ("reply", "raised", "message"),
+    [
+        ("NOSCRIPT No matching script.", redis.exceptions.NoScriptError, "No matching script."),
+        ("READONLY You can't write", ReadOnlyError, "You can't write"),
+        ("LOADING Redis is loading", BusyLoadingError, "Redis is loading"),
+        ("WRONGPASS invalid username-password pair", redis.exceptions.AuthenticationError, ""),
+        ("NOPERM no permissions", redis.exceptions.NoPermissionError, "no permissions"),
+        ("ERR invalid password", redis.exceptions.AuthenticationError, "invalid password"),
+        ("ERR unknown command 'NOPE'", redis.exceptions.ResponseError, "unknown command 'NOPE'"),
+        ("WRONGTYPE Operation against a key", redis.exceptions.ResponseError, "WRONGTYPE Op"),
+    ],
+)
+def test_an_error_reply_is_the_exception_redis_py_raises_for_it(
+    reply: str, raised: type[Exception], message: str
+):
+    error = error_reply(reply)
+    assert type(error) is raised
+    assert str(error).startswith(message)
 
 
 def test_an_argument_of_another_type_is_refused_not_truncated():

@@ -21,8 +21,8 @@ from leaselock.stores.redis import _subscription as _redis_subscription
 from leaselock.stores.redis._subscription import RedisSubscription
 from redis_connections import (
     ThenClose,
-    connection_maker,
     connections_named,
+    endpoint_to,
     fake_redis,
     message_on,
     subscribe_confirmed,
@@ -52,8 +52,9 @@ async def subscription_to(
 ) -> AsyncIterator[tuple[RedisSubscription, str]]:
     """Yield a subscription of ``channel`` (not yet started) and its connections' client name."""
     name = f"leaselock-subscription-{uuid.uuid4().hex[:8]}"
+    endpoint = endpoint_to(url, name, **options)
     subscription = RedisSubscription(
-        connection_maker(url, name, **options),
+        lambda: endpoint,
         channel,
         on_message,
         alive_s=alive_s,

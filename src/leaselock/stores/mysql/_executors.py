@@ -208,7 +208,8 @@ def executor_over(pool: object, *, owned: bool) -> tuple[Executor, str]:
         pass
     else:
         if isinstance(pool, asyncmy.Pool):
-            return PoolExecutor(pool, owned=owned), _describe_pool(pool)
+            # where an asyncmy pool connects is private to it: the pool is named as what it is
+            return PoolExecutor(pool, owned=owned), "asyncmy pool"
     try:
         from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: PLC0415 -- optional, too
     except ImportError:
@@ -238,20 +239,6 @@ def executor_over(pool: object, *, owned: bool) -> tuple[Executor, str]:
     raise LocksConfigurationError(
         f"MySQLLockStore got {type(pool).__name__} {pool!r}, not a pool it can use; {hint}"
     )
-
-
-def _describe_pool(pool: asyncmy.Pool) -> str:
-    """Say where an asyncmy pool connects, from what it was built with (asyncmy keeps no API)."""
-    kwargs = getattr(pool, "_conn_kwargs", None)
-    if isinstance(kwargs, dict):
-        parts = [
-            f"{name}={kwargs[name]!r}"
-            for name in ("host", "port", "database", "db")
-            if kwargs.get(name) is not None
-        ]
-        if parts:
-            return "asyncmy pool " + " ".join(parts)
-    return "asyncmy pool"
 
 
 def safe_url(url: str) -> str:

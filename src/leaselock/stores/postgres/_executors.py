@@ -383,7 +383,8 @@ def executor_over(pool: object, *, owned: bool) -> tuple[Executor, str]:
         pass
     else:
         if isinstance(pool, asyncpg.Pool):
-            return _AsyncpgPoolExecutor(pool, owned=owned), _describe_pool(pool)
+            # where an asyncpg pool connects is private to it: the pool is named as what it is
+            return _AsyncpgPoolExecutor(pool, owned=owned), "asyncpg pool"
     try:
         from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: PLC0415 -- optional, too
     except ImportError:
@@ -413,21 +414,6 @@ def executor_over(pool: object, *, owned: bool) -> tuple[Executor, str]:
     raise LocksConfigurationError(
         f"PostgresLockStore got {type(pool).__name__} {pool!r}, not a pool it can use; {hint}"
     )
-
-
-def _describe_pool(pool: asyncpg.Pool[Any]) -> str:
-    """Say where an asyncpg pool connects, from what it was built with (asyncpg keeps no API)."""
-    args = getattr(pool, "_connect_args", ())
-    kwargs = getattr(pool, "_connect_kwargs", {})
-    if args and isinstance(args[0], str):
-        return safe_url(args[0])
-    if isinstance(kwargs, dict):
-        parts = [
-            f"{name}={kwargs[name]!r}" for name in ("host", "port", "database") if name in kwargs
-        ]
-        if parts:
-            return "asyncpg pool " + " ".join(parts)
-    return "asyncpg pool"
 
 
 def safe_url(url: str) -> str:

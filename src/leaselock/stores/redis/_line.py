@@ -32,7 +32,7 @@ from ._tokens import DRAW
 from ._turns import ANNOUNCE
 
 if TYPE_CHECKING:
-    from redis.asyncio.connection import AbstractConnection
+    from ._transport import RedisEndpoint
 
 __all__ = [
     "BREAK_LOCK",
@@ -269,8 +269,8 @@ class RedisWaitingLine:
     """One process's places in keys' lines, and the one subscription its grants arrive on.
 
     Args:
-        make_connection: builds an unconnected connection from the client's pool settings;
-            the subscription opens one at the first queue call, and keeps it.
+        endpoint: where and how the client connects; the subscription opens a connection
+            there at the first queue call, and keeps it.
         alive_s: how long the subscription's connection may be quiet before it is sent a
             PING (see :class:`RedisSubscription`).
         grant_prefix: :func:`grant_channel` of the store; this line hears ``<it> NUL <id>``.
@@ -296,7 +296,7 @@ class RedisWaitingLine:
 
     def __init__(
         self,
-        make_connection: Callable[[], AbstractConnection],
+        endpoint: RedisEndpoint,
         *,
         alive_s: float,
         grant_prefix: str,
@@ -319,7 +319,7 @@ class RedisWaitingLine:
         self._on_grant = on_grant
         self._store = store
         self._subscription = RedisSubscription(
-            make_connection,
+            lambda: endpoint,
             f"{grant_prefix}\x00{self.id}",
             self._heard,
             alive_s=alive_s,

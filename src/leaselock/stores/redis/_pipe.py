@@ -16,10 +16,10 @@ with 8 processes taking one key in turn, a tenth of leaselock's CPU per critical
 pipelined), so concurrency costs no further connections. A caller that stops waiting
 (cancelled, or its bound passed) leaves its reply to be read and dropped, which keeps the order.
 
-The connection is opened by redis-py, from the client's pool settings, so the URL, TLS,
-authentication, database and protocol options all apply; once its handshake is answered, the
-pipe takes its transport over. Its socket timeout is left out, and replaced by a stall limit: a
-reply awaited longer than that means the connection is dead, and the next call replaces it.
+The pipe opens its connection itself, through asyncio, where and as the client's settings say
+(see ``_transport``: the URL, TLS, authentication, database and protocol all apply). The
+client's socket timeout is replaced by a stall limit: a reply awaited longer than that means
+the connection is dead, and the next call replaces it.
 """
 
 from __future__ import annotations
@@ -30,13 +30,11 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, final
 
-from ..._cancellation import delivered
-from ._transport import INCOMPLETE, packed, reply_parser, retrieved, take_transport
+from ._resp import INCOMPLETE, packed
+from ._transport import Opened, RedisEndpoint, opened, retrieved
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from redis.asyncio.connection import AbstractConnection
 
 # only RedisLockStore builds a pipe, and it refuses to be made without redis-py and hiredis
 with contextlib.suppress(ImportError):
@@ -53,8 +51,8 @@ class RedisCommandPipe:
     """Sends commands on one connection, pipelined, on the loop that first uses it.
 
     Args:
-        make_connection: builds an unconnected redis-py connection (the pool's class and
-            settings, without a socket timeout); called again after a connection died.
+        endpoint: where and how to connect (the client's settings); connected again after a
+            connection died.
         stall_s: how long the oldest reply may be awaited before the connection is replaced,
             and how long opening a connection (its handshake included) may take.
         name: how log lines name the store.
@@ -65,7 +63,7 @@ class RedisCommandPipe:
         "_closing",
         "_connecting",
         "_connection",
-        "_make_connection",
+        "_endpoint",
         "_name",
         "_opening",
         "_stall_s",
@@ -74,22 +72,22 @@ class RedisCommandPipe:
 
     def __init__(
         self,
-        make_connection: Callable[[], AbstractConnection],
+        endpoint: RedisEndpoint,
         *,
         stall_s: float,
         name: str,
     ) -> None:
         """Connect nothing until the first call."""
         self.loop = asyncio.get_running_loop()
-        self._make_connection = make_connection
+        self._endpoint = endpoint
         self._stall_s = stall_s
         self._name = name
         self._connection: _CommandConnection | None = None
         # while a connection opens: the future its callers wait on, and the task opening it
         self._connecting: asyncio.Future[_CommandConnection] | None = None
         self._opening: asyncio.Task[None] | None = None
-        # connections dropped and being closed: aclose waits for them
-        self._closing: set[asyncio.Task[None]] = set()
+        # connections dropped, until their sockets are closed: aclose waits for them
+        self._closing: set[asyncio.Future[None]] = set()
         self._closed = False
 
     async def execute(self, *args: str | int | bytes) -> Any:  # noqa: ANN401 -- a reply's type is its command's
@@ -204,27 +202,28 @@ class RedisCommandPipe:
         return await asyncio.shield(connecting)
 
     async def _open(self, connecting: asyncio.Future[_CommandConnection]) -> None:
-        opened = self._make_connection()
+        endpoint = self._endpoint
+        handshaken: Opened | None = None
         try:
-            # the handshake's replies are read with no socket timeout: the stall limit bounds
-            # the opening as a whole, or a server that accepted and went silent would keep
-            # every later call waiting on this opening
+            # the stall limit bounds the opening as a whole, or a server that accepted and
+            # went silent would keep every later call waiting on this opening
             async with asyncio.timeout(self._stall_s):
-                await delivered(opened.connect())  # type: ignore[no-untyped-call] # unannotated in redis-py
-            connection = _CommandConnection(opened, self._lost, self._name)
+                handshaken = await opened(endpoint, decoded=endpoint.decode_responses)
+            connection = _CommandConnection(handshaken, endpoint, self._lost, self._name)
         except BaseException as error:
             if self._connecting is connecting:
                 self._connecting = None
             if not connecting.done():
                 connecting.set_exception(self._opening_failed(error))
-            await opened.disconnect(nowait=True)
+            if handshaken is not None:
+                handshaken.transport.abort()
             if isinstance(error, asyncio.CancelledError):
                 raise
             return
         if self._connecting is connecting:
             self._connecting = None
         if self._closed or connecting.done():
-            await opened.disconnect(nowait=True)
+            connection.abort()
             return
         self._connection = connection
         connecting.set_result(connection)
@@ -251,25 +250,25 @@ class RedisCommandPipe:
             connection.fail(error)
             # at once: a close would first wait to send what a stalled server does not read
             connection.abort()
-            closing = self.loop.create_task(connection.redis.disconnect(nowait=True))
-            self._closing.add(closing)
-            closing.add_done_callback(self._closing.discard)
+            if not connection.closed.done():
+                self._closing.add(connection.closed)
+                connection.closed.add_done_callback(self._closing.discard)
 
 
 @final
 class _CommandConnection(asyncio.Protocol):
-    """One connection's transport, taken over from redis-py once its handshake is answered.
+    """One connection of the pipe's, handed over once the server answered its handshake.
 
     It writes commands and hands each reply, parsed as it arrives, to the oldest caller still
-    owed one. Error replies are redis-py's own exception classes. A connection that breaks
+    owed one. Error replies are redis-py's exception classes. A connection that breaks
     (closed by the server, reset, a reply it cannot parse, or a server that cannot serve it:
     ``LOADING`` after a restart, ``READONLY`` from a primary demoted in a failover) fails every
     caller still owed a reply, and tells its pipe once. Pushes the server sends on its own
     (RESP3) are read and dropped: the pipe acts on none of them.
 
     Raises:
-        redis.exceptions.ConnectionError: at construction, when redis-py's connection holds no
-            open transport to take over.
+        redis.exceptions.ConnectionError: at construction, when the connection closed since
+            its handshake.
     """
 
     __slots__ = (
@@ -278,30 +277,31 @@ class _CommandConnection(asyncio.Protocol):
         "_parser",
         "_pending",
         "_transport",
+        "closed",
         "encoding",
         "encoding_errors",
         "open",
-        "redis",
     )
 
     def __init__(
         self,
-        connection: AbstractConnection,
+        handshaken: Opened,
+        endpoint: RedisEndpoint,
         lost: Callable[[_CommandConnection, BaseException], None],
         name: str,
     ) -> None:
-        """Take ``connection``'s transport over; ``lost`` hears when it breaks."""
-        self.redis = connection
+        """Take ``handshaken`` over; ``lost`` hears when it breaks."""
         self._lost = lost
         self._name = name
-        encoder = connection.encoder
-        self.encoding: str = encoder.encoding
-        self.encoding_errors: str = encoder.encoding_errors
-        self._parser = reply_parser(connection, decoded=encoder.decode_responses)
+        self.encoding = endpoint.encoding
+        self.encoding_errors = endpoint.encoding_errors
+        self._parser: hiredis.Reader = handshaken.parser
         # (the caller's reply, when its command was written), in the order written
         self._pending: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
         self.open = True
-        self._transport = take_transport(connection, self, name)
+        # settled once the socket is closed
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._transport = handshaken.hand_to(self, name)
 
     def send(self, command: bytes, now: float) -> asyncio.Future[Any]:
         """Write ``command`` (the caller checked :attr:`open`); return its reply to await."""
@@ -380,8 +380,10 @@ class _CommandConnection(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Fail the callers still owed a reply, and tell the pipe."""
+        """Fail the callers still owed a reply, and tell the pipe; the socket is closed."""
         self._broke(f"lost its command connection ({exc or 'closed by the server'})")
+        if not self.closed.done():
+            self.closed.set_result(None)
 
     def _broke(self, what: str) -> None:
         self._break(

@@ -24,9 +24,9 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from ..._durations import parse_duration
 from ..._errors import LocksConfigurationError
 from ._subscription import RedisSubscription
+from ._transport import endpoint_of
 
 if TYPE_CHECKING:
-    from redis.asyncio.connection import AbstractConnection
     from redis.asyncio.sentinel import SentinelConnectionPool
 
 # only the Redis store follows a Sentinel, and it refuses to be made without redis-py
@@ -211,16 +211,12 @@ class PrimaryFollower:
         self._service: str = pool.service_name
         self._on_switch = on_switch
         self._moving: set[asyncio.Task[None]] = set()
-        sentinels = itertools.cycle(list(self._manager.sentinels))
-
-        def make_connection() -> AbstractConnection:
-            sentinel_pool = next(sentinels).connection_pool
-            settings = {**sentinel_pool.connection_kwargs, "socket_timeout": None}
-            connection: AbstractConnection = sentinel_pool.connection_class(**settings)
-            return connection
-
+        # one after another: the next when one is away
+        sentinels = itertools.cycle(
+            [endpoint_of(sentinel.connection_pool) for sentinel in self._manager.sentinels]
+        )
         self._subscription = RedisSubscription(
-            make_connection,
+            lambda: next(sentinels),
             SWITCH_CHANNEL,
             self._heard,
             alive_s=alive_s,

@@ -14,8 +14,8 @@ Every method is one Lua script run with EVALSHA (one round trip, atomic on the s
 - ``<prefix>runs``: one hash of job run records, fields ``last:<job>`` and ``success:<job>``,
   each a JSON object (one key, so a cluster keeps it in one slot).
 
-Talks to Redis or Valkey through ``redis.asyncio`` (redis-py 5 or later); tested against Redis 6.2
-and 7.0 and Valkey 9.1.
+Talks to Redis or Valkey through ``redis.asyncio`` (redis-py 5.0.1 or later); tested against
+Redis 6.2 and 7.0 and Valkey 9.1.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import Any, Final, final
 from urllib.parse import urlsplit
 
 from ..._durations import Duration
@@ -83,10 +83,8 @@ from ._sentinel import (
 )
 from ._settings import DEFAULT_PREFIX, DEFAULT_SOCKET_TIMEOUTS, check_options, check_prefix
 from ._tokens import DRAW, SOURCE_NAME
+from ._transport import RedisEndpoint, endpoint_of
 from ._turns import QUEUE_SCRIPTS, ReleaseQueue, queue_name
-
-if TYPE_CHECKING:
-    from redis.asyncio.connection import AbstractConnection
 
 try:
     import hiredis
@@ -97,8 +95,11 @@ except ImportError:  # the extra is not installed: constructing the store says w
     _HAVE_DRIVER = False
 else:
     # the command connection reads replies with hiredis; 3.2 is the first that tells a push
-    # the server sends on its own from a reply
-    _HAVE_DRIVER = hasattr(hiredis, "PushNotification")
+    # the server sends on its own from a reply. redis-py 5.0.1 is the first whose clients
+    # close with aclose() and are made over a pool with from_pool()
+    _HAVE_DRIVER = hasattr(hiredis, "PushNotification") and hasattr(
+        redis.asyncio.Redis, "from_pool"
+    )
 
 __all__ = ["RedisLockStore"]
 
@@ -193,7 +194,8 @@ class RedisLockStore:
     batches of renewals take one round trip (:meth:`renew_many`).
 
     The lock calls go on one connection of the store's own, pipelined (calls in flight share it),
-    made by redis-py from the client's settings; the pool serves the rest. A reply awaited
+    opened where and as the client's settings say (host or socket, TLS, password, database,
+    client name); the pool serves the rest. A reply awaited
     longer than the client's ``socket_timeout`` (5 s without one) closes that connection, and
     the next call opens another.
 
@@ -565,7 +567,9 @@ class RedisLockStore:
             sentinel, self._sentinel = self._sentinel, None
             await client.aclose()
             if sentinel is not None:
-                await sentinel.aclose()
+                # one by one: redis-py 8.0 and earlier have no Sentinel.aclose()
+                for sentinel_client in sentinel.sentinels:
+                    await sentinel_client.aclose()
 
     def _connected(self) -> redis.asyncio.Redis:
         """Return the client; a store from :meth:`from_url` makes it now, on the running loop."""
@@ -808,24 +812,23 @@ class RedisLockStore:
         A store bound to a loop before (opened, closed, then used in another ``asyncio.run``)
         leaves that loop's connection behind: redis.asyncio connections cannot move loops.
         """
-        make_connection, stall_s = self._own_connections()
-        self._pipe = RedisCommandPipe(make_connection, stall_s=stall_s, name=repr(self))
+        endpoint, stall_s = self._own_connections()
+        self._pipe = RedisCommandPipe(endpoint, stall_s=stall_s, name=repr(self))
         return self._pipe
 
-    def _own_connections(self) -> tuple[Callable[[], AbstractConnection], float]:
-        """Build unconnected connections from the client's pool settings, outside its pool.
+    def _own_connections(self) -> tuple[RedisEndpoint, float]:
+        """Where and how the store's own connections go, outside the client's pool.
 
-        Returns the builder and the stall limit, the client's socket timeout (from_url's
-        default if it has none). The connections get no socket timeout: their protocols read
-        the socket themselves and bound a stall with that limit, and under a socket timeout
-        redis-py would make every write a task.
+        Returns the client's endpoint and the stall limit, the client's socket timeout
+        (from_url's default if it has none): the connections' protocols read the socket
+        themselves, and bound a stall with that limit.
         """
         pool = (self._client or self._connected()).connection_pool
-        settings = dict(pool.connection_kwargs)
-        stall_s = settings.get("socket_timeout") or DEFAULT_SOCKET_TIMEOUTS["socket_timeout"]
-        settings["socket_timeout"] = None
-        connection_class = pool.connection_class
-        return (lambda: connection_class(**settings)), float(stall_s)
+        stall_s = (
+            pool.connection_kwargs.get("socket_timeout")
+            or DEFAULT_SOCKET_TIMEOUTS["socket_timeout"]
+        )
+        return endpoint_of(pool), float(stall_s)
 
     # --- run records and inspection ------------------------------------------------------------
 
@@ -1041,9 +1044,9 @@ class RedisLockStore:
         while the server refuses it or is away, a warning is logged and a waiter learns of its
         grant from its next queue call (every second).
         """
-        make_connection, stall_s = self._own_connections()
+        endpoint, stall_s = self._own_connections()
         line = RedisWaitingLine(
-            make_connection,
+            endpoint,
             alive_s=stall_s,
             grant_prefix=self._grant_prefix,
             run=self._run,
@@ -1066,7 +1069,7 @@ class RedisLockStore:
 def _require_driver() -> None:
     if not _HAVE_DRIVER:
         raise LocksConfigurationError(
-            "RedisLockStore needs redis-py 5 or later and hiredis 3.2 or later; "
+            "RedisLockStore needs redis-py 5.0.1 or later and hiredis 3.2 or later; "
             "install them with: pip install 'leaselock[redis]'"
         )
 

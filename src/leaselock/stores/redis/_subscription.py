@@ -7,8 +7,8 @@ protocol parses the message with hiredis and hands it over in the turn its bytes
 with 8 processes taking one key in turn, leaselock's CPU per critical section went from
 0.31-0.32 to 0.27 ms (``benchmarks/bench_contention.py``).
 
-The connection is opened by redis-py from the client's pool settings (see
-``_redis_transport``); once subscribed, it is kept. A connection that breaks, or stops
+The connection is opened by the subscription itself, where and as the client's settings say
+(see ``_transport``); once subscribed, it is kept. A connection that breaks, or stops
 answering the PING it is sent whenever it has been quiet, is opened and subscribed again: at
 once after a subscription that had lasted, then every :data:`RESUBSCRIBE_PAUSE_S` while the
 server stays away or refuses. Messages published while it is away are not heard, so a caller
@@ -22,14 +22,12 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Final, final
 
-from ..._cancellation import delivered
 from ._follower import RESUBSCRIBE_PAUSE_S, SUBSCRIBE_TIMEOUT_S, subscribe_fix
-from ._transport import INCOMPLETE, packed, reply_parser, retrieved, take_transport
+from ._resp import INCOMPLETE, packed
+from ._transport import Opened, RedisEndpoint, opened, retrieved
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from redis.asyncio.connection import AbstractConnection
 
 # only the Redis store subscribes, and it refuses to be made without redis-py and hiredis
 with contextlib.suppress(ImportError):
@@ -48,8 +46,8 @@ class RedisSubscription:
     """Hears one channel, on a connection of its own, from :meth:`subscribed` to :meth:`aclose`.
 
     Args:
-        make_connection: builds an unconnected redis-py connection (the pool's class and
-            settings); called again for each connection after one broke.
+        endpoint: where and how to connect (the client's settings); asked again for each
+            connection after one broke.
         channel: the channel heard.
         on_message: called on this loop with each message's data, in the turn of the loop it
             arrives, decoded with the client's encoding whether or not the client decodes
@@ -65,17 +63,17 @@ class RedisSubscription:
         "_alive_s",
         "_channel",
         "_closed",
+        "_endpoint",
         "_first",
         "_heard_as",
         "_keeping",
-        "_make_connection",
         "_on_message",
         "_unheard",
     )
 
     def __init__(
         self,
-        make_connection: Callable[[], AbstractConnection],
+        endpoint: Callable[[], RedisEndpoint],
         channel: str,
         on_message: Callable[[str], None],
         *,
@@ -84,7 +82,7 @@ class RedisSubscription:
         unheard: str,
     ) -> None:
         """Open nothing until :meth:`subscribed`."""
-        self._make_connection = make_connection
+        self._endpoint = endpoint
         self._channel = channel
         self._on_message = on_message
         self._alive_s = alive_s
@@ -179,20 +177,21 @@ class RedisSubscription:
             TimeoutError: no confirmation within :data:`SUBSCRIBE_TIMEOUT_S`.
             redis.exceptions.RedisError: the connection failed or the server refused.
         """
-        opened = self._make_connection()
+        endpoint = self._endpoint()
+        handshaken: Opened | None = None
         connection = None
         try:
             async with asyncio.timeout(SUBSCRIBE_TIMEOUT_S):
-                await delivered(opened.connect())  # type: ignore[no-untyped-call] # unannotated in redis-py
+                handshaken = await opened(endpoint, decoded=False)
                 connection = _SubscribedConnection(
-                    opened, self._channel, self._on_message, self._heard_as
+                    handshaken, endpoint, self._channel, self._on_message, self._heard_as
                 )
                 await connection.confirmed
         except BaseException:
-            if connection is None:
-                await _disconnected(opened)
-            else:
+            if connection is not None:
                 await connection.close()
+            elif handshaken is not None:
+                handshaken.transport.abort()
             raise
         return connection
 
@@ -232,25 +231,26 @@ class RedisSubscription:
 
 @final
 class _SubscribedConnection(asyncio.Protocol):
-    """One connection's transport, taken over from redis-py to subscribe to one channel.
+    """One connection, handed over once its handshake was answered, subscribed to one channel.
 
     Writes the SUBSCRIBE at once; :attr:`confirmed` settles when the server confirms or
     refuses it, and :attr:`lost` gets the error that broke the connection. Replies are read
     as bytes, so the channel matches whatever the client's encoding makes of it.
 
     Raises:
-        redis.exceptions.ConnectionError: at construction, when redis-py's connection holds no
-            open transport to take over.
+        redis.exceptions.ConnectionError: at construction, when the connection closed since
+            its handshake.
     """
 
     __slots__ = (
         "_channel",
-        "_encoder",
+        "_encoding",
+        "_encoding_errors",
         "_heard_as",
         "_on_message",
-        "_opened",
         "_parser",
         "_transport",
+        "closed",
         "confirmed",
         "heard_at",
         "lost",
@@ -258,26 +258,29 @@ class _SubscribedConnection(asyncio.Protocol):
 
     def __init__(
         self,
-        connection: AbstractConnection,
+        handshaken: Opened,
+        endpoint: RedisEndpoint,
         channel: str,
         on_message: Callable[[str], None],
         heard_as: str,
     ) -> None:
-        """Take ``connection``'s transport over and subscribe to ``channel`` on it."""
+        """Take ``handshaken`` over and subscribe to ``channel`` on it."""
         loop = asyncio.get_running_loop()
-        self._opened = connection
         self._on_message = on_message
         self._heard_as = heard_as
-        self._parser = reply_parser(connection, decoded=False)
-        self._encoder = encoder = connection.encoder
-        self._channel = channel.encode(encoder.encoding, encoder.encoding_errors)
+        self._parser = handshaken.parser
+        self._encoding = endpoint.encoding
+        self._encoding_errors = endpoint.encoding_errors
+        self._channel = channel.encode(self._encoding, self._encoding_errors)
         self.confirmed: asyncio.Future[None] = loop.create_future()
         # a refusal the subscriber stopped waiting for must not be logged as never retrieved
         self.confirmed.add_done_callback(retrieved)
         self.lost: asyncio.Future[redis.exceptions.RedisError] = loop.create_future()
+        # settled once the socket is closed
+        self.closed: asyncio.Future[None] = loop.create_future()
         # when the last bytes arrived, on the loop's clock
         self.heard_at = loop.time()
-        self._transport = take_transport(connection, self, heard_as)
+        self._transport = handshaken.hand_to(self, heard_as)
         self._send("SUBSCRIBE", self._channel)
 
     def ping(self) -> None:
@@ -289,9 +292,9 @@ class _SubscribedConnection(asyncio.Protocol):
         self._broke(f"nothing heard for {quiet_s:.1f} s, not even an answer to a PING")
 
     async def close(self) -> None:
-        """Close the socket now, and redis-py's side of the connection."""
+        """Close the socket now, and return once it is closed."""
         self._break(redis.exceptions.ConnectionError("closed by this process"))
-        await _disconnected(self._opened)
+        await self.closed
 
     def data_received(self, data: bytes) -> None:
         """Hand each message in ``data`` over; note the confirmation; break on an error."""
@@ -324,12 +327,14 @@ class _SubscribedConnection(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Break, with what closed the connection."""
+        """Break, with what closed the connection; the socket is closed."""
         self._broke(str(exc) if exc else "closed")
+        if not self.closed.done():
+            self.closed.set_result(None)
 
     def _hand_over(self, data: bytes) -> None:
         try:
-            message = data.decode(self._encoder.encoding, self._encoder.encoding_errors)
+            message = data.decode(self._encoding, self._encoding_errors)
         except UnicodeDecodeError:
             _log.warning("%s heard a message it cannot decode: %r", self._heard_as, data)
             return
@@ -339,7 +344,7 @@ class _SubscribedConnection(asyncio.Protocol):
             _log.exception("A message callback of %s failed", self._heard_as)
 
     def _send(self, *args: str | bytes) -> None:
-        self._transport.write(packed(args, self._encoder.encoding, self._encoder.encoding_errors))
+        self._transport.write(packed(args, self._encoding, self._encoding_errors))
 
     def _broke(self, what: str) -> None:
         # the log lines that report it name the subscription already
@@ -352,12 +357,3 @@ class _SubscribedConnection(asyncio.Protocol):
             self.confirmed.set_exception(error)
         # at once: a close would first wait to send what a stalled server does not read
         self._transport.abort()
-
-
-async def _disconnected(connection: AbstractConnection) -> None:
-    """Close redis-py's side of a connection; a failure there only matters to the log."""
-    try:
-        # nowait: once taken over, redis-py's stream never hears the close it would wait for
-        await connection.disconnect(nowait=True)
-    except Exception as error:  # noqa: BLE001 -- the socket is gone or going either way
-        _log.debug("closing a subscription's connection failed: %s", error)
