@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol, TypeAlias, cast, final, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, cast, final, get_args, runtime_checkable
 
 from ..._event_types import RunTrigger
 from ._capabilities import RunRecord, epoch_ms, from_epoch_ms
@@ -26,6 +26,8 @@ __all__ = [
     "RunStartAnswer",
     "SupportsJobControl",
     "WhenBusy",
+    "open_run_fields",
+    "open_run_from_fields",
     "open_run_from_json",
     "open_run_json",
     "pause_from_json",
@@ -243,24 +245,29 @@ def pause_from_json(target: str, text: str | bytes) -> JobPause:
 
 def open_run_json(run: OpenRun, fencing_token: int | None) -> str:
     """Return ``run`` with ``fencing_token`` as the JSON a store keeps."""
-    # the token last: a store that writes the token itself appends it to the rest
     return json.dumps(
-        {
-            "instance": run.instance,
-            "started_at_ms": epoch_ms(run.started_at),
-            "trigger": run.trigger,
-            "token": fencing_token,
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
+        open_run_fields(run, fencing_token), ensure_ascii=False, separators=(",", ":")
     )
+
+
+def open_run_fields(run: OpenRun, fencing_token: int | None) -> dict[str, object]:
+    """Return ``run`` with ``fencing_token`` as the fields of :func:`open_run_json`."""
+    # the token last: a store that writes the token itself appends it to the rest
+    return {
+        "instance": run.instance,
+        "started_at_ms": epoch_ms(run.started_at),
+        "trigger": run.trigger,
+        "token": fencing_token,
+    }
 
 
 def open_run_from_json(text: str | bytes | None) -> OpenRun | None:
     """Return the open run a store kept as :func:`open_run_json`, or ``None``."""
-    if text is None:
-        return None
-    kept = json.loads(text)
+    return None if text is None else open_run_from_fields(json.loads(text))
+
+
+def open_run_from_fields(kept: dict[str, Any]) -> OpenRun:
+    """Return the open run of :func:`open_run_fields`' fields."""
     token = kept.get("token")
     trigger = kept.get("trigger")
     return OpenRun(

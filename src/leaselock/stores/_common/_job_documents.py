@@ -31,8 +31,8 @@ from ._job_control import (
     OpenRun,
     RunStart,
     RunStartAnswer,
-    open_run_from_json,
-    open_run_json,
+    open_run_fields,
+    open_run_from_fields,
     pause_from_json,
     pause_json,
     pause_matches,
@@ -121,7 +121,7 @@ class _Kept:
         opened = kept.get("open_run")
         missed = kept.get("missed_at_ms")
         return cls(
-            open_run=None if opened is None else open_run_from_json(json.dumps(opened)),
+            open_run=None if opened is None else open_run_from_fields(opened),
             failures=int(kept.get("failures") or 0),
             missed_at_ms=None if missed is None else int(missed),
             buffered=bool(kept.get("buffered")),
@@ -136,7 +136,7 @@ class _Kept:
             {
                 "open_run": None
                 if opened is None
-                else json.loads(open_run_json(opened, opened.fencing_token)),
+                else open_run_fields(opened, opened.fencing_token),
                 "failures": self.failures,
                 "missed_at_ms": self.missed_at_ms,
                 "buffered": self.buffered,
