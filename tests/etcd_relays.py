@@ -55,6 +55,8 @@ class PeerRelays:
         self._links: dict[frozenset[int], _Link] = {}
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        # both ends of every relayed connection, aborted when the relays close
+        self._ends: set[asyncio.StreamWriter] = set()
 
     def start(self, targets: Sequence[int]) -> None:
         """Relay member ``i``'s relay port to its real peer port ``targets[i]``."""
@@ -119,6 +121,11 @@ class PeerRelays:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        # aborted, not only closed: a close waits to send what a stopped member never reads,
+        # and a socket left closing warns, unclosed, in whichever later test collects it
+        for end in self._ends:
+            end.transport.abort()
+        await asyncio.gather(*(end.wait_closed() for end in self._ends), return_exceptions=True)
 
     async def _serve(
         self, target: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -127,6 +134,7 @@ class PeerRelays:
         assert task is not None
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        self._ends.add(writer)
         # closing the relays cancels this; it ends quietly, since asyncio's server asks a
         # cancelled handler for its exception (and logs the CancelledError it gets)
         with contextlib.suppress(asyncio.CancelledError):
@@ -146,6 +154,7 @@ class PeerRelays:
                 )
             except OSError:
                 return
+            self._ends.add(upstream_writer)
             await asyncio.gather(
                 self._pipe(reader, upstream_writer, link),
                 self._pipe(upstream_reader, writer, link),

@@ -193,6 +193,8 @@ class Partition:
         self._pipes: set[asyncio.Task[None]] = set()
         # connections accepted during a cut wait in their handler; at the end they are closed
         self._handlers: set[asyncio.Task[object]] = set()
+        # both ends of every connection, aborted at the end and waited for until closed
+        self._ends: set[asyncio.StreamWriter] = set()
         self._closing = False
 
     async def __aenter__(self) -> Self:
@@ -208,6 +210,11 @@ class Partition:
         for pipe in list(self._pipes):
             pipe.cancel()
         await asyncio.gather(*self._pipes, return_exceptions=True)
+        # aborted, not closed: a close waits to send what a stalled peer never reads, and the
+        # socket of a transport left closing warns, unclosed, in whichever test collects it
+        for end in self._ends:
+            end.transport.abort()
+        await asyncio.gather(*(end.wait_closed() for end in self._ends), return_exceptions=True)
         await self._server.wait_closed()
 
     @property
@@ -232,15 +239,17 @@ class Partition:
         assert handler is not None
         self._handlers.add(handler)
         handler.add_done_callback(self._handlers.discard)
+        self._ends.add(writer)
         await self._open.wait()
         if self._closing:
-            writer.close()
+            writer.transport.abort()
             return
         try:
             server_in, server_out = await asyncio.open_connection(*self._target)
         except OSError:
-            writer.close()
+            writer.transport.abort()
             return
+        self._ends.add(server_out)
         for source, sink in ((reader, server_out), (server_in, writer)):
             pipe = asyncio.get_running_loop().create_task(self._pipe(source, sink))
             self._pipes.add(pipe)

@@ -5,7 +5,7 @@ line), which sends it one command at a time. asyncpg delivers notifications betw
 by itself; psycopg hands them out only from ``notifies()``, which holds the connection, so its
 session stops reading around each command (notifications that arrive meanwhile wait in
 psycopg's backlog). Either session asks the server ``SELECT 1`` when it has heard nothing for a
-while, to notice a connection that went silent.
+while, to notice a connection that went silent (``_common._liveness``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, Protocol, final
+
+from .._common._liveness import kept_alive
 
 if TYPE_CHECKING:
     import asyncpg
@@ -27,6 +29,7 @@ TEARDOWN_TIMEOUT_S: Final = 5.0
 # answer before it gives the connection up as lost
 QUIET_S: Final = 5.0
 _NUMBERED_PARAMETER: Final = re.compile(r"\$\d+")
+_LISTENING: Final = "a listening connection"
 
 
 class ListeningSession(Protocol):
@@ -72,11 +75,14 @@ class _AsyncpgSession:
         async with self.commands:
             await self._connection.remove_listener(channel, self._deliver)
 
-    async def probe(self) -> None:
+    def asking(self) -> asyncio.Lock:
+        return self.commands
+
+    async def ask(self) -> None:
         await self._connection.execute("SELECT 1")
         self.heard_at = asyncio.get_running_loop().time()
 
-    def cut(self) -> None:
+    def cut(self, _silent_s: float) -> None:
         # the termination listener then reports the loss, as for a connection the server ended
         self._connection.terminate()
 
@@ -90,57 +96,6 @@ class _AsyncpgSession:
         async with self.commands:
             await self._connection.execute(sql, *args)
             self.heard_at = asyncio.get_running_loop().time()
-
-
-class _Probed(Protocol):
-    """A session whose connection can be asked whether it still answers.
-
-    ``heard_at`` is when (loop time) the connection last delivered or answered anything;
-    ``commands`` is held while a command runs, one at a time on the connection.
-    """
-
-    heard_at: float
-    commands: asyncio.Lock
-
-    async def probe(self) -> None:
-        """Ask ``SELECT 1``; return once it is answered."""
-
-    def cut(self) -> None:
-        """Give the connection up as lost: the session's ``on_lost()`` follows."""
-
-
-async def _keep_alive(session: _Probed, quiet_s: float) -> None:
-    """Ask ``SELECT 1`` after ``quiet_s`` with nothing heard; cut a connection that is silent.
-
-    A half-open connection (a partition, a load balancer or NAT that forgot an idle flow)
-    shows no other sign: without the question, its notifications would stop for good.
-    """
-    loop = asyncio.get_running_loop()
-    while True:
-        # the pace of a liveness check, not lock timing: no lease depends on it
-        await asyncio.sleep(session.heard_at + quiet_s - loop.time())  # noqa: TID251
-        async with session.commands:
-            if loop.time() < session.heard_at + quiet_s:
-                continue
-            try:
-                async with asyncio.timeout(quiet_s):
-                    await session.probe()
-            except Exception:  # noqa: BLE001 -- no answer, or a broken connection: lost
-                session.cut()
-                return
-
-
-@asynccontextmanager
-async def _kept_alive(session: _Probed) -> AsyncIterator[None]:
-    """Keep ``session``'s connection asked (:func:`_keep_alive`) while entered."""
-    watch = asyncio.get_running_loop().create_task(
-        _keep_alive(session, QUIET_S), name="leaselock listening connection's liveness"
-    )
-    try:
-        yield
-    finally:
-        watch.cancel()
-        await asyncio.wait([watch])
 
 
 @asynccontextmanager
@@ -163,7 +118,7 @@ async def asyncpg_session(
     connection.add_termination_listener(terminated)
     session = _AsyncpgSession(connection, on_notify)
     try:
-        async with _kept_alive(session):
+        async with kept_alive(session, QUIET_S, name=_LISTENING):
             yield session
     finally:
         connection.remove_termination_listener(terminated)
@@ -194,10 +149,13 @@ class _PsycopgSession:
         self.commands = asyncio.Lock()
         self.heard_at = asyncio.get_running_loop().time()
 
-    async def probe(self) -> None:
+    def asking(self) -> asyncio.Lock:
+        return self.commands
+
+    async def ask(self) -> None:
         await self._run("SELECT 1")
 
-    def cut(self) -> None:
+    def cut(self, _silent_s: float) -> None:
         # the follower ends the session, and the executor invalidates the connection
         self._on_lost()
 
@@ -256,7 +214,7 @@ async def psycopg_session(
     session = _PsycopgSession(connection, on_notify, on_lost)
     session.read()
     try:
-        async with _kept_alive(session):
+        async with kept_alive(session, QUIET_S, name=_LISTENING):
             yield session
     finally:
         await session.stop_reading()

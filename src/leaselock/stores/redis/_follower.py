@@ -12,14 +12,16 @@ release reaches the one follower whose turn it is, and no other process even rea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Final, cast, final
+from typing import TYPE_CHECKING, Final, NamedTuple, cast, final
 
 from ..._cancellation import delivered
 from .._common._followed_keys import FollowedKeys
+from .._common._liveness import kept_alive
 from ._keyspace import text
 from ._turns import ReleaseQueue, turn_channel
 
@@ -184,9 +186,41 @@ class RedisReleaseFollower:
             _log.debug("%r could not unsubscribe from %r: %s", self._store, key, error)
 
     async def _read(self, pubsub: PubSub) -> None:
+        """Hand each message over; after a failed read, read again (redis-py reconnects).
+
+        Each connection is kept alive (``_common._liveness``): asked a PING when quiet, and
+        dropped when silent, then read again as a failed one is. Without it, a half-open
+        connection (a partition, a load balancer that forgot an idle flow) would hear no
+        release again, and never fail.
+        """
         encoding = str(self._client.get_encoder().encoding)
-        quiet_s = getattr(pubsub.connection, "socket_timeout", None) or QUIET_S
-        async for message in pubsub_messages(pubsub, self._store, quiet_s, self._ping):
+        failures = 0
+        while True:
+            heard = _HeardPubSub(pubsub, self._sending)
+            async with kept_alive(heard, heard.quiet_s, name=f"{self._store}'s releases"):
+                failure = await self._read_until_failure(heard, encoding, back=failures > 0)
+            failures = 1 if failure.lasted else failures + 1
+            await _dropped(pubsub, self._store, failure.error, failures)
+
+    async def _read_until_failure(
+        self, heard: _HeardPubSub, encoding: str, *, back: bool
+    ) -> _Failure:
+        """Read from ``heard`` until a read fails or the keep-alive cuts it; return why.
+
+        ``back``: the subscriptions were away, and are said to be back at the first message.
+        """
+        lasted = False
+        while True:
+            try:
+                message = await heard.read()
+            except Exception as error:  # noqa: BLE001 -- any failure: report, read again
+                return _Failure(error if heard.silent_s is None else heard.silence(), lasted)
+            if message is None:
+                continue
+            if not lasted:
+                lasted = True
+                if back:
+                    _log.info("%r has its release subscriptions back", self._store)
             kind = message["type"]
             if kind == "subscribe":
                 self._confirm(text(message["channel"], encoding))
@@ -195,10 +229,6 @@ class RedisReleaseFollower:
                     self._on_release(text(message["data"], encoding))
                 except Exception:  # noqa: BLE001 -- one bad callback must not stop the others
                     _log.exception("A release callback of %r failed", self._store)
-
-    async def _ping(self, pubsub: PubSub) -> None:
-        async with self._sending:
-            await delivered(pubsub.ping())
 
     def _confirm(self, channel: str) -> None:
         pending = self._confirmations.get(channel)
@@ -209,40 +239,78 @@ class RedisReleaseFollower:
                 return
 
 
-async def pubsub_messages(
-    pubsub: PubSub, store: str, quiet_s: float, ping: Callable[[PubSub], Awaitable[None]]
-) -> AsyncIterator[dict[str, object]]:
-    """Yield each message; after a failed read, read again (redis-py reconnects, resubscribes).
+class _Failure(NamedTuple):
+    """Why a connection's reading ended, and whether it had heard anything first."""
 
-    A connection quiet for ``quiet_s`` is sent a PING (by ``ping``); one still silent
-    ``quiet_s`` later is dropped, and read again as a failed one is. Without it, a half-open
-    connection (a partition, a load balancer that forgot an idle flow) would hear no release
-    again, and never fail.
+    error: object
+    lasted: bool
+
+
+@final
+class _HeardPubSub:
+    """A PubSub's connection as the keep-alive sees it: heard by its reader, asked by a PING.
+
+    Args:
+        pubsub: the follower's PubSub, whose connection redis-py opens and reopens.
+        sending: held while a command is sent, one at a time.
     """
-    failures = 0
-    pinged = False
-    while True:
-        failure: object = None
-        try:
-            message = await delivered(pubsub.get_message(timeout=quiet_s))
-            if message is None and not pinged:
-                pinged = True
-                async with asyncio.timeout(quiet_s):
-                    await ping(pubsub)
-                continue
-            if message is None:
-                failure = f"no answer to a PING within {quiet_s:g} s"
-        except Exception as error:  # noqa: BLE001 -- any failure: report, read again
-            failure = error
-        pinged = False
-        if failure is None:
-            if failures:
-                _log.info("%r has its release subscriptions back", store)
-                failures = 0
-            yield message
-            continue
-        failures += 1
-        await _dropped(pubsub, store, failure, failures)
+
+    __slots__ = ("_answered", "_pubsub", "_reading", "_sending", "heard_at", "quiet_s", "silent_s")
+
+    def __init__(self, pubsub: PubSub, sending: asyncio.Lock) -> None:
+        """Heard now: a connection is quiet only from here on."""
+        self._pubsub = pubsub
+        self._sending = sending
+        # where the client sets no socket_timeout (the store's default), QUIET_S
+        self.quiet_s: float = getattr(pubsub.connection, "socket_timeout", None) or QUIET_S
+        self.heard_at = asyncio.get_running_loop().time()
+        # settled by the first message after a PING
+        self._answered: asyncio.Future[None] | None = None
+        # the bound on the read under way, brought forward to now by a cut
+        self._reading: asyncio.Timeout | None = None
+        # set by the cut: how long the connection had been silent
+        self.silent_s: float | None = None
+
+    async def read(self) -> dict[str, object] | None:
+        """The next message, or ``None`` when none came for a while.
+
+        Raises:
+            TimeoutError: the keep-alive cut the connection (see :attr:`silent_s`).
+            Exception: the read failed.
+        """
+        if self.silent_s is not None:
+            raise TimeoutError
+        async with asyncio.timeout(None) as self._reading:
+            message: dict[str, object] | None = await delivered(
+                self._pubsub.get_message(timeout=self.quiet_s)
+            )
+        self._reading = None
+        if message is not None:
+            self.heard_at = asyncio.get_running_loop().time()
+            if self._answered is not None and not self._answered.done():
+                self._answered.set_result(None)
+        return message
+
+    def silence(self) -> str:
+        """Why the connection was dropped, for the log lines."""
+        return f"no answer to a PING within {self.quiet_s:g} s"
+
+    def asking(self) -> contextlib.nullcontext[None]:
+        """Nothing to wait for: the PING takes the sending turn only while it is sent."""
+        return contextlib.nullcontext()
+
+    async def ask(self) -> None:
+        """Send a PING; return once a message arrives, its answer or another."""
+        answered = self._answered = asyncio.get_running_loop().create_future()
+        async with self._sending:
+            await delivered(self._pubsub.ping())
+        await answered
+
+    def cut(self, silent_s: float) -> None:
+        """End the read under way, or the next one, as failed."""
+        self.silent_s = silent_s
+        if self._reading is not None:
+            self._reading.reschedule(asyncio.get_running_loop().time())
 
 
 async def _dropped(pubsub: PubSub, store: str, failure: object, failures: int) -> None:

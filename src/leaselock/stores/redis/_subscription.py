@@ -22,6 +22,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Final, final
 
+from .._common._liveness import kept_alive
 from ._follower import RESUBSCRIBE_PAUSE_S, SUBSCRIBE_TIMEOUT_S, subscribe_fix
 from ._resp import INCOMPLETE, packed
 from ._transport import Opened, RedisEndpoint, opened, retrieved
@@ -166,7 +167,10 @@ class RedisSubscription:
             lasted = not connection.lost.done()
             if lasted and back:
                 _log.info("%s is back", self._heard_as)
-            return lasted, await self._watch(connection)
+            # a partition or a peer that vanished without a reset would otherwise look
+            # subscribed for ever, while every message it should carry goes unheard
+            async with kept_alive(connection, self._alive_s, name=self._heard_as):
+                return lasted, await connection.lost
         finally:
             await connection.close()
 
@@ -194,25 +198,6 @@ class RedisSubscription:
                 handshaken.transport.abort()
             raise
         return connection
-
-    async def _watch(self, connection: _SubscribedConnection) -> redis.exceptions.RedisError:
-        """Wait until ``connection`` breaks; PING it when quiet, and break it if it stays so.
-
-        A partition or a peer that vanished without a reset would otherwise look subscribed
-        for ever, while every message it should carry goes unheard.
-        """
-        loop = asyncio.get_running_loop()
-        pinged_at: float | None = None
-        while not connection.lost.done():
-            await asyncio.wait([connection.lost], timeout=self._alive_s)
-            now = loop.time()
-            if pinged_at is not None and connection.heard_at < pinged_at:
-                if now - pinged_at >= self._alive_s:
-                    connection.silent(now - connection.heard_at)
-            elif now - connection.heard_at >= self._alive_s:
-                connection.ping()
-                pinged_at = now
-        return connection.lost.result()
 
     def _failed(self, error: Exception, failures: int) -> None:
         """Log a failed attempt: a warning for the first of a run of them, debug after."""
@@ -243,6 +228,7 @@ class _SubscribedConnection(asyncio.Protocol):
     """
 
     __slots__ = (
+        "_answered",
         "_channel",
         "_encoding",
         "_encoding_errors",
@@ -280,16 +266,30 @@ class _SubscribedConnection(asyncio.Protocol):
         self.closed: asyncio.Future[None] = loop.create_future()
         # when the last bytes arrived, on the loop's clock
         self.heard_at = loop.time()
+        # settled by the first bytes after a PING, or by the break
+        self._answered: asyncio.Future[None] | None = None
         self._transport = handshaken.hand_to(self, heard_as)
         self._send("SUBSCRIBE", self._channel)
 
-    def ping(self) -> None:
-        """Ask the server for an answer: any bytes it sends show the connection alive."""
-        self._send("PING")
+    def asking(self) -> contextlib.nullcontext[None]:
+        """Nothing to wait for: a PING goes out beside whatever else the connection carries."""
+        return contextlib.nullcontext()
 
-    def silent(self, quiet_s: float) -> None:
-        """Break: nothing arrived for ``quiet_s``, a PING included."""
-        self._broke(f"nothing heard for {quiet_s:.1f} s, not even an answer to a PING")
+    async def ask(self) -> None:
+        """Send a PING; return once anything arrives, which shows the connection alive.
+
+        Raises:
+            redis.exceptions.RedisError: the connection broke meanwhile.
+        """
+        if self._answered is None or self._answered.done():
+            self._answered = asyncio.get_running_loop().create_future()
+            self._answered.add_done_callback(retrieved)
+            self._send("PING")
+        await asyncio.shield(self._answered)
+
+    def cut(self, silent_s: float) -> None:
+        """Break: nothing arrived for ``silent_s``, a PING's answer included."""
+        self._broke(f"nothing heard for {silent_s:.1f} s, not even an answer to a PING")
 
     async def close(self) -> None:
         """Close the socket now, and return once it is closed."""
@@ -299,6 +299,8 @@ class _SubscribedConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         """Hand each message in ``data`` over; note the confirmation; break on an error."""
         self.heard_at = asyncio.get_running_loop().time()
+        if self._answered is not None and not self._answered.done():
+            self._answered.set_result(None)
         parser = self._parser
         parser.feed(data)
         while not self.lost.done():
@@ -355,5 +357,7 @@ class _SubscribedConnection(asyncio.Protocol):
             self.lost.set_result(error)
         if not self.confirmed.done():
             self.confirmed.set_exception(error)
+        if self._answered is not None and not self._answered.done():
+            self._answered.set_exception(error)
         # at once: a close would first wait to send what a stalled server does not read
         self._transport.abort()
