@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Final, TypeVar, final
 
@@ -31,6 +30,7 @@ from ..._errors import LocksConfigurationError, LockStoreError
 from ..._redact import redact_secrets
 from .._common._capabilities import JobRecord, LockInfo, RunRecord
 from .._common._job_documents import JobControlOnDocuments
+from .._common._openers import Opener, given_pool, made_pool
 from .._common._pool_arguments import (
     DEFAULT_MAX_SIZE,
     DEFAULT_MIN_SIZE,
@@ -151,22 +151,8 @@ class MySQLLockStore(JobControlOnDocuments):
         """Build a store over an application's asyncmy pool or SQLAlchemy ``AsyncEngine``."""
         check_flags(create_schema=create_schema, own_pool=own_pool)
         executor, where = executor_over(pool, owned=own_pool)
-        spent = False
-
-        async def make_executor() -> Executor:
-            if spent:
-                raise LocksConfigurationError(
-                    f"{self!r} closed the pool it was given (own_pool=True) and cannot open "
-                    "again; build a new store with a new pool"
-                )
-            return executor
-
-        def after_close() -> None:
-            nonlocal spent
-            spent = own_pool
-
         self._configure(
-            _Opener(make_executor, after_close),
+            given_pool(executor, owned=own_pool, store=lambda: repr(self)),
             where=where,
             table=table,
             create_schema=create_schema,
@@ -227,14 +213,16 @@ class MySQLLockStore(JobControlOnDocuments):
 
         store = object.__new__(cls)
         store._configure(
-            _Opener(make_executor, lambda: None),
+            made_pool(make_executor),
             where=safe_url(url),
             table=table,
             create_schema=create_schema,
         )
         return store
 
-    def _configure(self, opener: _Opener, *, where: str, table: str, create_schema: bool) -> None:
+    def _configure(
+        self, opener: Opener[Executor], *, where: str, table: str, create_schema: bool
+    ) -> None:
         names = checked_table(table)
         self._table, self._schema, self._table_name = names.locks, names.schema, names.locks_name
         self._runs_name = names.runs_name
@@ -670,15 +658,6 @@ class MySQLLockStore(JobControlOnDocuments):
     def __repr__(self) -> str:
         """Show where the locks live (host, port, database, table); never a password."""
         return redact_secrets(f"MySQLLockStore({self._where}, table={self._table_name!r})")
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _Opener:
-    """How a store gets its executor, and what happens once it closed it."""
-
-    make: Callable[[], Awaitable[Executor]]
-    after_close: Callable[[], None]
 
 
 def _missing(row: Row) -> tuple[bool, bool, bool]:

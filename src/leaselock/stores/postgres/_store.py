@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, final
@@ -54,6 +54,7 @@ from .._common._job_control import (
     pause_from_json,
     pause_json,
 )
+from .._common._openers import Opener, given_pool, made_pool
 from .._common._pool_arguments import (
     DEFAULT_MAX_SIZE,
     DEFAULT_MIN_SIZE,
@@ -197,22 +198,8 @@ class PostgresLockStore:
         """Build a store over an application's asyncpg pool or SQLAlchemy ``AsyncEngine``."""
         check_flags(create_schema=create_schema, notify_releases=notify_releases, own_pool=own_pool)
         executor, where = executor_over(pool, owned=own_pool)
-        spent = False
-
-        async def make_executor() -> Executor:
-            if spent:
-                raise LocksConfigurationError(
-                    f"{self!r} closed the pool it was given (own_pool=True) and cannot open "
-                    "again; build a new store with a new pool"
-                )
-            return executor
-
-        def after_close() -> None:
-            nonlocal spent
-            spent = own_pool
-
         self._configure(
-            _Opener(make_executor, after_close),
+            given_pool(executor, owned=own_pool, store=lambda: repr(self)),
             where=where,
             table=table,
             sequence=sequence,
@@ -289,7 +276,7 @@ class PostgresLockStore:
 
         store = object.__new__(cls)
         store._configure(
-            _Opener(make_executor, lambda: None),
+            made_pool(make_executor),
             where=safe_url(url),
             table=table,
             sequence=sequence,
@@ -302,7 +289,7 @@ class PostgresLockStore:
 
     def _configure(
         self,
-        opener: _Opener,
+        opener: Opener[Executor],
         *,
         where: str,
         table: str,
@@ -834,15 +821,6 @@ class PostgresLockStore:
     def __repr__(self) -> str:
         """Show where the locks live (host, port, database, table); never a password."""
         return redact_secrets(f"PostgresLockStore({self._where}, table={self._table_name!r})")
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _Opener:
-    """How a store gets its executor, and what happens once it closed it."""
-
-    make: Callable[[], Awaitable[Executor]]
-    after_close: Callable[[], None]
 
 
 def _run_arguments(run: RunRecord) -> tuple[object, ...]:
