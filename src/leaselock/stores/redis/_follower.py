@@ -17,7 +17,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Final, NamedTuple, cast, final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast, final
 
 from ..._cancellation import delivered
 from .._common._followed_keys import FollowedKeys
@@ -28,7 +28,6 @@ from ._turns import ReleaseQueue, turn_channel
 if TYPE_CHECKING:
     import redis.asyncio
     from redis.asyncio.client import PubSub
-    from redis.asyncio.cluster import RedisCluster
     from redis.asyncio.connection import AbstractConnection
 
 __all__ = ["RESUBSCRIBE_PAUSE_S", "SUBSCRIBE_TIMEOUT_S", "RedisReleaseFollower", "subscribe_fix"]
@@ -92,7 +91,7 @@ class RedisReleaseFollower:
 
     def __init__(
         self,
-        client: redis.asyncio.Redis | RedisCluster,
+        client: redis.asyncio.Redis,
         channel_prefix: str,
         on_release: Callable[[str], None],
         store: str,
@@ -193,7 +192,9 @@ class RedisReleaseFollower:
         connection (a partition, a load balancer that forgot an idle flow) would hear no
         release again, and never fail.
         """
-        encoding = str(self._client.get_encoder().encoding)
+        # typed through a name: redis-py annotates it in some versions the extra allows only
+        get_encoder: Callable[[], Any] = self._client.get_encoder
+        encoding = str(get_encoder().encoding)
         failures = 0
         while True:
             heard = _HeardPubSub(pubsub, self._sending)

@@ -474,16 +474,25 @@ class RedisClusterLockStore(JobControlOnDocuments):
     ) -> AsyncIterator[ReleaseFollower]:
         """Call ``on_release(key)`` on this loop for releases of the keys followed, while entered.
 
-        One pub/sub connection per entered context, to one node, opened at the first key
-        followed: a cluster forwards every publish to every node. Notifications only make
-        waiters wake sooner: while that node is unreachable, waiters rely on their retries.
+        One pub/sub connection per entered context, to one node (the cluster client's default
+        node), opened at the first key followed: a cluster forwards every publish to every
+        node. Notifications only make waiters wake sooner: while that node is unreachable,
+        waiters rely on their retries.
         """
-        client = self._client or self._connected()
-        follower = RedisReleaseFollower(client, self._channel, on_release, repr(self))
+        node = (self._client or self._connected()).get_default_node()
+        # a client of that one node, with its settings: a node subscribes as any server does,
+        # and redis-py's cluster client has no pubsub() before 8.0, which the extra allows
+        node_client = redis.asyncio.Redis(
+            connection_pool=redis.asyncio.ConnectionPool(
+                connection_class=node.connection_class, **node.connection_kwargs
+            )
+        )
+        follower = RedisReleaseFollower(node_client, self._channel, on_release, repr(self))
         try:
             yield follower
         finally:
             await follower.aclose()
+            await node_client.aclose()
 
     # --- keys ------------------------------------------------------------------------------------
 
