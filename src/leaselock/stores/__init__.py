@@ -36,6 +36,7 @@ from ._common._protocol import SupportsLifecycle as SupportsLifecycle
 from ._common._protocol import SupportsReleaseNotifications as SupportsReleaseNotifications
 from ._common._protocol import SupportsReleasesInTurn as SupportsReleasesInTurn
 from ._common._protocol import WaitingLine as WaitingLine
+from ._common._store_clock import SupportsStoreClock as SupportsStoreClock
 from ._common._urls import store_from_url as store_from_url
 from .memory import InMemoryLockStore as InMemoryLockStore
 
@@ -82,6 +83,7 @@ __all__ = [
     "SupportsReleaseNotifications",
     "SupportsReleasesInTurn",
     "SupportsRunRecords",
+    "SupportsStoreClock",
     "WaitingLine",
     "store_from_url",
 ]

@@ -37,6 +37,7 @@ from ..stores._common._capabilities import (
     RunRecord,
     SupportsInspection,
     SupportsRunRecords,
+    epoch_ms,
 )
 from ..stores._common._job_control import (
     JobPause,
@@ -58,6 +59,7 @@ from ..stores._common._protocol import (
     SupportsReleaseNotifications,
     SupportsReleasesInTurn,
 )
+from ..stores._common._store_clock import SupportsStoreClock
 from ._contract_check import (
     BATCH_RENEW,
     CAPABILITIES,
@@ -72,6 +74,7 @@ from ._contract_check import (
     RELEASE_NOTIFICATIONS,
     RELEASES_IN_TURN,
     RUN_RECORDS,
+    STORE_CLOCK,
     AdvanceTime,
     Check,
     ContractCase,
@@ -84,6 +87,9 @@ from ._contract_handoff import HANDOFF_SPECS
 __all__ = ["ContractCase", "MakeStore", "lock_store_contract"]
 
 THIRTY_DAYS_MS: Final = 30 * 24 * 60 * 60 * 1000
+_DAY_MS: Final = 24 * 60 * 60 * 1000
+# what a server's clock may step back between two readings (a time daemon's slew), no more
+_CLOCK_STEP_MS: Final = 1000
 ROUNDS: Final = 10
 MANY_KEYS: Final = 8
 # run records keep milliseconds: the suite's times have no finer part
@@ -691,6 +697,27 @@ async def inspection_shows_live_locks(c: Check) -> None:
     c.answer(await c.store.release(first, holder), expected=True, doing="the holder's release")
     after = await c.store.read_lock(first)
     c.expect(after is None or not after.live, f"read_lock after the release: {after}")
+
+
+@_case(
+    "store_time_ms reads the server's wall clock in milliseconds since the epoch (not seconds "
+    "or microseconds), and a second reading is not earlier than the first",
+    STORE_CLOCK,
+)
+async def store_clock_reads_epoch_milliseconds(c: Check) -> None:
+    assert isinstance(c.store, SupportsStoreClock)  # noqa: S101 -- required capability
+    before = datetime.now(UTC)
+    read = await c.store.store_time_ms()
+    after = datetime.now(UTC)
+    c.expect(type(read) is int, f"store_time_ms() answered {read!r}, not an int")
+    # a server a day or more from this host is set wrong, or the unit is
+    c.expect(
+        epoch_ms(before) - _DAY_MS <= read <= epoch_ms(after) + _DAY_MS,
+        f"store_time_ms() answered {read}, more than a day from this host's clock "
+        f"({epoch_ms(before)}): a reading in seconds or microseconds, not milliseconds?",
+    )
+    again = await c.store.store_time_ms()
+    c.expect(again >= read - _CLOCK_STEP_MS, f"the clock went from {read} to {again} ms")
 
 
 @_case("break_lock frees a live lock: the next acquire wins with a greater token", INSPECTION)

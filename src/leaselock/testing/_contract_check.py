@@ -25,6 +25,7 @@ from ..stores._common._protocol import (
     SupportsReleaseNotifications,
     SupportsReleasesInTurn,
 )
+from ..stores._common._store_clock import SupportsStoreClock
 
 __all__ = [
     "BATCH_RENEW",
@@ -41,6 +42,7 @@ __all__ = [
     "RELEASES_IN_TURN",
     "RELEASE_NOTIFICATIONS",
     "RUN_RECORDS",
+    "STORE_CLOCK",
     "AdvanceTime",
     "Body",
     "Check",
@@ -69,6 +71,7 @@ RUN_RECORDS: Final = "run_records"
 INSPECTION: Final = "inspection"
 JOB_CONTROL: Final = "job_control"
 HANDOFF: Final = "handoff"
+STORE_CLOCK: Final = "store_clock"
 CAPABILITIES: Final = {
     BATCH_RENEW: (SupportsBatchRenew, "renew_many()"),
     RELEASE_NOTIFICATIONS: (SupportsReleaseNotifications, "follow_releases()"),
@@ -77,6 +80,7 @@ CAPABILITIES: Final = {
     INSPECTION: (SupportsInspection, "read_lock(), list_locks() and break_lock()"),
     JOB_CONTROL: (SupportsJobControl, "start_run(), end_run() and the pause methods"),
     HANDOFF: (SupportsHandoff, "wait_in_line()"),
+    STORE_CLOCK: (SupportsStoreClock, "store_time_ms()"),
 }
 
 

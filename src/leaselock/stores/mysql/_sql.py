@@ -40,6 +40,7 @@ __all__ = [
     "RENEW_SQL",
     "RUNS_SUFFIX",
     "SERVER_SQL",
+    "STORE_TIME_SQL",
     "Statements",
     "TableNames",
     "checked_table",
@@ -77,6 +78,12 @@ _ROW_ALIAS_SINCE: Final = (8, 0, 19)
 # LAST_INSERT_ID to the new token, or to 0 when the key is live; the two after it read that
 # verdict (assignments run left to right, each seeing the ones before). A refused acquire
 # changes nothing in the row.
+# -> the server's wall clock in epoch milliseconds, the clock its expiries are measured on:
+# UTC_TIMESTAMP(6) counted from the epoch, so no session time zone takes part
+STORE_TIME_SQL: Final = (
+    "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000"
+)
+
 ACQUIRE_SQL: Final = """\
 INSERT INTO {table} (`key`, `owner`, `fencing_token`, `expires_at`)
 VALUES (%s, %s, NULL, UTC_TIMESTAMP(6) + INTERVAL (%s * 1000) MICROSECOND){row_alias}

@@ -54,6 +54,7 @@ from ._sql import (
     MAX_KEY_BYTES,
     MAX_OWNER_BYTES,
     SERVER_SQL,
+    STORE_TIME_SQL,
     Statements,
     checked_table,
     renew_many_sql,
@@ -392,6 +393,15 @@ class MySQLLockStore(JobControlOnDocuments):
         return written.affected > 0
 
     # --- inspection -----------------------------------------------------------------------
+
+    async def store_time_ms(self) -> int:
+        """Return the server's wall clock now (``UTC_TIMESTAMP(6)``), in epoch milliseconds.
+
+        The clock its expiries are measured on, read whatever the session's time zone; one
+        round trip.
+        """
+        rows = await self._fetch(STORE_TIME_SQL, ())
+        return int(rows[0][0])
 
     async def read_lock(self, key: str) -> LockInfo | None:
         """Return ``key``'s lock (live, or released with its last token), or ``None``."""

@@ -41,6 +41,7 @@ __all__ = [
     "RENEW_SQL",
     "SCHEMA_EXISTS_SQL",
     "SCHEMA_LOCK_SQL",
+    "STORE_TIME_SQL",
     "TIMELINE_BAND_SQL",
     "UNFOLLOW_SQL",
     "Statements",
@@ -82,6 +83,9 @@ TIMELINE_BAND_SQL: Final = (
 # wins, so two KEYS may share a token in that instant; each key's own tokens still grow (its
 # row's token + 1 is the floor). Tokens stay below 2**53 up to timeline 8192, with 2**40 of
 # them a band. No '%', which psycopg reads as a placeholder: '&' keeps the low bits.
+# -> the server's wall clock in epoch milliseconds: the clock its expiries are measured on
+STORE_TIME_SQL: Final = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
 NEXT_TOKEN_SQL: Final = """\
 CASE WHEN nextval({sequence_name}) > {band} THEN currval({sequence_name})
      ELSE setval({sequence_name}, {band} + (currval({sequence_name}) & 1099511627775)) END"""  # noqa: S105 -- a lock's token, no secret

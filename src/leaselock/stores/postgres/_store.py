@@ -88,6 +88,7 @@ from ._line_sql import LINE_FUNCTION_MARK
 from ._replication import REPLICATION_SQL, replication_from_row, say_replication
 from ._sql import (
     SCHEMA_EXISTS_SQL,
+    STORE_TIME_SQL,
     checked_channel,
     quoted_name,
     statements,
@@ -523,6 +524,14 @@ class PostgresLockStore:
         return job_records_from_rows(
             [row[column] for column in range(RUN_ROW_COLUMNS)] for row in rows
         )
+
+    async def store_time_ms(self) -> int:
+        """Return the server's wall clock now (``clock_timestamp()``), in epoch milliseconds.
+
+        The clock its expiries are measured on; one round trip.
+        """
+        rows = await self._fetch(STORE_TIME_SQL, ())
+        return int(rows[0][0])
 
     async def read_lock(self, key: str) -> LockInfo | None:
         """Return ``key``'s lock (live, or released with its last token), or ``None``."""

@@ -925,6 +925,15 @@ class RedisLockStore:
         """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""
         return await read_job_records(self._client or self._connected(), self._runs_key, jobs)
 
+    async def store_time_ms(self) -> int:
+        """Return the server's wall clock now (``TIME``), in epoch milliseconds.
+
+        The clock its keys' expiries are measured on; one round trip.
+        """
+        client = self._client or self._connected()
+        seconds, microseconds = await client.time()
+        return int(seconds) * 1000 + int(microseconds) // 1000
+
     async def read_lock(self, key: str) -> LockInfo | None:
         """Return ``key``'s live lock, or ``None``: Redis keeps no trace of a freed key.
 

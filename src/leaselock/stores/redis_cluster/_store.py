@@ -418,6 +418,15 @@ class RedisClusterLockStore(JobControlOnDocuments):
         )
         return swapped == 1
 
+    async def store_time_ms(self) -> int:
+        """Return the server's wall clock now (``TIME`` on one node), in epoch milliseconds.
+
+        The clock its keys' expiries are measured on; one round trip.
+        """
+        client = self._client or self._connected()
+        seconds, microseconds = await client.time()
+        return int(seconds) * 1000 + int(microseconds) // 1000
+
     async def read_lock(self, key: str) -> LockInfo | None:
         """Return ``key``'s lock with its last token, or ``None`` if it never had one."""
         reply = await self._run(READ_LOCK, [self._lock_key(key), self._counter_key(key)])
