@@ -367,8 +367,25 @@ def _sqlite_ddl(
 
 
 def _create_triggers(target: sa.Table, connection: sa.Connection, **_: object) -> None:
-    for statement in trigger_ddl(target, connection.dialect):
+    statements = trigger_ddl(target, connection.dialect)
+    if connection.dialect.name in ("mysql", "mariadb") and _has_procedure(connection, target):
+        # CREATE PROCEDURE IF NOT EXISTS on one that exists draws a warning (logged by the driver)
+        statements = statements[1:]
+    for statement in statements:
         connection.exec_driver_sql(statement)
+
+
+def _has_procedure(connection: sa.Connection, table: sa.Table) -> bool:
+    fencing = fencing_of(table)
+    assert fencing is not None  # noqa: S101 -- only fenced tables have the listener
+    found = connection.execute(
+        sa.text(
+            "SELECT count(*) FROM information_schema.routines "
+            "WHERE routine_schema = coalesce(:schema, database()) AND routine_name = :name"
+        ),
+        {"schema": table.schema, "name": f"{fencing.fences.name}_check"},
+    ).scalar_one()
+    return bool(found)
 
 
 def _fences_table(metadata: sa.MetaData, name: str, schema: str | None) -> sa.Table:
