@@ -62,7 +62,7 @@ def shop(suffix: str) -> Shop:
         body: Mapped[str] = mapped_column(sa.String(200))
 
     fences = f"fences_{suffix}"
-    fenced_table(FencedProduct, token_column="fencing_token", fences=fences)
+    fenced_table(FencedProduct, token_column="fencing_token", fences=fences)  # noqa: S106 -- a column
     fenced_table(FencedNote, fences=fences)
     return Shop(Model.metadata, FencedProduct, FencedNote, fences)
 
@@ -111,19 +111,21 @@ async def _reconcile(url: str, suffix: str, locks_file: str, key: str, count: in
     made = shop(suffix)
     engine = create_async_engine(url)
     # ttl 1 s: the paused process's lease ends a second after its last renewal
-    async with Locks(store=SQLiteLockStore(locks_file), ttl="1s") as locks:
-        async with locks.hold(key, wait="60s") as lock:
-            answer(f"held {lock.fencing_token}")
-            try:
-                async with AsyncSession(engine, autoflush=False) as session, fenced(session, lock):
-                    product = await session.get(made.product, 1)
-                    assert product is not None
-                    product.in_stock = count
-                    session.add(made.note(id=count, body=f"counted {count}"))
-                    answer("ready")
-                    assert await asyncio.to_thread(input_line) == "commit"
-                    await session.commit()
-                answer("committed")
-            except StaleFencingTokenError as stale:
-                answer(f"stale {stale.fencing_token} {stale.newer_token}")
+    async with (
+        Locks(store=SQLiteLockStore(locks_file), ttl="1s") as locks,
+        locks.hold(key, wait="60s") as lock,
+    ):
+        answer(f"held {lock.fencing_token}")
+        try:
+            async with AsyncSession(engine, autoflush=False) as session, fenced(session, lock):
+                product = await session.get(made.product, 1)
+                assert product is not None
+                product.in_stock = count
+                session.add(made.note(id=count, body=f"counted {count}"))
+                answer("ready")
+                assert await asyncio.to_thread(input_line) == "commit"
+                await session.commit()
+            answer("committed")
+        except StaleFencingTokenError as stale:
+            answer(f"stale {stale.fencing_token} {stale.newer_token}")
     await engine.dispose()

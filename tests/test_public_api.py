@@ -129,13 +129,13 @@ def signature_hints(function: object, module: types.ModuleType) -> dict[str, obj
     import asyncpg  # noqa: PLC0415
     import redis  # noqa: PLC0415
     import sqlalchemy  # noqa: PLC0415
-    from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: PLC0415
-    from sqlalchemy.orm import QueryableAttribute  # noqa: PLC0415
+    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession  # noqa: PLC0415
+    from sqlalchemy.orm import QueryableAttribute, Session  # noqa: PLC0415
 
     drivers = {"asyncmy": asyncmy, "asyncpg": asyncpg, "redis": redis, "sqlalchemy": sqlalchemy}
     drivers |= {name: getattr(sqlalchemy, name) for name in ("Table", "MetaData", "Update")}
     drivers |= {"ColumnElement": sqlalchemy.ColumnElement, "QueryableAttribute": QueryableAttribute}
-    drivers |= {"AsyncEngine": AsyncEngine}
+    drivers |= {"AsyncEngine": AsyncEngine, "AsyncSession": AsyncSession, "Session": Session}
     # names a module imports only for type checking: the standard ones, the drivers, and the
     # classes of leaselock's own modules
     standard = {**vars(typing), **vars(collections.abc), **vars(dt), **vars(types)}

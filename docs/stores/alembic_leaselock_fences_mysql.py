@@ -20,8 +20,8 @@ Create Date: 2026-12-06
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql
 from alembic import op
+from sqlalchemy.dialects import mysql
 
 revision = "leaselock_fences_mysql_0001"
 down_revision: str | None = None  # set to your latest revision

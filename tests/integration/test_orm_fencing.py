@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
 from helpers import TESTS, unique_key
-from leaselock import Locks, LockLostError, LocksConfigurationError, StaleFencingTokenError
+from leaselock import LockLostError, Locks, LocksConfigurationError, StaleFencingTokenError
 from leaselock.integrations._fences import _ddl
 from leaselock.integrations.sqlalchemy import (
     fenced,
@@ -199,16 +199,18 @@ async def test_bad_arguments_are_refused_naming_the_fix(tmp_path: Path):
     async with opened_shop(database_url("sqlite", str(tmp_path / "shop.db"))) as (made, engine):
         async with AsyncSession(engine) as session:
             with pytest.raises(LocksConfigurationError, match="not a SQLAlchemy AsyncSession"):
-                async with fenced(object(), HeldLock("k", 1)):  # type: ignore[arg-type]
+                async with fenced(object(), HeldLock("k", 1)):
                     pass
             with pytest.raises(LocksConfigurationError, match="fenced_sync"):
-                async with fenced(session.sync_session, HeldLock("k", 1)):  # type: ignore[arg-type]
+                async with fenced(session.sync_session, HeldLock("k", 1)):
                     pass
-            with pytest.raises(LocksConfigurationError, match="async with fenced"):
-                with fenced_sync(session, HeldLock("k", 1)):  # type: ignore[arg-type]
-                    pass
+            with (
+                pytest.raises(LocksConfigurationError, match="async with fenced"),
+                fenced_sync(session, HeldLock("k", 1)),
+            ):
+                pass
             with pytest.raises(LocksConfigurationError, match="is not a lock"):
-                async with fenced(session, "k"):  # type: ignore[arg-type]
+                async with fenced(session, "k"):
                     pass
             with pytest.raises(LocksConfigurationError, match="not a fencing token"):
                 async with fenced(session, HeldLock("k", 0)):
@@ -219,11 +221,11 @@ async def test_bad_arguments_are_refused_naming_the_fix(tmp_path: Path):
                 async with fenced(session, released):
                     pass
         with pytest.raises(LocksConfigurationError, match="neither a Table nor a mapped class"):
-            fenced_table("products")  # type: ignore[arg-type]
+            fenced_table("products")
         with pytest.raises(LocksConfigurationError, match="not an integer column"):
-            fenced_table(made.note, token_column="body")
+            fenced_table(made.note, token_column="body")  # noqa: S106 -- a column's name
         with pytest.raises(LocksConfigurationError, match="fenced already"):
-            fenced_table(made.note, token_column="id")
+            fenced_table(made.note, token_column="id")  # noqa: S106 -- a column's name
         with pytest.raises(LocksConfigurationError, match="mark it with fenced_table"):
             _ddl.trigger_ddl(sa.Table("plain", sa.MetaData()), engine.dialect)
 
@@ -242,8 +244,10 @@ def load_migration(name: str) -> Any:
     [
         (
             "alembic_leaselock_fences",
-            "POSTGRES_CHECK_FUNCTION POSTGRES_STAMP_FUNCTION POSTGRES_CHECK_TRIGGER "
-            "POSTGRES_STAMP_TRIGGER",
+            (
+                "POSTGRES_CHECK_FUNCTION POSTGRES_STAMP_FUNCTION POSTGRES_CHECK_TRIGGER "
+                "POSTGRES_STAMP_TRIGGER"
+            ),
         ),
         ("alembic_leaselock_fences_mysql", "MYSQL_CHECK_PROCEDURE MYSQL_TRIGGER MYSQL_STAMP"),
         ("alembic_leaselock_fences_sqlite", "SQLITE_TRIGGER SQLITE_STAMP_TRIGGER"),

@@ -25,13 +25,14 @@ from .._fencing import checked_token
 from ..stores._common._protocol import MAX_FENCING_TOKEN
 from ..stores.postgres._line_sql import LINE_FUNCTION_MARK as LINE_MARK
 from ..stores.postgres._sql import CREATE_SEQUENCE_SQL, quoted_name, statements
-from ._fences import fenced, fenced_sync, fenced_table, unfenced, unfenced_sync
+from ._fences import HeldLock, fenced, fenced_sync, fenced_table, unfenced, unfenced_sync
 
 if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, MetaData, Table, Update
     from sqlalchemy.orm import QueryableAttribute
 
 __all__ = [
+    "HeldLock",
     "StaleFencingTokenError",
     "fenced",
     "fenced_sync",

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
     from sqlalchemy.orm import Session
 
-    from ._session import Fence, HeldLock
+    from ._lock import HeldLock
+    from ._session import Fence
 
 __all__ = ["fenced", "fenced_sync", "fenced_table", "unfenced", "unfenced_sync"]
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import ExceptionContext
     from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
-__all__ = ["Fence", "HeldLock", "bound", "checked_session", "fence_of", "tell"]
+__all__ = ["Fence", "bound", "checked_session", "fence_of", "tell"]
 
 # where a connection keeps the fence of its transaction (its pool entry's info)
 _FENCE = "leaselock.fence"
@@ -46,25 +46,6 @@ _POSTGRES_FENCE = sa.text(
 )
 _MYSQL_FENCE = sa.text("SET @leaselock_fence_key = :key, @leaselock_fence_token = :token")
 _MYSQL_CLEAR = "SET @leaselock_fence_key = NULL, @leaselock_fence_token = NULL"
-
-
-class HeldLock(Protocol):
-    """What ``fenced()`` reads of a lock: a ``Lock`` or a ``SyncLock``."""
-
-    @property
-    def key(self) -> str:
-        """The lock's key."""
-        ...
-
-    @property
-    def fencing_token(self) -> int:
-        """The lock's fencing token."""
-        ...
-
-    @property
-    def held(self) -> bool:
-        """Whether the lock is still held, as far as this process knows."""
-        ...
 
 
 @dataclass
