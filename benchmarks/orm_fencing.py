@@ -6,10 +6,10 @@ The commit is a small job's: a new AsyncSession reads a product by primary key, 
 stock, adds a note row, and commits. The fenced run does it in ``fenced(session, lock)`` on
 tables marked with ``fenced_table()`` (the product with a token column, the note by the fences
 table alone), under a held lock; the unfenced run on the same tables left unmarked, in the same
-process, in alternating rounds, so both see the same machine. It prints the median and p90 time
-of a commit, what fencing adds, and the statements each transaction sends (counted by SQLAlchemy;
-on MySQL the fenced connection also clears its two variables when it returns to the pool, one
-more round trip not counted here).
+process, in alternating rounds, so both see the same machine (each on an engine of its own: on
+MySQL the first unfenced transaction after a fenced one on a connection clears the fence's
+variables). It prints the median and p90 time of a commit, what fencing adds, and the statements
+each transaction sends.
 
 URLs: LEASELOCK_TEST_POSTGRES_URL (else postgresql://postgres@127.0.0.1:5432/test) and
 LEASELOCK_TEST_MYSQL_URL (else mysql://root@127.0.0.1:3306/test); SQLite on a file in the
@@ -101,7 +101,9 @@ def counted(engine: AsyncEngine) -> list[int]:
 
 
 @asynccontextmanager
-async def shops(driver: str, directory: Path) -> AsyncIterator[tuple[AsyncEngine, Shop, Shop]]:
+async def shops(
+    driver: str, directory: Path
+) -> AsyncIterator[tuple[AsyncEngine, AsyncEngine, Shop, Shop]]:
     """The fenced shop and its unfenced twin on ``driver``, each with product 1; dropped after."""
     suffix = uuid.uuid4().hex[:8]
     fenced_shop, plain_shop = shop(f"f{suffix}", fence=True), shop(f"p{suffix}", fence=False)
@@ -114,7 +116,11 @@ async def shops(driver: str, directory: Path) -> AsyncIterator[tuple[AsyncEngine
             session.add(fenced_shop[1](id=1, in_stock=0))
             session.add(plain_shop[1](id=1, in_stock=0))
             await session.commit()
-        yield engine, fenced_shop, plain_shop
+        plain_engine = create_async_engine(url_of(driver, directory))
+        try:
+            yield engine, plain_engine, fenced_shop, plain_shop
+        finally:
+            await plain_engine.dispose()
     finally:
         async with engine.begin() as connection:
             await connection.run_sync(fenced_shop[0].drop_all)
@@ -132,10 +138,13 @@ async def shops(driver: str, directory: Path) -> AsyncIterator[tuple[AsyncEngine
 async def bench(driver: str, commits: int, directory: Path, lock: Lock) -> None:
     """Print the fenced and the unfenced commit's times on ``driver``."""
     try:
-        async with shops(driver, directory) as (engine, fenced_shop, plain_shop):
-            sent = counted(engine)
+        async with shops(driver, directory) as (engine, plain_engine, fenced_shop, plain_shop):
 
-            def job(tables: Shop, *, fence: bool) -> Callable[[int], Awaitable[int]]:
+            def job(
+                engine: AsyncEngine, tables: Shop, *, fence: bool
+            ) -> Callable[[int], Awaitable[int]]:
+                sent = counted(engine)
+
                 async def commit(count: int) -> int:
                     before = sent[0]
                     async with AsyncSession(engine) as session:
@@ -149,8 +158,8 @@ async def bench(driver: str, commits: int, directory: Path, lock: Lock) -> None:
                 return commit
 
             runs = {
-                "unfenced": job(plain_shop, fence=False),
-                "fenced": job(fenced_shop, fence=True),
+                "unfenced": job(plain_engine, plain_shop, fence=False),
+                "fenced": job(engine, fenced_shop, fence=True),
             }
             times: dict[str, list[float]] = {name: [] for name in runs}
             # warm up (connections, compiled statements), and count a commit's statements

@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 from helpers import TESTS, unique_key
@@ -155,6 +155,29 @@ async def test_a_write_outside_a_fenced_session_is_refused_unless_it_opts_out(sh
     assert await rows(engine, made) == ([(1, 10, 0)], [5])
 
 
+@pytest.mark.parametrize("driver", DRIVERS)
+async def test_a_pooled_connection_that_served_a_fenced_transaction_takes_no_fence_to_the_next(
+    driver, request, tmp_path
+):
+    url = url_of(driver, request, tmp_path)
+    async with opened_shop(url) as (made, _):
+        # one connection: every transaction below runs on the one the fenced one used
+        engine = create_async_engine(url, pool_size=1, max_overflow=0)
+        try:
+            async with AsyncSession(engine) as session:
+                async with fenced(session, HeldLock(unique_key("notes"), 5)):
+                    session.add(made.note(id=1, body="fenced"))
+                    await session.commit()
+                session.add(made.note(id=2, body="after the block, in the same session"))
+                with pytest.raises(sa.exc.DBAPIError, match="outside fenced"):
+                    await session.commit()
+            async with engine.connect() as connection:
+                with pytest.raises(sa.exc.DBAPIError, match="outside fenced"):
+                    await connection.execute(sa.insert(made.note).values(id=3, body="core"))
+        finally:
+            await engine.dispose()
+
+
 @pytest.mark.parametrize("driver", ["sqlite", pytest.param("psycopg", marks=pytest.mark.postgres)])
 def test_the_sync_twins_fence_a_sync_session(driver, request, tmp_path):
     server = (
@@ -270,7 +293,7 @@ async def test_a_schema_made_by_the_documented_migration_fences_the_tables_it_li
     migration = load_migration(f"alembic_leaselock_fences{name}")
     migration.FENCES = made.fences
     migration.FENCED_TABLES = {made.product.__tablename__: "fencing_token"}
-    engine = sa.ext.asyncio.create_async_engine(url)
+    engine = create_async_engine(url)
     # the application's own migration made its tables; leaselock's adds the fences
     unfenced_metadata = sa.MetaData()
     for table in made.metadata.sorted_tables:

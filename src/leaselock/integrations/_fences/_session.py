@@ -3,9 +3,12 @@
 :func:`bound` makes every transaction a session begins while it lasts tell the database the
 fence (the lock's key and token, or 0 for ``unfenced()``), at the transaction's start: one
 statement on PostgreSQL (``set_config(..., true)``: it ends with the transaction) and MySQL (user
-variables), none on SQLite (a Python function the triggers call reads it). MySQL's variables and
-the SQLite function's state outlive the transaction, so the pool clears them when the connection
-returns to it: a later transaction on that connection carries no fence, and is refused.
+variables), none on SQLite (a Python function the triggers call reads it). The fence must not
+outlive its transaction. PostgreSQL ends it with the transaction; leaselock forgets it at the
+commit or rollback (or when the connection returns to the pool), which ends the SQLite function's
+answers. MySQL's variables outlive all that: the connection is marked, and its next transaction
+clears them before its first statement, unless that statement gives it a fence of its own (one
+statement more, for the first transaction without a fence after one with).
 
 A refusal of a stale write, which the triggers raise, becomes
 :class:`~leaselock.StaleFencingTokenError` at the flush or commit that made it.
@@ -39,13 +42,17 @@ _FENCE = "leaselock.fence"
 _FUNCTION = "leaselock.fence_function"
 _STALE = re.compile(re.escape(STALE_REFUSAL) + r"\d+ is stale, newer (\d+)")
 _DIALECTS = ("postgresql", "mysql", "mariadb", "sqlite")
+_NO_VARIABLES = ("postgresql", "sqlite")
 
 _POSTGRES_FENCE = sa.text(
     "SELECT set_config('leaselock.fence_key', :key, true), "
     "set_config('leaselock.fence_token', :token, true)"
 )
-_MYSQL_FENCE = sa.text("SET @leaselock_fence_key = :key, @leaselock_fence_token = :token")
+_MYSQL_SET_START = "SET @leaselock_fence_key = "
+_MYSQL_FENCE = sa.text(_MYSQL_SET_START + ":key, @leaselock_fence_token = :token")
 _MYSQL_CLEAR = "SET @leaselock_fence_key = NULL, @leaselock_fence_token = NULL"
+# a connection whose MySQL variables still hold the fence of a transaction that ended
+_LEFT_OVER = "leaselock.fence_left_over"
 
 
 @dataclass
@@ -54,6 +61,8 @@ class Fence:
 
     key: str
     token: int
+    # told in MySQL's user variables, which outlive the transaction
+    in_variables: bool = False
     # the newer token a SQLite trigger found, handed over by leaselock_fence('newer', n)
     newer: int | None = None
 
@@ -156,15 +165,19 @@ def tell(connection: sa.Connection, fence: Fence) -> None:
             _register_function(connection.connection.dbapi_connection, connection.info)
     else:
         connection.execute(_MYSQL_FENCE, {"key": fence.key, "token": fence.token})
-    connection.info[_FENCE] = Fence(fence.key, fence.token)
+    connection.info[_FENCE] = Fence(fence.key, fence.token, in_variables=name not in _NO_VARIABLES)
 
 
 def _watch(engine: sa.Engine) -> None:
-    """Translate the engine's refusals, and clear fences as its connections go back; once."""
+    """Translate the engine's refusals, and end fences with their transactions; once."""
     if not event.contains(engine, "handle_error", _translate):
         event.listen(engine, "handle_error", _translate)
-        mysql = engine.dialect.name in ("mysql", "mariadb")
-        event.listen(engine, "reset", _clear_variables if mysql else _forget)
+        event.listen(engine, "commit", _ended)
+        event.listen(engine, "rollback", _ended)
+        # a connection can go back to the pool in a transaction, rolled back by the pool itself
+        event.listen(engine, "reset", _returned)
+        if engine.dialect.name not in _NO_VARIABLES:
+            event.listen(engine, "before_cursor_execute", _clear_left_over)
 
 
 def _translate(context: ExceptionContext) -> None:
@@ -183,21 +196,31 @@ def _translate(context: ExceptionContext) -> None:
     raise StaleFencingTokenError(fence.key, fence.token, newer) from context.original_exception
 
 
-def _forget(_dbapi_connection: object, entry: ConnectionPoolEntry, _state: PoolResetState) -> None:
-    entry.info.pop(_FENCE, None)
+def _ended(connection: sa.Connection) -> None:
+    _forget(connection.info)
 
 
-def _clear_variables(
-    dbapi_connection: Any,  # noqa: ANN401 -- the driver's own connection
-    entry: ConnectionPoolEntry,
-    _state: PoolResetState,
+def _returned(
+    _dbapi_connection: object, entry: ConnectionPoolEntry, _state: PoolResetState
 ) -> None:
-    if entry.info.pop(_FENCE, None) is not None:
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(_MYSQL_CLEAR)
-        finally:
-            cursor.close()
+    _forget(entry.info)
+
+
+def _forget(info: dict[Any, Any]) -> None:
+    fence = info.pop(_FENCE, None)
+    if fence is not None and fence.in_variables:
+        info[_LEFT_OVER] = True
+
+
+def _clear_left_over(
+    connection: sa.Connection,
+    cursor: Any,  # noqa: ANN401 -- the driver's own cursor
+    statement: str,
+    *_: object,
+) -> None:
+    """Clear a fence left in MySQL's variables, unless ``statement`` gives the transaction one."""
+    if connection.info.pop(_LEFT_OVER, False) and not statement.startswith(_MYSQL_SET_START):
+        cursor.execute(_MYSQL_CLEAR)
 
 
 def _register_function(dbapi_connection: Any, info: dict[Any, Any]) -> None:  # noqa: ANN401 -- the driver's own connection
