@@ -176,7 +176,11 @@ def _watch(engine: sa.Engine) -> None:
         event.listen(engine, "rollback", _ended)
         # a connection can go back to the pool in a transaction, rolled back by the pool itself
         event.listen(engine, "reset", _returned)
-        if engine.dialect.name not in _NO_VARIABLES:
+        if engine.dialect.name == "sqlite":
+            # on every new connection, so a write outside fenced() is refused by name, not for a
+            # missing function (connections opened before fenced() first ran get it when fenced)
+            event.listen(engine, "connect", _connected)
+        elif engine.dialect.name not in _NO_VARIABLES:
             event.listen(engine, "before_cursor_execute", _clear_left_over)
 
 
@@ -221,6 +225,10 @@ def _clear_left_over(
     """Clear a fence left in MySQL's variables, unless ``statement`` gives the transaction one."""
     if connection.info.pop(_LEFT_OVER, False) and not statement.startswith(_MYSQL_SET_START):
         cursor.execute(_MYSQL_CLEAR)
+
+
+def _connected(dbapi_connection: object, entry: ConnectionPoolEntry) -> None:
+    _register_function(dbapi_connection, entry.info)
 
 
 def _register_function(dbapi_connection: Any, info: dict[Any, Any]) -> None:  # noqa: ANN401 -- the driver's own connection
