@@ -17,7 +17,7 @@ import pytest
 
 import leaselock
 import leaselock.stores
-from leaselock import LockLostError, LockNotAcquiredError
+from leaselock import LockLostError, LockNotAcquiredError, StaleFencingTokenError
 
 PUBLIC_MODULES = ["leaselock", "leaselock.stores", "leaselock.testing"]
 
@@ -58,6 +58,10 @@ def test_every_public_attribute_is_listed_in_all(module_name: str):
             ),
         ),
         ("leaselock.stores", "InMemoryLockStore LockStore Acquired NotAcquired"),
+        (
+            "leaselock.integrations.sqlalchemy",
+            "fenced fenced_sync fenced_table unfenced unfenced_sync StaleFencingTokenError",
+        ),
         ("leaselock.testing", "ManualClock lock_store_contract ContractCase"),
     ],
 )
@@ -101,6 +105,14 @@ def test_errors_survive_pickling_across_processes():
     assert (lost.key, lost.fencing_token, lost.detected_by) == ("k", 7, "deadline")
     missed = pickle.loads(pickle.dumps(LockNotAcquiredError("k", 2000)))  # noqa: S301
     assert (missed.key, missed.waited_ms) == ("k", 2000)
+    stale = pickle.loads(pickle.dumps(StaleFencingTokenError("k", 3, 4)))  # noqa: S301
+    assert (stale.key, stale.fencing_token, stale.newer_token, stale.detected_by) == (
+        "k",
+        3,
+        4,
+        "fencing",
+    )
+    assert str(stale) == str(StaleFencingTokenError("k", 3, 4))
 
 
 def public_modules() -> list[str]:
