@@ -381,6 +381,9 @@ async def reconciling(*arguments: str) -> AsyncIterator[Worker]:
         if process.returncode is None:
             os.kill(process.pid, signal.SIGCONT)
             process.terminate()
+        # the transport closes once its pipes have
+        assert process.stdin is not None
+        process.stdin.close()
         await process.wait()
 
 
