@@ -28,6 +28,7 @@ TEST_HELPERS := \
 	tests/helpers.py \
 	tests/mysql_replicas.py \
 	tests/mysql_server.py \
+	tests/orm_shop.py \
 	tests/postgres_replicas.py \
 	tests/process_worker.py \
 	tests/redis_replicas.py \

@@ -17,7 +17,7 @@ import pytest
 
 import leaselock
 import leaselock.stores
-from leaselock import LockLostError, LockNotAcquiredError
+from leaselock import LockLostError, LockNotAcquiredError, StaleFencingTokenError
 
 PUBLIC_MODULES = ["leaselock", "leaselock.stores", "leaselock.testing"]
 
@@ -58,6 +58,10 @@ def test_every_public_attribute_is_listed_in_all(module_name: str):
             ),
         ),
         ("leaselock.stores", "InMemoryLockStore LockStore Acquired NotAcquired"),
+        (
+            "leaselock.integrations.sqlalchemy",
+            "fenced fenced_sync fenced_table unfenced unfenced_sync StaleFencingTokenError",
+        ),
         ("leaselock.testing", "ManualClock lock_store_contract ContractCase"),
     ],
 )
@@ -101,6 +105,14 @@ def test_errors_survive_pickling_across_processes():
     assert (lost.key, lost.fencing_token, lost.detected_by) == ("k", 7, "deadline")
     missed = pickle.loads(pickle.dumps(LockNotAcquiredError("k", 2000)))  # noqa: S301
     assert (missed.key, missed.waited_ms) == ("k", 2000)
+    stale = pickle.loads(pickle.dumps(StaleFencingTokenError("k", 3, 4)))  # noqa: S301
+    assert (stale.key, stale.fencing_token, stale.newer_token, stale.detected_by) == (
+        "k",
+        3,
+        4,
+        "fencing",
+    )
+    assert str(stale) == str(StaleFencingTokenError("k", 3, 4))
 
 
 def public_modules() -> list[str]:
@@ -129,13 +141,13 @@ def signature_hints(function: object, module: types.ModuleType) -> dict[str, obj
     import asyncpg  # noqa: PLC0415
     import redis  # noqa: PLC0415
     import sqlalchemy  # noqa: PLC0415
-    from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: PLC0415
-    from sqlalchemy.orm import QueryableAttribute  # noqa: PLC0415
+    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession  # noqa: PLC0415
+    from sqlalchemy.orm import QueryableAttribute, Session  # noqa: PLC0415
 
     drivers = {"asyncmy": asyncmy, "asyncpg": asyncpg, "redis": redis, "sqlalchemy": sqlalchemy}
     drivers |= {name: getattr(sqlalchemy, name) for name in ("Table", "MetaData", "Update")}
     drivers |= {"ColumnElement": sqlalchemy.ColumnElement, "QueryableAttribute": QueryableAttribute}
-    drivers |= {"AsyncEngine": AsyncEngine}
+    drivers |= {"AsyncEngine": AsyncEngine, "AsyncSession": AsyncSession, "Session": Session}
     # names a module imports only for type checking: the standard ones, the drivers, and the
     # classes of leaselock's own modules
     standard = {**vars(typing), **vars(collections.abc), **vars(dt), **vars(types)}

@@ -18,6 +18,7 @@ from ._errors import LockLostError as LockLostError
 from ._errors import LockNotAcquiredError as LockNotAcquiredError
 from ._errors import LocksConfigurationError as LocksConfigurationError
 from ._errors import LockStoreError as LockStoreError
+from ._errors import StaleFencingTokenError as StaleFencingTokenError
 from ._event_log import EventLog as EventLog
 from ._event_types import Event as Event
 from ._event_types import EventType as EventType
@@ -105,6 +106,7 @@ __all__ = [
     "RunRecord",
     "RunStarted",
     "RunTrigger",
+    "StaleFencingTokenError",
     "SyncLock",
     "SyncLocks",
     "SyncOnOneInstanceOptions",

@@ -5,6 +5,7 @@
     LockError                      base: catch this to catch everything leaselock raises
     ├── LockNotAcquiredError       the key stayed held by someone else for the whole wait
     ├── LockLostError              a held lock was lost (renewal refused, deadline passed, shutdown)
+    │   └── StaleFencingTokenError a database refused a write: a newer holder of the key wrote first
     ├── LockStoreError             a store failed, or broke its contract (e.g. a token as str)
     └── LocksConfigurationError    an argument or a configuration is wrong; also a ValueError
 
@@ -23,9 +24,10 @@ __all__ = [
     "LockNotAcquiredError",
     "LockStoreError",
     "LocksConfigurationError",
+    "StaleFencingTokenError",
 ]
 
-DetectedBy = Literal["renewal", "deadline", "shutdown", "max_run", "replaced"]
+DetectedBy = Literal["renewal", "deadline", "shutdown", "max_run", "replaced", "fencing"]
 """How a loss was noticed.
 
 ``"renewal"``: the store refused a renewal (someone else holds the key, or the lease expired there).
@@ -33,6 +35,7 @@ DetectedBy = Literal["renewal", "deadline", "shutdown", "max_run", "replaced"]
 ``"shutdown"``: the :class:`~leaselock.Locks` closed while the lock was still held.
 ``"max_run"``: a job's run outlived its ``max_run`` cap; its run lock was given up.
 ``"replaced"``: a newer run of a job with ``overlap="replace"`` took its run lock.
+``"fencing"``: a database refused a write fenced with its token: a newer holder wrote first.
 """
 
 
@@ -69,7 +72,6 @@ def _not_acquired(key: str, waited_ms: int, hint: str | None) -> LockNotAcquired
     return LockNotAcquiredError(key, waited_ms, hint=hint)
 
 
-@final
 class LockLostError(LockError):
     """A held lock was lost; the critical section must stop.
 
@@ -90,15 +92,50 @@ class LockLostError(LockError):
             "shutdown": "its Locks was closed while it was still held",
             "max_run": "the run outlived its max_run cap, so its run lock was given up",
             "replaced": 'a newer run of its job took its run lock (overlap="replace")',
+            "fencing": "a database refused a write fenced with its token",
         }[detected_by]
         super().__init__(
             f"Lost lock {key!r} (fencing token {fencing_token}): {how}. "
             "Stop writing on its behalf; fence writes with the token so a late one is refused"
         )
 
-    def __reduce__(self) -> tuple[type[LockLostError], tuple[str, int, DetectedBy]]:
+    def __reduce__(self) -> tuple[Callable[..., LockLostError], tuple[object, ...]]:
         """Pickle by constructor arguments, so the error crosses process boundaries."""
         return (LockLostError, (self.key, self.fencing_token, self.detected_by))
+
+
+@final
+class StaleFencingTokenError(LockLostError):
+    """A database refused a fenced write: a newer holder of the key had written before it.
+
+    Raised at the flush or commit of a session in ``fenced(session, lock)``
+    (:mod:`leaselock.integrations.sqlalchemy`); the transaction is rolled back, so every row
+    keeps what the newer holder wrote. ``detected_by`` is ``"fencing"``.
+
+    Attributes:
+        key: the key of the lock the write was fenced with.
+        fencing_token: the stale token, the one this holder's lock was acquired with.
+        newer_token: the greatest token the database has seen for ``key``.
+    """
+
+    def __init__(self, key: str, fencing_token: int, newer_token: int) -> None:
+        """Build the error for a write under ``fencing_token`` after ``newer_token`` wrote."""
+        self.key = key
+        self.fencing_token = fencing_token
+        self.newer_token = newer_token
+        self.detected_by: DetectedBy = "fencing"
+        Exception.__init__(
+            self,
+            f"The database refused a write under lock {key!r} with fencing token "
+            f"{fencing_token}: a newer holder (fencing token {newer_token}) wrote under that key "
+            "after this holder lost its lease (paused or cut off past its ttl). Its transaction "
+            "was rolled back; stop working on the key's behalf, and take the lock again to "
+            "retry with a fresh token",
+        )
+
+    def __reduce__(self) -> tuple[Callable[..., LockLostError], tuple[object, ...]]:
+        """Pickle by constructor arguments, so the error crosses process boundaries."""
+        return (StaleFencingTokenError, (self.key, self.fencing_token, self.newer_token))
 
 
 @final

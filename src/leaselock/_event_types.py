@@ -234,6 +234,7 @@ class LockLost(_EventFields):
             "shutdown": "its Locks closed while it was held",
             "max_run": "the run outlived its max_run cap",
             "replaced": 'a newer run of its job took it (overlap="replace")',
+            "fencing": "a database refused a write fenced with its token",
         }[self.detected_by]
         return (
             f'Lost lock "{self.key}" (fencing token {self.fencing_token}), '

@@ -1,4 +1,4 @@
-"""SQLAlchemy: leaselock's tables in your metadata, and fenced writes in one statement.
+"""SQLAlchemy: leaselock's tables in your metadata, fenced writes, and fenced tables.
 
 Import this module explicitly; ``import leaselock`` never loads SQLAlchemy (the functions below
 import it when called).
@@ -7,6 +7,11 @@ import it when called).
   the application's ``MetaData``, so ``alembic revision --autogenerate`` knows them (it proposed
   to drop them before) and a migration of your own creates them.
 - :func:`fenced_update` is an UPDATE that a holder paused past its lease cannot slip through.
+- :func:`fenced_table` marks a table whose every write the database itself checks: it must come
+  from a session in :func:`fenced` (``fenced_sync``) with the current token of the lock's key,
+  or it is refused (:class:`~leaselock.StaleFencingTokenError` for a stale one), unless the
+  session is in :func:`unfenced` (``unfenced_sync``), the explicit opt-out. ORM flushes, Core
+  statements, inserts and deletes alike, on PostgreSQL, MySQL/MariaDB and SQLite.
 """
 
 from __future__ import annotations
@@ -15,17 +20,28 @@ import importlib.util
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._errors import LocksConfigurationError
+from .._errors import LocksConfigurationError, StaleFencingTokenError
 from .._fencing import checked_token
 from ..stores._common._protocol import MAX_FENCING_TOKEN
 from ..stores.postgres._line_sql import LINE_FUNCTION_MARK as LINE_MARK
 from ..stores.postgres._sql import CREATE_SEQUENCE_SQL, quoted_name, statements
+from ._fences import HeldLock, fenced, fenced_sync, fenced_table, unfenced, unfenced_sync
 
 if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, MetaData, Table, Update
     from sqlalchemy.orm import QueryableAttribute
 
-__all__ = ["fenced_update", "lock_tables"]
+__all__ = [
+    "HeldLock",
+    "StaleFencingTokenError",
+    "fenced",
+    "fenced_sync",
+    "fenced_table",
+    "fenced_update",
+    "lock_tables",
+    "unfenced",
+    "unfenced_sync",
+]
 
 DEFAULT_TABLE = "leaselock_locks"
 # where lock_tables() leaves, in the metadata's info, what autogenerate must add beyond tables
