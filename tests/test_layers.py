@@ -50,6 +50,7 @@ PROTOCOL = frozenset(
         "leaselock.stores._common._protocol",
         "leaselock.stores._common._capabilities",
         "leaselock.stores._common._job_control",
+        "leaselock.stores._common._store_clock",
     }
 )
 # what one store package may import of another: the cluster store is built on the Redis one

@@ -20,6 +20,7 @@ from ._errors import LocksConfigurationError as LocksConfigurationError
 from ._errors import LockStoreError as LockStoreError
 from ._errors import StaleFencingTokenError as StaleFencingTokenError
 from ._event_log import EventLog as EventLog
+from ._event_types import ClockOffsetLarge as ClockOffsetLarge
 from ._event_types import Event as Event
 from ._event_types import EventType as EventType
 from ._event_types import JobFailing as JobFailing
@@ -65,6 +66,7 @@ from .sync import SyncLocks as SyncLocks
 
 __all__ = [
     "Clock",
+    "ClockOffsetLarge",
     "DetectedBy",
     "Duration",
     "Event",

@@ -18,6 +18,7 @@ from ._errors import DetectedBy
 from ._keys import instance_label
 
 __all__ = [
+    "ClockOffsetLarge",
     "Event",
     "EventType",
     "JobFailing",
@@ -60,6 +61,7 @@ EventType: TypeAlias = Literal[
     "run-abandoned",
     "job-failing",
     "operator-acted",
+    "clock-offset-large",
 ]
 SkipReason: TypeAlias = Literal[
     "another-instance", "in-progress", "paused", "store-unavailable", "shutting-down"
@@ -509,6 +511,36 @@ class OperatorActed(_EventFields):
         return f"Running {self.key} now, by hand{asked}"
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClockOffsetLarge(_EventFields):
+    """This instance's wall clock is further from the lock store's than jobs tolerate.
+
+    ``offset_ms`` is the store's clock minus this instance's (positive: this instance is
+    behind), measured over a round trip: ``uncertainty_ms`` is half of it. ``bound_ms`` is the
+    guard of ``on_one_instance`` jobs: instances whose clocks differ by more can each run one
+    tick (docs/jobs.md). ``key`` is empty and ``owner`` names the instance: the event is about
+    this instance, not a lock. Emitted when the offset passes the bound, and again only after
+    a measurement found it back within it.
+    """
+
+    type: Literal["clock-offset-large"] = "clock-offset-large"
+    offset_ms: int
+    uncertainty_ms: int
+    bound_ms: int
+    level: ClassVar[int] = logging.WARNING
+
+    def message(self) -> str:
+        """Return the log line."""
+        side = "behind" if self.offset_ms > 0 else "ahead of"
+        return (
+            f"This instance's clock is {abs(self.offset_ms) / 1000:.3f} s {side} the lock "
+            f"store's (give or take {self.uncertainty_ms} ms), more than the "
+            f"{self.bound_ms / 1000:g} s that jobs on one instance allow for: two instances can "
+            "each run one tick. Fix: keep the hosts' clocks in time (NTP, chrony)"
+        )
+
+
 Event: TypeAlias = (
     LockAcquired
     | LockReleased
@@ -527,5 +559,6 @@ Event: TypeAlias = (
     | RunAbandoned
     | JobFailing
     | OperatorActed
+    | ClockOffsetLarge
 )
 EventCallback: TypeAlias = Callable[[Event], object]

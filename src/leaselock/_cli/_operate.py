@@ -18,13 +18,13 @@ import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 from .._errors import LocksConfigurationError
-from .._jobs import JobStatus
+from .._jobs import CLOCK_OFFSET_BOUND_MS, JobStatus
 from .._locks import Locks
 from .._redact import redact_secrets
 from ..stores._common._capabilities import LockInfo, RunRecord
@@ -181,6 +181,9 @@ def _run_jobs(arguments: argparse.Namespace) -> int:
                         "missed_at": None
                         if status.missed_at is None
                         else status.missed_at.isoformat(),
+                        "clock_offset_ms": None
+                        if status.clock_offset is None
+                        else round(status.clock_offset.total_seconds() * 1000),
                     }
                     for status in statuses
                 ],
@@ -221,7 +224,23 @@ def _run_jobs(arguments: argparse.Namespace) -> int:
             )
         )
     _table(rows)
+    offset = statuses[0].clock_offset
+    if offset is not None:
+        out(_said_offset(offset))
     return 0
+
+
+def _said_offset(offset: timedelta) -> str:
+    """This host's clock against the store's, and whether jobs on one instance allow for it."""
+    side = "behind" if offset > timedelta(0) else "ahead of"
+    bound = timedelta(milliseconds=CLOCK_OFFSET_BOUND_MS)
+    allowed = f"the {bound.total_seconds():g} s that jobs on one instance allow for"
+    verdict = (
+        f"more than {allowed}: keep the hosts' clocks in time (NTP, chrony)"
+        if abs(offset) > bound
+        else f"within {allowed}"
+    )
+    return f"This host's clock is {abs(offset).total_seconds():.3f} s {side} the store's, {verdict}"
 
 
 def _state(status: JobStatus, now: datetime) -> str:

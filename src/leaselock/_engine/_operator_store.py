@@ -29,6 +29,7 @@ from ..stores._common._job_control import (
     SupportsJobControl,
 )
 from ..stores._common._protocol import Acquired, LockStore, NotAcquired
+from ..stores._common._store_clock import SupportsStoreClock
 from ._bounded import StoreCallBounds, StoreCallTimeoutError
 from ._checked_store import AcquireCall
 
@@ -66,6 +67,26 @@ class OperatorStore:
     def can_inspect(self) -> bool:
         """Whether the store has ``read_lock``, ``list_locks`` and ``break_lock``."""
         return isinstance(self._store, SupportsInspection)
+
+    @property
+    def shows_its_clock(self) -> bool:
+        """Whether the store reads its server's wall clock (``store_time_ms``)."""
+        return isinstance(self._store, SupportsStoreClock)
+
+    async def store_time_ms(self) -> int:
+        """Return the store's wall clock now, in milliseconds since the epoch.
+
+        Raises:
+            LocksConfigurationError: the store shows no clock.
+            LockStoreError: the store failed, did not answer in time, or answered out of shape.
+        """
+        store = self._store
+        if not isinstance(store, SupportsStoreClock):
+            raise LocksConfigurationError(f"{store!r} shows no clock of its own (store_time_ms)")
+        read = await self._call("store_time_ms", store.store_time_ms)
+        if type(read) is not int:
+            raise self._out_of_shape("store_time_ms", read, "an int")
+        return read
 
     async def record_run(self, run: RunRecord) -> None:
         """Keep ``run`` in the store.

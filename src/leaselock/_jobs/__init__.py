@@ -4,6 +4,7 @@ It imports the engine and the ground floor, never the facade: :class:`JobRuntime
 ``Locks`` gives it to talk to.
 """
 
+from ._clock_offset import CLOCK_OFFSET_BOUND_MS
 from ._current import RunInfo, current_run
 from ._decorators import F, JobDecorator, job_decorator, on_one_instance, without_overlapping
 from ._election import election_decorator, leader_election
@@ -18,6 +19,7 @@ from ._spec import Overlap
 from ._status import JobsReader, JobStatus
 
 __all__ = [
+    "CLOCK_OFFSET_BOUND_MS",
     "CURRENT_RUNTIME",
     "F",
     "JobDecorator",

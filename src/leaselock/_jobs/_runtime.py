@@ -32,6 +32,7 @@ from ..stores._common._job_control import JobPause
 from ._bindings import Bindings, Started
 from ._campaign import Campaign
 from ._cancel import CancelOnLoss
+from ._clock_offset import ClockOffsetWatch
 from ._current import CURRENT_RUN
 from ._pauses import build_pause, checked_target
 from ._records import describe_error
@@ -74,6 +75,7 @@ class JobRuntime:
         "_calls",
         "_campaigns",
         "_clock",
+        "_clock_offset",
         "_default_ttl_ms",
         "_engine",
         "_events",
@@ -100,6 +102,7 @@ class JobRuntime:
         self._engine: LockEngine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runs: JobRuns | None = None
+        self._clock_offset: ClockOffsetWatch | None = None
         self._campaigns: dict[ElectionSpec, Campaign] = {}
         # an ordered set: close() cancels them in the order they started
         self._tasks: dict[asyncio.Task[None], None] = {}
@@ -198,6 +201,9 @@ class JobRuntime:
         )
         for spec in self._registry.jobs:
             self._runs.overdue.watch(spec)
+        self._clock_offset = ClockOffsetWatch(
+            engine.operator, self._clock, self._events, instance=engine.instance
+        )
         self._phase = _Phase.STARTED
         _STARTED.add(self)
         CURRENT_RUNTIME.set(self)
@@ -215,6 +221,8 @@ class JobRuntime:
         BINDINGS.unbind(self)
         if CURRENT_RUNTIME.get() is self:
             CURRENT_RUNTIME.set(None)
+        if self._clock_offset is not None:
+            self._clock_offset.close()
         try:
             await asyncio.gather(*(campaign.stop() for campaign in self._campaigns.values()))
             if self._runs is not None:
@@ -269,7 +277,11 @@ class JobRuntime:
         if jobs is None:
             recorded = {record.job for record in await engine.operator.job_records(None)}
             jobs = sorted(recorded | {spec.key for spec in self._registry.jobs})
-        return await job_statuses(engine.operator, overdue, jobs)
+        offset = None
+        if self._clock_offset is not None:
+            measured = self._clock_offset.last or await self._clock_offset.measure()
+            offset = None if measured is None else measured.offset
+        return await job_statuses(engine.operator, overdue, jobs, clock_offset=offset)
 
     def jobs_reader(self) -> JobsReader:
         """Return a reader of this store's job data, for a watcher that paces its store calls.
@@ -494,6 +506,9 @@ class JobRuntime:
                 "started it, or SyncLocks from threads"
             )
         assert self._runs is not None  # noqa: S101 -- set by start()
+        if self._clock_offset is not None and not self._clock_offset.started:
+            # the first tick seen here: from now on this instance's clock decides ticks
+            self._spawn(self._clock_offset.start())
         return await self._runs.begin(spec, trigger, run_again)
 
     async def _end(self, run: JobRun, ending: _Ending) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import final
 
@@ -36,6 +36,10 @@ class JobStatus:
         paused: the pause that stops its ticks now (its own, or a prefix's), else ``None``.
         failures: its runs in a row that raised, up to the last run.
         missed_at: the last tick found missed (its owner never started it), else ``None``.
+        clock_offset: the store's wall clock minus this instance's, as last measured
+            (positive: this instance is behind); ``None`` where the store shows no clock
+            (in-memory, SQLite and etcd). Past one second, two instances can each run one
+            tick of an ``on_one_instance`` job.
 
     .. versionadded:: 0.2
     """
@@ -50,6 +54,7 @@ class JobStatus:
     paused: JobPause | None = None
     failures: int = 0
     missed_at: datetime | None = None
+    clock_offset: timedelta | None = None
 
     @property
     def running(self) -> bool:
@@ -58,9 +63,15 @@ class JobStatus:
 
 
 async def job_statuses(
-    operator: OperatorStore, overdue: OverdueWatch | None, jobs: Sequence[str]
+    operator: OperatorStore,
+    overdue: OverdueWatch | None,
+    jobs: Sequence[str],
+    *,
+    clock_offset: timedelta | None = None,
 ) -> list[JobStatus]:
     """Return the status of each of ``jobs``, in order: run records, then both locks.
+
+    ``clock_offset`` is this instance's offset to the store's clock, given to every status.
 
     Raises:
         LocksConfigurationError: the store keeps no run records.
@@ -78,7 +89,7 @@ async def job_statuses(
         keys = [key for job in jobs for key in (job, lease_key(job))]
         found = await asyncio.gather(*(operator.read_lock(key) for key in keys))
         held = {info.key: info for info in found if info is not None}
-    return statuses_of(
+    statuses = statuses_of(
         jobs,
         records=records,
         states=states,
@@ -87,6 +98,7 @@ async def job_statuses(
         overdue=overdue,
         now=utc_now(),
     )
+    return [replace(status, clock_offset=clock_offset) for status in statuses]
 
 
 def statuses_of(

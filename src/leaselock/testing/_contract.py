@@ -28,6 +28,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
+from .._clock import utc_now
 from .._durations import Duration, parse_ttl
 from .._errors import LocksConfigurationError
 from .._keys import MAX_KEY_LENGTH
@@ -706,9 +707,9 @@ async def inspection_shows_live_locks(c: Check) -> None:
 )
 async def store_clock_reads_epoch_milliseconds(c: Check) -> None:
     assert isinstance(c.store, SupportsStoreClock)  # noqa: S101 -- required capability
-    before = datetime.now(UTC)
+    before = utc_now()
     read = await c.store.store_time_ms()
-    after = datetime.now(UTC)
+    after = utc_now()
     c.expect(type(read) is int, f"store_time_ms() answered {read!r}, not an int")
     # a server a day or more from this host is set wrong, or the unit is
     c.expect(
