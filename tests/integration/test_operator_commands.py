@@ -18,7 +18,7 @@ import pytest
 import leaselock
 from helpers import leaselock_command, unique_key
 from leaselock import Lock, Locks
-from leaselock.stores import LockStore, store_from_url
+from leaselock.stores import LockStore, SupportsStoreClock, store_from_url
 from leaselock.testing import ManualClock
 
 
@@ -136,6 +136,15 @@ async def test_jobs_shows_each_jobs_last_run_and_where_it_is_owned(target: Targe
     row = next(line for line in table.splitlines() if line.startswith(key))
     assert "error: ConnectionError: the feed is down" in row
     assert "never" in row
+    # the servers run on this host: its clock is the store's, give or take a round trip
+    shows_clock = isinstance(target.store(), SupportsStoreClock)
+    said = [line for line in table.splitlines() if line.startswith("This host's clock is ")]
+    if shows_clock:
+        assert abs(job["clock_offset_ms"]) < 1000
+        assert len(said) == 1
+        assert said[0].endswith("within the 1 s that jobs on one instance allow for")
+    else:
+        assert (job["clock_offset_ms"], said) == (None, [])
 
 
 @pytest.mark.parametrize(
