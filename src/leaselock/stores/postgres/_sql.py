@@ -129,10 +129,11 @@ RETURNING true"""
 
 # $1 keys text[], $2 owners text[], $3 ttl_ms bigint[] (one element per renewal)
 # -> (key, owner) of every renewal that held a live lock, now renewed.
-# One index lookup of the primary key per renewal, whatever the batch and the table: the arrays
-# reach unnest() through scalar subqueries (InitPlans), whose values the planner cannot see, so
-# it takes the batch for a few rows (10) and joins them to the table by a nested loop over the
-# key's index (a prepared statement's generic plan, which sees no values either, is the same).
+# One index lookup of the primary key per renewal, whatever the batch: the arrays reach
+# unnest() through scalar subqueries (InitPlans), whose values the planner cannot see, so it
+# takes the batch for a few rows (10) and joins them to the table by a nested loop over the
+# key's index (a prepared statement's generic plan, which sees no values either, is the same);
+# only a table of a few pages is read whole instead, being cheaper than those few lookups.
 # Given the arrays themselves, it counts their elements, and from about 1,000 renewals in
 # 200,000 keys hashes a scan of the whole table instead, whose cost grows with the table. A
 # renewal named twice joins its row twice: the row is written once, and both are answered.
