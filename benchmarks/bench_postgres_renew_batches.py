@@ -7,7 +7,9 @@ rounds) of:
     store           PostgresLockStore.renew_many: one statement up to RENEW_CHUNK leases
                     (past it, also the store's statement over the whole batch at once)
     500-chunk form  the statement renew_many ran before, in chunks of 500 sent at once, as it
-                    did (past about 1,000 leases in one statement, its plan scanned the table)
+                    did (past about 1,000 leases in one statement, its plan scanned the table);
+                    also its chunks one after another on one connection: the server's time
+                    for them without running side by side on its cores
     floor           a bare UPDATE ... WHERE key = ANY($1) of the same rows: no owner check, no
                     expiry check, one ttl, no answer per lease
 
@@ -123,6 +125,9 @@ async def main() -> None:
             async def old_tick(chunks: list[tuple[Any, ...]] = chunks) -> object:
                 return await asyncio.gather(*(counting.fetch(old_sql, chunk) for chunk in chunks))
 
+            async def old_in_turn(chunks: list[tuple[Any, ...]] = chunks) -> object:
+                return [await counting.fetch(old_sql, chunk) for chunk in chunks]
+
             async def floor_tick(keys: list[str] = keys) -> object:
                 return await counting.fetch(floor_sql, (keys,))
 
@@ -132,6 +137,7 @@ async def main() -> None:
             ticks: dict[str, Callable[[], Awaitable[object]]] = {
                 "store": store_tick,
                 "old": old_tick,
+                "old in turn": old_in_turn,
                 "floor": floor_tick,
             }
             if size > RENEW_CHUNK:
@@ -154,7 +160,8 @@ async def main() -> None:
                 f"{size:>6} leases: store {statements['store']} statement(s) "
                 f"{ms['store']:6.1f} ms ({scans['store']}); "
                 f"500-chunk form {statements['old']} statements {ms['old']:6.1f} ms "
-                f"({scans['old']}; as one statement: {scans['old whole']}); "
+                f"({scans['old']}; as one statement: {scans['old whole']}; "
+                f"one after another {ms['old in turn']:6.1f} ms); "
                 f"floor {statements['floor']} statement {ms['floor']:6.1f} ms ({scans['floor']}); "
                 f"store/floor x{ms['store'] / ms['floor']:.2f}, "
                 f"500-chunk/floor x{ms['old'] / ms['floor']:.2f}"
