@@ -104,8 +104,8 @@ RENEW_CHUNK: Final = 10_000
 (``RENEW_MANY_SQL``), so this bounds only a statement's time, spent on one server process: a
 bigger batch goes in statements of this many, sent at once on separate connections, which a
 server runs side by side on its cores. On PostgreSQL 15 with 2 cores and 200,000 keys, 10,000
-leases took about 0.1 s in one statement, and 50,000 less in 5 statements than in one
-(benchmarks/bench_postgres_renew_batches.py)."""
+leases took about 0.1 s in one statement, and 50,000 no longer in 5 statements than in one
+(less in most runs: benchmarks/bench_postgres_renew_batches.py)."""
 
 DEFAULT_TABLE: Final = "leaselock_locks"
 DEFAULT_SEQUENCE: Final = "leaselock_fencing_token_seq"
