@@ -26,6 +26,7 @@ from leaselock.stores import (
     Grant,
     NotAcquired,
     Queued,
+    Renewal,
 )
 from leaselock.stores.postgres import PostgresLockStore
 from leaselock.stores.postgres import _follower as _postgres_follower
@@ -241,6 +242,108 @@ async def test_expiry_reads_clock_timestamp_so_time_moves_inside_one_transaction
             assert taken > first
     finally:
         await connection.close()
+
+
+# --- batch renewals ------------------------------------------------------------------------
+
+
+class CountingExecutor:
+    """The store's executor, keeping every statement the store sends through it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.statements: list[str] = []
+
+    async def fetch(self, sql: str, args: tuple[object, ...]) -> Any:
+        self.statements.append(sql)
+        return await self.inner.fetch(sql, args)
+
+    async def fetchrow(self, sql: str, args: tuple[object, ...]) -> Any:
+        self.statements.append(sql)
+        return await self.inner.fetchrow(sql, args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def write_rows(url: str, table: str, rows: list[tuple[str, str | None, int]]) -> None:
+    """Write (key, owner, expires in ms from now: negative for expired) rows as they are."""
+    connection = await asyncpg.connect(url)
+    try:
+        await connection.execute(
+            f"INSERT INTO {table} (key, owner, fencing_token, expires_at) "
+            "SELECT key, owner, 1, clock_timestamp() + expires_in_ms * INTERVAL '1 millisecond' "
+            "FROM unnest(CAST($1 AS text[]), CAST($2 AS text[]), CAST($3 AS bigint[])) "
+            "AS row (key, owner, expires_in_ms)",
+            *map(list, zip(*rows, strict=True)),
+        )
+    finally:
+        await connection.close()
+
+
+async def test_renew_many_renews_ten_thousand_leases_in_one_statement_answering_each(
+    store: PostgresLockStore, scratch: Scratch
+) -> None:
+    keys = [unique_key(f"batch-{n}") for n in range(9_996)]
+    # by n % 5: held by "me", expired while "me" held it, held by "other", released, never taken
+    written = [
+        (key, (("me", 10_000), ("me", -1_000), ("other", 10_000), (None, -1_000))[n % 5])
+        for n, key in enumerate(keys)
+        if n % 5 != 4
+    ]
+    await write_rows(
+        scratch.url, store._sql.table, [(key, owner, ms) for key, (owner, ms) in written]
+    )
+    renewals = [Renewal(key, "me", 60_000) for key in keys]
+    # the same renewal twice, a key named with two owners: answered as renew would, each
+    renewals += [
+        Renewal(keys[0], "me", 60_000),
+        Renewal(keys[0], "other", 60_000),
+        Renewal(keys[2], "other", 60_000),
+        Renewal(keys[1], "me", 60_000),
+    ]
+    counting = CountingExecutor(store._executor)
+    store._executor = counting
+    try:
+        answers = await store.renew_many(renewals)
+    finally:
+        store._executor = counting.inner
+
+    assert counting.statements == [store._sql.renew_many]
+    assert list(answers) == [n % 5 == 0 for n in range(len(keys))] + [True, False, True, False]
+    connection = await asyncpg.connect(scratch.url)
+    try:
+        renewed = await connection.fetch(
+            f"SELECT key, owner FROM {store._sql.table} "
+            "WHERE expires_at > clock_timestamp() + INTERVAL '30 seconds'"
+        )
+    finally:
+        await connection.close()
+    assert sorted((row[0], row[1]) for row in renewed) == sorted(
+        [(key, "me") for n, key in enumerate(keys) if n % 5 == 0] + [(keys[2], "other")]
+    )
+
+
+async def test_renew_many_looks_keys_up_by_the_index_however_big_the_batch_is(
+    store: PostgresLockStore, scratch: Scratch
+) -> None:
+    # given the arrays' sizes, the planner hashed a scan of the whole table from about 1,000
+    # renewals in 200,000 keys; half of the table's keys at once is further past that point
+    keys = [unique_key(f"plan-{n}") for n in range(20_000)]
+    await write_rows(scratch.url, store._sql.table, [(key, "me", 60_000) for key in keys])
+    batch = keys[::2]
+    connection = await asyncpg.connect(scratch.url)
+    try:
+        await connection.execute(f"ANALYZE {store._sql.table}")
+        plan = await connection.fetch(
+            "EXPLAIN " + store._sql.renew_many, batch, ["me"] * len(batch), [60_000] * len(batch)
+        )
+    finally:
+        await connection.close()
+
+    lines = "\n".join(row[0] for row in plan)
+    assert "Index Scan using" in lines, lines
+    assert "Seq Scan" not in lines, lines
 
 
 # --- schema --------------------------------------------------------------------------------

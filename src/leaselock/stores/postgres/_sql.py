@@ -132,12 +132,20 @@ UPDATE {table}
 RETURNING true"""
 
 # $1 keys text[], $2 owners text[], $3 ttl_ms bigint[] (one element per renewal)
-# -> (key, owner) of every renewal that held a live lock, now renewed
+# -> (key, owner) of every renewal that held a live lock, now renewed.
+# One index lookup of the primary key per renewal, whatever the batch: the arrays reach
+# unnest() through scalar subqueries (InitPlans), whose values the planner cannot see, so it
+# takes the batch for a few rows (10) and joins them to the table by a nested loop over the
+# key's index (a prepared statement's generic plan, which sees no values either, is the same);
+# only a table of a few pages is read whole instead, being cheaper than those few lookups.
+# Given the arrays themselves, it counts their elements, and from about 1,000 renewals in
+# 200,000 keys hashes a scan of the whole table instead, whose cost grows with the table. A
+# renewal named twice joins its row twice: the row is written once, and both are answered.
 RENEW_MANY_SQL: Final = """\
 UPDATE {table} AS held
    SET expires_at = clock_timestamp() + renewal.ttl_ms * INTERVAL '1 millisecond'
-  FROM unnest(CAST($1 AS text[]), CAST($2 AS text[]), CAST($3 AS bigint[]))
-       AS renewal (key, owner, ttl_ms)
+  FROM unnest((SELECT CAST($1 AS text[])), (SELECT CAST($2 AS text[])),
+              (SELECT CAST($3 AS bigint[]))) AS renewal (key, owner, ttl_ms)
  WHERE held.key = renewal.key AND held.owner = renewal.owner
    AND held.expires_at > clock_timestamp()
 RETURNING held.key, held.owner"""

@@ -100,10 +100,13 @@ if TYPE_CHECKING:
 
 __all__ = ["RENEW_CHUNK", "PostgresLockStore"]
 
-RENEW_CHUNK: Final = 500
-"""Leases renewed per statement: measured on PostgreSQL 15, a batch of 1,000 in a table of
-200,000 keys is planned as a scan of the whole table, 500 as index lookups
-(benchmarks/bench_postgres_renew_batches.py)."""
+RENEW_CHUNK: Final = 10_000
+"""The most leases one statement renews. Every batch is planned as index lookups
+(``RENEW_MANY_SQL``), so this bounds only a statement's time, spent on one server process: a
+bigger batch goes in statements of this many, sent at once on separate connections, which a
+server runs side by side on its cores. On PostgreSQL 15 with 2 cores and 200,000 keys, 10,000
+leases took about 0.1 s in one statement, and 50,000 no longer in 5 statements than in one
+(less in most runs: benchmarks/bench_postgres_renew_batches.py)."""
 
 DEFAULT_TABLE: Final = "leaselock_locks"
 DEFAULT_SEQUENCE: Final = "leaselock_fencing_token_seq"
@@ -365,8 +368,8 @@ class PostgresLockStore:
     async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
         """Renew each lease as :meth:`renew` would; answers in order.
 
-        One statement per :data:`RENEW_CHUNK` leases, the chunks sent at once: a bigger batch
-        makes the planner scan the whole table instead of the key's index.
+        One statement up to :data:`RENEW_CHUNK` leases (one statement per that many beyond,
+        sent at once), each renewal one lookup of the key's index whatever the batch's size.
         """
         if not renewals:
             return []
@@ -375,9 +378,12 @@ class PostgresLockStore:
         return [renewed for answers in answered for renewed in answers]
 
     async def _renew_chunk(self, renewals: Sequence[Renewal]) -> list[bool]:
-        keys = [renewal.key for renewal in renewals]
-        owners = [renewal.owner for renewal in renewals]
-        ttls_ms = [renewal.ttl_ms for renewal in renewals]
+        # in the index's order (collation "C" is Python's): each lookup lands near the last,
+        # a quarter to a third faster than in random order (10,000 keys of 200,000)
+        ordered = sorted(renewals)
+        keys = [renewal.key for renewal in ordered]
+        owners = [renewal.owner for renewal in ordered]
+        ttls_ms = [renewal.ttl_ms for renewal in ordered]
         rows = await self._fetch(self._sql.renew_many, (keys, owners, ttls_ms))
         renewed = {(row[0], row[1]) for row in rows}
         return [(renewal.key, renewal.owner) in renewed for renewal in renewals]
