@@ -8,6 +8,7 @@ Each passing run is short (`SECONDS` once every worker is ready); `leaselock che
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -57,6 +58,19 @@ def test_the_check_passes_every_shipped_store_with_evidence(
     assert "OK: no two holders, tokens grew, no stale write accepted" in checked.stdout
     assert "0 violations" in checked.stdout
     assert "INCONCLUSIVE" not in checked.stdout
+
+
+def test_the_check_with_orm_writes_passes_and_the_database_refused_the_stale_ones(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'locks.db'}"
+    checked = leaselock(
+        "check", "--url", url, "--orm", "--seconds", SECONDS, "--at-most", AT_MOST, "--workers", "3"
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "OK: no two holders, tokens grew, no stale write accepted" in checked.stdout
+    assert "0 violations" in checked.stdout
+    refused = re.search(r"fenced writes: \d+ accepted, (\d+) refused", checked.stdout)
+    assert refused is not None
+    assert int(refused.group(1)) > 0
 
 
 @pytest.mark.redis

@@ -1,4 +1,8 @@
-"""The shop's tables: orders, and the products whose stock the reconciliation writes."""
+"""The shop's tables: orders, and the products whose stock the reconciliation writes.
+
+Both are fenced (``fenced_table``): the database itself refuses a write to them from a job run
+whose lock a newer run has taken since, and any write outside ``fenced()`` or ``unfenced()``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, DateTime, Index, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from leaselock.integrations.sqlalchemy import lock_tables
+from leaselock.integrations.sqlalchemy import fenced_table, lock_tables
 
 
 class Base(DeclarativeBase):
@@ -56,6 +60,12 @@ class Product(Base):
     name: Mapped[str] = mapped_column(String(200))
     price_cents: Mapped[int]
     in_stock: Mapped[int]
-    # the fencing token of the reconciliation run that wrote in_stock; a run with a lower token
-    # (one paused past its lease) may not write over it
+    # the fencing token of the reconciliation run that wrote the row, stamped by the database; a
+    # run with a lower token (one paused past its lease) may not write over it
     stock_fencing_token: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+
+# the invoice export marks orders, the stock reconciliation writes products: a paused run's late
+# commit is refused by the database; migration 0007 makes the fences table and the triggers
+fenced_table(Order)
+fenced_table(Product, token_column="stock_fencing_token")  # noqa: S106 -- a column, no password

@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from sqlalchemy import func, insert, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from leaselock.integrations.sqlalchemy import unfenced
 
 from .models import Order, OrderStatus, Product
 
@@ -65,19 +67,23 @@ def order_row(
 async def seed(engine: AsyncEngine) -> bool:
     """Insert the seed data into an empty shop.
 
+    The inserts are ``unfenced()``: no job's lock guards the shop's first rows, and the fenced
+    tables refuse a write that says neither.
+
     Returns:
         ``True`` if it was inserted, ``False`` if the shop already had products (left as is).
     """
     now = datetime.now(UTC)
-    async with engine.begin() as connection:
-        if await connection.scalar(select(func.count()).select_from(Product)):
+    async with AsyncSession(engine) as session, unfenced(session):
+        if await session.scalar(select(func.count()).select_from(Product)):
             return False
-        await connection.execute(insert(Product), list(PRODUCTS))
-        await connection.execute(
+        await session.execute(insert(Product), list(PRODUCTS))
+        await session.execute(
             insert(Order),
             [
                 order_row(order_id, user, lines, placed_at=now - timedelta(days=ago), status=status)
                 for order_id, user, ago, status, lines in ORDERS
             ],
         )
+        await session.commit()
     return True

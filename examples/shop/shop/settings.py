@@ -102,8 +102,8 @@ class Settings(DatabaseSettings):
     fenced_stock_writes: bool = Field(
         default=True,
         description=(
-            "false writes stock counts without the fencing token: the late write of a paused "
-            "instance then wins"
+            "false writes stock counts unfenced(), without the fencing token: the late write "
+            "of a paused instance then wins"
         ),
     )
     event_log: Path | None = Field(

@@ -28,10 +28,11 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 from sqlalchemy import insert, select
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from helpers import wait_for_real
 from leaselock import Locks
+from leaselock.integrations.sqlalchemy import unfenced
 from leaselock.testing import ManualClock
 from shop.app import create_app
 from shop.clients import AccountingClient, WarehouseClient
@@ -319,9 +320,9 @@ class Cluster:
             return {row.id: row.invoice_batch for row in rows}
 
     async def place_order(self, order_id: str) -> None:
-        """Add a placed order of one bag of salmon kibble."""
-        async with self._engine.begin() as connection:
-            await connection.execute(
+        """Add a placed order of one bag of salmon kibble (as a customer would: no job's lock)."""
+        async with AsyncSession(self._engine) as session, unfenced(session):
+            await session.execute(
                 insert(Order),
                 [
                     order_row(
@@ -332,6 +333,7 @@ class Cluster:
                     )
                 ],
             )
+            await session.commit()
 
     async def aclose(self) -> None:
         """Stop every instance still running, newest first; close the cluster's own engine."""

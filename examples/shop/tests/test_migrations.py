@@ -1,13 +1,15 @@
-"""Migrations: the shop's tables, and leaselock's lock table and sequence on PostgreSQL."""
+"""Migrations: the shop's tables, fenced, and leaselock's lock table and sequence on PostgreSQL."""
 
 from __future__ import annotations
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import Connection, inspect, text, update
+from sqlalchemy.exc import DBAPIError
 
 from shop.database import create_engine, not_the_sqlite_lock_stores
-from shop.models import Base
+from shop.models import Base, Order, Product
 from shop.seed import PLACED_ORDER_IDS
 from shop_harness import Backend, Cluster
 
@@ -36,7 +38,7 @@ async def test_the_migrated_and_seeded_database_has_orders_products_and_on_postg
                 assert line_function is True
     finally:
         await engine.dispose()
-    assert {"orders", "products", "alembic_version"} <= tables
+    assert {"orders", "products", "leaselock_fences", "alembic_version"} <= tables
     assert ("leaselock_locks" in tables) == (database_backend.name == "postgres")
     batches = await plain_cluster.invoice_batches()
     assert sorted(order for order, batch in batches.items() if batch is None) == sorted(
@@ -65,3 +67,18 @@ async def test_autogenerate_after_the_migrations_proposes_nothing_lock_tables_in
             assert await connection.run_sync(differences) == []
     finally:
         await engine.dispose()
+
+
+async def test_the_migrated_orders_and_products_refuse_a_write_outside_fenced_and_unfenced(
+    database_backend: Backend, plain_cluster: Cluster
+) -> None:
+    engine = create_engine(database_backend.database_url)
+    try:
+        for write in (update(Order).values(invoice_batch=None), update(Product).values(in_stock=0)):
+            # SQLite: a connection no fenced session has used lacks the triggers' function
+            with pytest.raises(DBAPIError, match="leaselock"):
+                async with engine.begin() as connection:
+                    await connection.execute(write)
+    finally:
+        await engine.dispose()
+    assert {stock for stock, _ in (await plain_cluster.products()).values()} != {0}

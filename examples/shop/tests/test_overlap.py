@@ -31,7 +31,7 @@ async def test_a_count_held_open_through_three_ticks_is_one_count_then_the_next_
     month_end_count.resume()
     finished = await long_run
     assert isinstance(finished, Reconciliation)
-    assert finished.written == 3
+    assert finished.counted == 3
     [again, skipped] = await cluster.fire(STOCK_RECONCILIATION_JOB, owner, other)
     assert isinstance(again, Reconciliation)
     assert skipped is None

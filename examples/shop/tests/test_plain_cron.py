@@ -32,4 +32,4 @@ async def test_one_tick_on_three_instances_asks_the_warehouse_for_three_counts(
     instances = await plain_cluster.start_many(3, leaselock_jobs=False)
     reconciliations = await plain_cluster.fire(STOCK_RECONCILIATION_JOB, *instances)
     assert plain_cluster.warehouse.counts_asked == 3
-    assert [run.written for run in reconciliations] == [3, 3, 3]
+    assert [run.counted for run in reconciliations] == [3, 3, 3]

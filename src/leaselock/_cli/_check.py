@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import subprocess
 from typing import Any, Final
 
 from .._errors import LocksConfigurationError
-from ..testing.check import check_store
+from ..testing.check import FencedResource, check_store
 from ._arguments import add_url_argument
 from ._operate import out
 
@@ -72,6 +73,15 @@ def add_check_command(commands: Any) -> None:  # noqa: ANN401 -- argparse's subp
             "to pass"
         ),
     )
+    check.add_argument(
+        "--orm",
+        action="store_true",
+        help=(
+            "make the fenced writes through SQLAlchemy: a fenced_table() written in "
+            "fenced_sync() sessions, whose stale writes the database itself refuses (needs "
+            "the sqlalchemy extra)"
+        ),
+    )
     check.set_defaults(run=_run)
 
 
@@ -101,6 +111,18 @@ def _fail_over(command: str) -> None:
         )
 
 
+def _orm_resource() -> FencedResource:
+    """The resource of ``--orm``; SQLAlchemy is imported only for it."""
+    if importlib.util.find_spec("sqlalchemy") is None:
+        raise LocksConfigurationError(
+            "--orm writes through SQLAlchemy: pip install 'leaselock[sqlalchemy]', or leave "
+            "--orm out"
+        )
+    from ._check_orm import OrmResource  # noqa: PLC0415 -- SQLAlchemy stays optional
+
+    return OrmResource()
+
+
 def _run(arguments: argparse.Namespace) -> int:
     out(
         f"Checking {arguments.url if arguments.store is None else arguments.store} for "
@@ -118,6 +140,7 @@ def _run(arguments: argparse.Namespace) -> int:
         at_most=arguments.at_most,
         failover=None if command is None else functools.partial(_fail_over, command),
         progress=lambda line: out(f"  {line}", flush=True),
+        resource=_orm_resource() if arguments.orm else None,
     )
     out(result.summary())
     return {"ok": EXIT_PASSED, "failed": EXIT_FAILED, "inconclusive": EXIT_INCONCLUSIVE}[

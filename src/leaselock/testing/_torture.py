@@ -1,9 +1,10 @@
 """A bounded torture test of a real store: worker processes, a nemesis, and the history's verdict.
 
 Worker processes take one key again and again on the store under test and make fenced writes to
-a resource (a SQLite file of the check's own); a nemesis pauses holders past the ttl (SIGSTOP)
-until another worker has taken the key and written, kills holders (SIGKILL, then starts new
-workers) and, when it is given a way, crashes the store. Every store call and write is recorded
+a resource (a SQLite file of the check's own, written as its ``FencedResource`` writes: by
+default a conditional UPDATE); a nemesis pauses holders past the ttl (SIGSTOP) until another
+worker has taken the key and written, kills holders (SIGKILL, then starts new workers) and,
+when it is given a way, crashes the store. Every store call and write is recorded
 (:mod:`leaselock.testing.history`) and checked at the end; a run that lacks the evidence for a
 verdict ends inconclusive (:mod:`._check_verdict`).
 
@@ -41,6 +42,7 @@ from .._errors import LockNotAcquiredError, LocksConfigurationError, LockStoreEr
 from .._locks import Locks
 from .._redact import redact_secrets
 from ..stores import SupportsDiscard, store_from_url
+from ._check_resource import RESOURCE_TABLE, FencedResource, SqliteResource
 from ._check_tally import Tally
 from ._check_verdict import (
     MIN_ACQUISITIONS,
@@ -54,7 +56,6 @@ from .history import HistoryRecorder, check_history
 
 __all__ = ["CheckResult", "check_store"]
 
-_RESOURCE: Final = "fenced_resource"
 _NS_PER_S: Final = 1_000_000_000
 # an interpreter, the store's driver and its first connection, on a loaded machine
 STARTUP_TIMEOUT_S: Final = 120.0
@@ -80,6 +81,7 @@ class _Job:
     key: str
     files: Path
     ttl_ms: int
+    resource: FencedResource
     # CLOCK_MONOTONIC ns when the workers stop; 0 until every worker is ready. Lock-free: a
     # worker killed or paused while reading it must not block the others
     until_ns: Synchronized[int]
@@ -97,6 +99,7 @@ def check_store(
     failover: Callable[[], None] | None = None,
     directory: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    resource: FencedResource | None = None,
 ) -> CheckResult:
     """Torture the store at ``url`` for ``seconds``, then check its history.
 
@@ -116,6 +119,8 @@ def check_store(
         directory: where the history and the resource go (default: a temporary directory).
         progress: called with a line of progress (time, acquisitions, faults) at least every
             5 s while the workers run.
+        resource: how the workers make their fenced writes (default: :class:`SqliteResource`,
+            a conditional UPDATE); the check counts the stale writes it accepts.
 
     Returns:
         The result: ``result.verdict`` is ``"failed"`` if any promise was broken,
@@ -127,6 +132,8 @@ def check_store(
             message says why and how to fix it).
 
     .. versionadded:: 0.2
+    .. versionchanged:: 0.3
+       ``resource``.
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:  # noqa: PLR2004 -- a race needs two
         raise LocksConfigurationError(f"workers={workers!r}; pass an int of at least 2")
@@ -159,6 +166,7 @@ def check_store(
                 f"leaselock-check:{run_id}",
                 files,
                 ttl_ms,
+                SqliteResource() if resource is None else resource,
                 context.RawValue("q", 0),
             )
             store_faults: dict[StoreFault, Callable[[], None] | None] = {
@@ -256,8 +264,7 @@ class _Nemesis:
         self.holding.mkdir(exist_ok=True)
         self.ready.mkdir(exist_ok=True)
         self.resource.execute("PRAGMA journal_mode=WAL")
-        self.resource.execute(f"CREATE TABLE {_RESOURCE} (key TEXT PRIMARY KEY, token INTEGER)")
-        self.resource.execute(f"INSERT INTO {_RESOURCE} VALUES (?, 0)", (self.job.key,))  # noqa: S608 -- a constant table name
+        self.job.resource.prepare(self.job.files / "resource.db", self.job.key)
         try:
             for slot in range(self.workers):
                 self.spawn(slot)
@@ -427,7 +434,7 @@ class _Nemesis:
         pause this read decides the end of.
         """
         try:
-            (token,) = self.resource.execute(f"SELECT token FROM {_RESOURCE}").fetchone()  # noqa: S608 -- a constant table name
+            (token,) = self.resource.execute(f"SELECT token FROM {RESOURCE_TABLE}").fetchone()  # noqa: S608 -- a constant table name
         except sqlite3.OperationalError:
             return unknown
         return int(token)
@@ -471,18 +478,6 @@ def work(job: _Job) -> None:
         (job.files / f"failed-{os.getpid()}").write_text(redact_secrets(str(error)))
 
 
-def _fenced_write(path: Path, key: str, token: int) -> bool:
-    connection = sqlite3.connect(path, timeout=30, isolation_level=None)
-    try:
-        written = connection.execute(
-            f"UPDATE {_RESOURCE} SET token = ? WHERE key = ? AND token <= ?",  # noqa: S608 -- a constant table name
-            (token, key, token),
-        )
-        return written.rowcount == 1
-    finally:
-        connection.close()
-
-
 async def _await_start(job: _Job) -> int:
     """When the run ends (ns); waits for the nemesis to start it."""
     # a value another process sets: there is no event of this loop to await
@@ -500,7 +495,7 @@ async def _work(job: _Job) -> None:
     rng = random.Random(pid)  # noqa: S311 -- pacing, not secrets
 
     async def write(token: int) -> bool:
-        return await asyncio.to_thread(_fenced_write, resource, job.key, token)
+        return await asyncio.to_thread(job.resource.write, resource, job.key, token)
 
     # the work inside a section sometimes outlives a renewal or two
     spans_s = [job.ttl_ms / 1000 * share for share in (0.01, 0.05, 0.1, 0.2, 0.6)]

@@ -7,6 +7,7 @@ record of every store call.
 .. versionadded:: 0.2
 """
 
+from ._check_resource import FencedResource, SqliteResource
 from ._torture import CheckResult, check_store
 
-__all__ = ["CheckResult", "check_store"]
+__all__ = ["CheckResult", "FencedResource", "SqliteResource", "check_store"]
