@@ -1,6 +1,6 @@
 """Fenced tables: an ORM commit under fenced(session, lock), against the same commit unfenced.
 
-    .venv/bin/python benchmarks/orm_fencing.py [--commits N] [--databases sqlite,asyncpg,...]
+    .venv/bin/python benchmarks/bench_orm_fencing.py [--commits N] [--databases sqlite,asyncpg,...]
 
 The commit is a small job's: a new AsyncSession reads a product by primary key, changes its
 stock, adds a note row, and commits. The fenced run does it in ``fenced(session, lock)`` on
