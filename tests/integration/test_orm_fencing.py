@@ -41,6 +41,9 @@ from leaselock.testing import ManualClock
 from orm_shop import Shop, database_url, opened_shop, shop
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "stores"
+SHOP_MIGRATIONS = (
+    Path(__file__).resolve().parents[2] / "examples" / "shop" / "migrations" / "versions"
+)
 DRIVERS = [
     "sqlite",
     pytest.param("asyncpg", marks=pytest.mark.postgres),
@@ -254,8 +257,8 @@ async def test_bad_arguments_are_refused_naming_the_fix(tmp_path: Path):
             _ddl.trigger_ddl(sa.Table("plain", sa.MetaData()), engine.dialect)
 
 
-def load_migration(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
+def load_migration(name: str, folder: Path = DOCS) -> Any:
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -280,6 +283,20 @@ def load_migration(name: str) -> Any:
 def test_the_documented_migrations_write_out_the_ddl_the_library_makes(migration, templates):
     module = load_migration(migration)
     for name in templates.split():
+        assert getattr(module, name) == getattr(_ddl, name), name
+
+
+def test_the_shops_migration_writes_out_the_ddl_the_library_makes():
+    # a copy, as a migration must be: frozen, it must still say what the library says today
+    module = load_migration("0007_leaselock_fences", SHOP_MIGRATIONS)
+    for name in (
+        "POSTGRES_CHECK_FUNCTION",
+        "POSTGRES_STAMP_FUNCTION",
+        "POSTGRES_CHECK_TRIGGER",
+        "POSTGRES_STAMP_TRIGGER",
+        "SQLITE_TRIGGER",
+        "SQLITE_STAMP_TRIGGER",
+    ):
         assert getattr(module, name) == getattr(_ddl, name), name
 
 
