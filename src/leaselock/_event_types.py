@@ -536,8 +536,9 @@ class ClockOffsetLarge(_EventFields):
         return (
             f"This instance's clock is {abs(self.offset_ms) / 1000:.3f} s {side} the lock "
             f"store's (give or take {self.uncertainty_ms} ms), more than the "
-            f"{self.bound_ms / 1000:g} s that jobs on one instance allow for: two instances can "
-            "each run one tick. Fix: keep the hosts' clocks in time (NTP, chrony)"
+            f"{self.bound_ms / 1000:g} s that on_one_instance jobs allow for: the same tick can "
+            "run here and on another instance. Fix: keep the hosts' clocks in time (NTP, "
+            "chrony), or give such jobs a min_hold longer than the offset"
         )
 
 
