@@ -46,6 +46,7 @@ from ..stores._common._job_control import (
     OpenRun,
     RunStart,
     SupportsJobControl,
+    TickRun,
     WhenBusy,
 )
 from ..stores._common._protocol import (
@@ -898,6 +899,83 @@ async def one_start_wins(c: Check) -> None:
         state.open_run is not None and state.open_run.fencing_token == won[0],
         f"the open run is not the winner's (token {won[0]}): {state}",
     )
+
+
+def _tick(minute: int) -> datetime:
+    """The scheduled time of tick ``minute`` (a whole minute, as a schedule places it)."""
+    return _RUN_STARTED.replace(second=0, microsecond=0) + timedelta(minutes=minute)
+
+
+@_case(
+    "a start for a tick at or before the job's last started tick is refused, naming who ran "
+    "it, and takes nothing",
+    JOB_CONTROL,
+)
+async def started_ticks_refuse_their_repeats(c: Check) -> None:
+    assert isinstance(c.store, SupportsJobControl)  # noqa: S101 -- required capability
+    job, key = c.key("job"), c.key("run lock")
+    first = replace(_start(c, job, at=1, take=None, token=7), tick=_tick(1))
+    answer = await c.store.start_run(first)
+    c.expect(answer.started and answer.tick_ran is None, f"the first start of a tick: {answer}")
+    ran = TickRun(_tick(1), first.open_run.instance, 7)
+    state = await _state(c, job)
+    c.expect(state.last_tick == ran, f"job_states after a tick started: {state.last_tick}")
+    for minute, take in ((1, None), (1, key), (0, key)):
+        again = replace(_start(c, job, at=2, take=take, token=8), tick=_tick(minute))
+        refused = await c.store.start_run(again)
+        c.expect(
+            not refused.started and refused.tick_ran == ran and refused.taken is None,
+            f"a start of tick {minute} (taking {take!r}) after tick 1 started answered {refused}",
+        )
+    await c.take(key, c.owner())
+    state = await _state(c, job)
+    c.expect(
+        state.open_run is not None and state.open_run.fencing_token == 7,  # noqa: PLR2004
+        f"a refused start changed the open run: {state.open_run}",
+    )
+    unscheduled = await c.store.start_run(_start(c, job, at=3, take=None, token=9))
+    c.expect(unscheduled.started, f"a start with no tick after tick 1: {unscheduled}")
+    later = replace(_start(c, job, at=4, take=c.key("later"), token=None), tick=_tick(2))
+    taken = await c.store.start_run(later)
+    token = c.token(taken.taken, "the start of tick 2 taking a free run lock")
+    state = await _state(c, job)
+    c.expect(
+        state.last_tick == TickRun(_tick(2), later.open_run.instance, token),
+        f"tick 2 started with token {token}, but the store keeps {state.last_tick}",
+    )
+
+
+@_case("of concurrent starts of one tick, exactly one goes on", JOB_CONTROL, CONCURRENT)
+async def one_start_of_a_tick_wins(c: Check) -> None:
+    assert isinstance(c.store, SupportsJobControl)  # noqa: S101 -- required capability
+    job = c.key("job")
+    for minute, take in ((1, None), (2, c.key("run lock"))):
+        starts = [
+            replace(_start(c, job, at=n, take=take, token=n), tick=_tick(minute))
+            for n in range(c.callers)
+        ]
+        answers = await asyncio.gather(*(c.store.start_run(start) for start in starts))
+        won = [start for start, answer in zip(starts, answers, strict=True) if answer.started]
+        c.expect(
+            len(won) == 1,
+            f"{len(won)} of {c.callers} racing starts of tick {minute} (taking {take!r}) went on",
+        )
+        state = await _state(c, job)
+        c.expect(
+            state.last_tick is not None
+            and state.last_tick.at == _tick(minute)
+            and state.last_tick.instance == won[0].open_run.instance,
+            f"tick {minute} went on for {won[0].open_run.instance}, the store keeps "
+            f"{state.last_tick}",
+        )
+        if take is not None:
+            for start, answer in zip(starts, answers, strict=True):
+                if not answer.started:
+                    c.answer(
+                        await c.store.release(take, start.owner),
+                        expected=False,
+                        doing="the release of the run lock by a start refused for its tick",
+                    )
 
 
 @_case(

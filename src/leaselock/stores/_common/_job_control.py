@@ -25,6 +25,7 @@ __all__ = [
     "RunStart",
     "RunStartAnswer",
     "SupportsJobControl",
+    "TickRun",
     "WhenBusy",
     "open_run_fields",
     "open_run_from_fields",
@@ -33,6 +34,10 @@ __all__ = [
     "pause_from_json",
     "pause_json",
     "pause_matches",
+    "tick_run_fields",
+    "tick_run_from_fields",
+    "tick_run_from_json",
+    "tick_run_json",
 ]
 
 
@@ -86,6 +91,22 @@ class OpenRun:
 
 @final
 @dataclass(frozen=True, slots=True)
+class TickRun:
+    """The latest scheduled tick a run of a job started for, as the store keeps it.
+
+    Attributes:
+        at: the tick's scheduled time (UTC): its id, with the job's key.
+        instance: the label of the instance whose run started for it.
+        fencing_token: that run's token.
+    """
+
+    at: datetime
+    instance: str
+    fencing_token: int | None
+
+
+@final
+@dataclass(frozen=True, slots=True)
 class RunStart:
     """What the job layer asks at a run's start.
 
@@ -101,6 +122,9 @@ class RunStart:
         when_busy: what to do when a live lock holds ``take_key``: ``"skip"`` (write nothing),
             ``"buffer"`` (remember one trigger, which the holder's :meth:`end_run` answers),
             ``"replace"`` (take it anyway, with a greater token: the holder's renewals fail).
+        tick: the scheduled time (UTC) this run is for, or ``None`` (a job with no declared
+            schedule, a manual run). A start for a tick at or before the job's last started
+            tick is refused, writing nothing; a start that goes on keeps its tick as the last.
     """
 
     job: str
@@ -110,6 +134,7 @@ class RunStart:
     ttl_ms: int = 0
     ignore_pause: bool = False
     when_busy: WhenBusy = "skip"
+    tick: datetime | None = None
 
 
 @final
@@ -125,6 +150,8 @@ class RunStartAnswer:
             replaced it), else ``None``.
         last_run: the job's last finished run before this start, else ``None``.
         failures: how many runs in a row ended in ``"error"`` before this start.
+        tick_ran: the job's last started tick when it stopped this start (the start's tick
+            was at or before it: nothing was taken or written), else ``None``.
     """
 
     taken: AcquireResult | None
@@ -132,11 +159,14 @@ class RunStartAnswer:
     open_run: OpenRun | None = None
     last_run: RunRecord | None = None
     failures: int = 0
+    tick_ran: TickRun | None = None
 
     @property
     def started(self) -> bool:
-        """Whether the run may start: not paused, and its lock taken if one was asked for."""
-        return self.pause is None and not isinstance(self.taken, NotAcquired)
+        """Whether the run may start: not paused, its tick not run, its lock taken if asked."""
+        return (
+            self.pause is None and self.tick_ran is None and not isinstance(self.taken, NotAcquired)
+        )
 
 
 @final
@@ -149,12 +179,24 @@ class JobState:
         open_run: the run in progress (or abandoned) as the store kept it, else ``None``.
         failures: runs in a row that ended in ``"error"``.
         missed_at: the last tick found missed (its owner never started it), else ``None``.
+        last_tick: the latest scheduled tick a run started for, else ``None``.
     """
 
     job: str
     open_run: OpenRun | None
     failures: int
     missed_at: datetime | None
+    last_tick: TickRun | None = None
+
+    @property
+    def worth_listing(self) -> bool:
+        """Whether it says anything: a run open, a failure streak, a missed or a started tick."""
+        return bool(
+            self.open_run
+            or self.failures
+            or self.missed_at is not None
+            or self.last_tick is not None
+        )
 
 
 @runtime_checkable
@@ -165,12 +207,15 @@ class SupportsJobControl(Protocol):
         """Start a run of ``start.job`` unless paused, atomically, in one round trip.
 
         Unless ``start.ignore_pause``, a live :class:`JobPause` whose target matches the job
-        stops the start: nothing is taken or written. Else, when ``start.take_key`` is given,
-        it is acquired as :meth:`~leaselock.stores.LockStore.acquire` would; if a live lock
-        holds it, ``start.when_busy`` says what happens: ``"skip"`` writes nothing, ``"buffer"``
-        notes one trigger for the job, ``"replace"`` takes the key anyway with a greater token.
+        stops the start: nothing is taken or written. So does a ``start.tick`` at or before the
+        job's last started tick (``tick_ran`` is that tick). Else, when ``start.take_key`` is
+        given, it is acquired as :meth:`~leaselock.stores.LockStore.acquire` would; if a live
+        lock holds it, ``start.when_busy`` says what happens: ``"skip"`` writes nothing,
+        ``"buffer"`` notes one trigger for the job, ``"replace"`` takes the key anyway with a
+        greater token.
         A start that goes on makes ``start.open_run`` (with the token taken, if any) the job's
-        open run and clears a noted trigger. The answer carries the state from before the start.
+        open run, ``start.tick`` (if any) its last started tick, and clears a noted trigger. The
+        answer carries the state from before the start. Starts racing for one tick: one goes on.
         """
         ...
 
@@ -203,8 +248,8 @@ class SupportsJobControl(Protocol):
     async def job_states(self, jobs: Sequence[str] | None = None) -> list[JobState]:
         """Return the states of ``jobs`` (every job when ``None``), by job.
 
-        Only jobs with something to say are listed: a run open, a failure streak, or a missed
-        tick.
+        Only jobs with something to say are listed (:attr:`JobState.worth_listing`): a run
+        open, a failure streak, a missed tick, or a started tick.
         """
         ...
 
@@ -275,4 +320,31 @@ def open_run_from_fields(kept: dict[str, Any]) -> OpenRun:
         fencing_token=None if token is None else int(token),
         started_at=from_epoch_ms(int(kept["started_at_ms"])),
         trigger=cast("RunTrigger", trigger if trigger in get_args(RunTrigger) else "schedule"),
+    )
+
+
+def tick_run_fields(tick: datetime, instance: str, fencing_token: int | None) -> dict[str, object]:
+    """Return a started tick as the fields of :func:`tick_run_json`."""
+    return {"at_ms": epoch_ms(tick), "instance": instance, "token": fencing_token}
+
+
+def tick_run_json(tick: datetime, instance: str, fencing_token: int | None) -> str:
+    """Return a started tick as the JSON a store keeps (its time as epoch milliseconds)."""
+    return json.dumps(
+        tick_run_fields(tick, instance, fencing_token), ensure_ascii=False, separators=(",", ":")
+    )
+
+
+def tick_run_from_json(text: str | bytes | None) -> TickRun | None:
+    """Return the started tick a store kept as :func:`tick_run_json`, or ``None``."""
+    return None if text is None else tick_run_from_fields(json.loads(text))
+
+
+def tick_run_from_fields(kept: dict[str, Any]) -> TickRun:
+    """Return the started tick of :func:`tick_run_fields`' fields."""
+    token = kept.get("token")
+    return TickRun(
+        at=from_epoch_ms(int(kept["at_ms"])),
+        instance=str(kept.get("instance") or ""),
+        fencing_token=None if token is None else int(token),
     )

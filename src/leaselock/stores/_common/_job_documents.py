@@ -31,11 +31,14 @@ from ._job_control import (
     OpenRun,
     RunStart,
     RunStartAnswer,
+    TickRun,
     open_run_fields,
     open_run_from_fields,
     pause_from_json,
     pause_json,
     pause_matches,
+    tick_run_fields,
+    tick_run_from_fields,
 )
 from ._protocol import AcquireResult, NotAcquired
 
@@ -62,6 +65,10 @@ class KeepsJobDocuments(Protocol):
 
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         """Take ``key``, as :meth:`~leaselock.stores.LockStore.acquire`."""
+        ...
+
+    async def release(self, key: str, owner: str) -> bool:
+        """Free ``key`` if ``owner`` holds it, as :meth:`~leaselock.stores.LockStore.release`."""
         ...
 
     async def break_lock(self, key: str) -> LockInfo | None:
@@ -112,6 +119,7 @@ class _Kept:
     failures: int = 0
     missed_at_ms: int | None = None
     buffered: bool = False
+    last_tick: TickRun | None = None
 
     @classmethod
     def of(cls, text: str | None) -> _Kept:
@@ -120,18 +128,20 @@ class _Kept:
         kept = json.loads(text)
         opened = kept.get("open_run")
         missed = kept.get("missed_at_ms")
+        ticked = kept.get("last_tick")
         return cls(
             open_run=None if opened is None else open_run_from_fields(opened),
             failures=int(kept.get("failures") or 0),
             missed_at_ms=None if missed is None else int(missed),
             buffered=bool(kept.get("buffered")),
+            last_tick=None if ticked is None else tick_run_from_fields(ticked),
         )
 
     def text(self) -> str | None:
         """The document, or ``None`` when there is nothing to keep (the document goes)."""
         if self == _Kept():
             return None
-        opened = self.open_run
+        opened, ticked = self.open_run, self.last_tick
         return json.dumps(
             {
                 "open_run": None
@@ -140,6 +150,9 @@ class _Kept:
                 "failures": self.failures,
                 "missed_at_ms": self.missed_at_ms,
                 "buffered": self.buffered,
+                "last_tick": None
+                if ticked is None
+                else tick_run_fields(ticked.at, ticked.instance, ticked.fencing_token),
             },
             ensure_ascii=False,
             separators=(",", ":"),
@@ -147,7 +160,7 @@ class _Kept:
 
     def state(self, job: str) -> JobState:
         missed = None if self.missed_at_ms is None else from_epoch_ms(self.missed_at_ms)
-        return JobState(job, self.open_run, self.failures, missed)
+        return JobState(job, self.open_run, self.failures, missed, self.last_tick)
 
 
 class JobControlOnDocuments:
@@ -166,7 +179,8 @@ class JobControlOnDocuments:
 
         Three reads at once (pauses, the job's state, its records), the run lock's acquire
         when asked, and the state's swap: three round trips in a row (more when a racing
-        start's swap comes first).
+        start's swap comes first). The swap decides a tick: a start whose swap finds its tick
+        run meanwhile releases the run lock it took (one round trip more) and is refused.
         """
         name = JOB_PREFIX + start.job
         pauses, (text,), records = await asyncio.gather(
@@ -176,10 +190,14 @@ class JobControlOnDocuments:
         )
         before = _Kept.of(text)
         last_run = records[0].last_run if records else None
-        if not start.ignore_pause:
-            paused = _live_pause(pauses, start.job, start.open_run.started_at)
-            if paused is not None:
-                return RunStartAnswer(None, paused, before.open_run, last_run, before.failures)
+        answer = RunStartAnswer(None, None, before.open_run, last_run, before.failures)
+        paused = (
+            None
+            if start.ignore_pause
+            else _live_pause(pauses, start.job, start.open_run.started_at)
+        )
+        if paused is not None or _ran(before, start) is not None:
+            return replace(answer, pause=paused, tick_ran=None if paused else _ran(before, start))
         taken: AcquireResult | None = None
         token = start.open_run.fencing_token
         if start.take_key is not None:
@@ -187,19 +205,16 @@ class JobControlOnDocuments:
             if isinstance(taken, NotAcquired):
                 if start.when_busy == "buffer":
                     await _change(self, name, lambda kept: replace(kept, buffered=True), text)
-                return RunStartAnswer(taken, None, before.open_run, last_run, before.failures)
+                return replace(answer, taken=taken)
             token = taken.fencing_token
         opened = replace(start.open_run, fencing_token=token)
-
-        def open_it(kept: _Kept) -> _Kept:
-            running = kept.open_run
-            if running is not None and _token(running) > _token(opened):
-                # a start that replaced this one's run lock wrote first: its run is the open one
-                return kept
-            return replace(kept, open_run=opened, buffered=False)
-
-        before, _ = await _change(self, name, open_it, text)
-        return RunStartAnswer(taken, None, before.open_run, last_run, before.failures)
+        before = await _open(self, name, start, opened, text)
+        ran = _ran(before, start)
+        if ran is not None and start.take_key is not None:
+            await self.release(start.take_key, start.owner)
+        if ran is not None:
+            return replace(answer, open_run=before.open_run, tick_ran=ran)
+        return replace(answer, taken=taken)
 
     async def end_run(self: KeepsJobDocuments, run: RunRecord) -> bool:
         """Record ``run``, close it if it is the open run, count the streak; see the protocol.
@@ -255,7 +270,7 @@ class JobControlOnDocuments:
             texts = await self.read_documents([JOB_PREFIX + job for job in wanted])
             found = {job: text for job, text in zip(wanted, texts, strict=True) if text}
         states = (_Kept.of(found[job]).state(job) for job in sorted(found))
-        return [s for s in states if s.open_run or s.failures or s.missed_at is not None]
+        return [state for state in states if state.worth_listing]
 
 
 async def _take(store: KeepsJobDocuments, start: RunStart) -> AcquireResult:
@@ -311,6 +326,40 @@ def _live_pause(pauses: dict[str, str], job: str, now: datetime) -> JobPause | N
             if pause.live(now):
                 return pause
     return None
+
+
+async def _open(
+    store: KeepsJobDocuments, name: str, start: RunStart, opened: OpenRun, read: str | None
+) -> _Kept:
+    """Make ``opened`` the job's open run and keep its tick, unless the tick ran meanwhile.
+
+    Returns the state before the swap: its last tick refuses ``start`` if the swap found it.
+    """
+    ticked = (
+        None if start.tick is None else TickRun(start.tick, opened.instance, opened.fencing_token)
+    )
+
+    def open_it(kept: _Kept) -> _Kept:
+        if _ran(kept, start) is not None:
+            return kept
+        if ticked is not None:
+            kept = replace(kept, last_tick=ticked)
+        running = kept.open_run
+        if running is not None and _token(running) > _token(opened):
+            # a start that replaced this one's run lock wrote first: its run is the open one
+            return kept
+        return replace(kept, open_run=opened, buffered=False)
+
+    before, _ = await _change(store, name, open_it, read)
+    return before
+
+
+def _ran(kept: _Kept, start: RunStart) -> TickRun | None:
+    """The job's last started tick if it refuses ``start`` (its tick is at or before it)."""
+    ran = kept.last_tick
+    if start.tick is None or ran is None or start.tick > ran.at:
+        return None
+    return ran
 
 
 def _token(run: OpenRun) -> int:

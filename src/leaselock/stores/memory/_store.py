@@ -12,7 +12,14 @@ from typing import final
 
 from ..._clock import Clock, SystemClock
 from .._common._capabilities import JobRecord, LockInfo, RunRecord, with_run
-from .._common._job_control import JobPause, JobState, RunStart, RunStartAnswer, pause_matches
+from .._common._job_control import (
+    JobPause,
+    JobState,
+    RunStart,
+    RunStartAnswer,
+    TickRun,
+    pause_matches,
+)
 from .._common._protocol import (
     Acquired,
     AcquireResult,
@@ -224,6 +231,11 @@ class InMemoryLockStore:
                 paused = self._live_pause(start.job, start.open_run.started_at)
                 if paused is not None:
                     return RunStartAnswer(None, paused, before.open_run, last_run, before.failures)
+            ran = before.last_tick
+            if start.tick is not None and ran is not None and start.tick <= ran.at:
+                return RunStartAnswer(
+                    None, None, before.open_run, last_run, before.failures, tick_ran=ran
+                )
             taken = None
             token = start.open_run.fencing_token
             if start.take_key is not None:
@@ -237,7 +249,10 @@ class InMemoryLockStore:
                     return RunStartAnswer(taken, None, before.open_run, last_run, before.failures)
                 token = taken.fencing_token
             opened = replace(start.open_run, fencing_token=token)
-            self._states[start.job] = replace(before, open_run=opened)
+            ticked = before.last_tick
+            if start.tick is not None:
+                ticked = TickRun(start.tick, opened.instance, token)
+            self._states[start.job] = replace(before, open_run=opened, last_tick=ticked)
             self._buffered.discard(start.job)
             return RunStartAnswer(taken, None, before.open_run, last_run, before.failures)
 
@@ -289,7 +304,7 @@ class InMemoryLockStore:
         with self._guard:
             wanted = self._states.keys() if jobs is None else set(jobs) & self._states.keys()
             found = (self._states[job] for job in sorted(wanted))
-            return [s for s in found if s.open_run or s.failures or s.missed_at is not None]
+            return [state for state in found if state.worth_listing]
 
     def _live_pause(self, job: str, now: datetime) -> JobPause | None:
         for target in sorted(self._pauses):
