@@ -64,7 +64,12 @@ EventType: TypeAlias = Literal[
     "clock-offset-large",
 ]
 SkipReason: TypeAlias = Literal[
-    "another-instance", "in-progress", "paused", "store-unavailable", "shutting-down"
+    "another-instance",
+    "in-progress",
+    "paused",
+    "store-unavailable",
+    "shutting-down",
+    "tick-already-run",
 ]
 OperatorAction: TypeAlias = Literal["break", "pause", "resume", "run"]
 """What an operator did: broke a lock, paused or resumed jobs, ran a job by hand."""
@@ -202,11 +207,16 @@ class TickSkipped(_EventFields):
             "paused": "it is paused",
             "store-unavailable": "the lock store is unavailable",
             "shutting-down": "this instance is shutting down",
+            "tick-already-run": "its tick already ran",
         }[self.reason]
         if self.holder is not None and self.reason in ("another-instance", "in-progress"):
             why += f" ({self.holder})"
         if self.reason == "paused":
             why += f" by {self.holder or 'an operator'}" + (f": {self.note}" if self.note else "")
+        if self.reason == "tick-already-run":
+            why += f" on {self.holder or 'another instance'}" + (
+                f" ({self.note})" if self.note else ""
+            )
         if self.min_hold_ms:
             why += f", or one started less than min_hold ({self.min_hold_ms} ms) ago"
         if self.streak > 1 and self.streak_since is not None:
@@ -367,12 +377,14 @@ class RunStarted(_EventFields):
     type: Literal["run-started"] = "run-started"
     job: str
     trigger: RunTrigger = "schedule"
+    tick: datetime | None = None
     level: ClassVar[int] = logging.DEBUG
 
     def message(self) -> str:
         """Return the log line."""
         how = "" if self.trigger == "schedule" else f" ({self.trigger})"
-        return f"Started {self.job}{how} (fencing token {self.fencing_token})"
+        tick = "" if self.tick is None else f", tick {self.tick.isoformat(timespec='seconds')}"
+        return f"Started {self.job}{how} (fencing token {self.fencing_token}{tick})"
 
 
 @final
@@ -536,9 +548,10 @@ class ClockOffsetLarge(_EventFields):
         return (
             f"This instance's clock is {abs(self.offset_ms) / 1000:.3f} s {side} the lock "
             f"store's (give or take {self.uncertainty_ms} ms), more than the "
-            f"{self.bound_ms / 1000:g} s that on_one_instance jobs allow for: the same tick can "
-            "run here and on another instance. Fix: keep the hosts' clocks in time (NTP, "
-            "chrony), or give such jobs a min_hold longer than the offset"
+            f"{self.bound_ms / 1000:g} s that its jobs allow for (1 s for on_one_instance, a "
+            "quarter of the shortest interval of a declared schedule): the same tick can run "
+            "here and on another instance. Fix: keep the hosts' clocks in time (NTP, chrony), "
+            "or give such jobs a min_hold longer than the offset"
         )
 
 

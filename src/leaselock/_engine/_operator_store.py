@@ -147,7 +147,8 @@ class OperatorStore:
         """Return an acquire that starts ``start``, taking the lock it is called with.
 
         The engine bounds and checks it as an acquire; the store's whole answer is appended to
-        ``answers``. Where a pause stopped the start, it answers ``NotAcquired()``.
+        ``answers``. Where a pause or its tick's earlier start stopped it, it answers
+        ``NotAcquired()``.
 
         Raises:
             LocksConfigurationError: the store keeps no job control.

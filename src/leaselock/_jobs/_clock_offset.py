@@ -7,12 +7,16 @@ a tick that the owner already ran and handed back, and run it again. Each instan
 measures its offset to the store's clock (where the store shows one, ``store_time_ms``) at the
 first tick of a job it sees and every :data:`MEASURE_EVERY_MS` after, and reports an offset
 past that guard, beyond the measurement's own uncertainty, as a
-:class:`~leaselock.ClockOffsetLarge` event (a WARNING).
+:class:`~leaselock.ClockOffsetLarge` event (a WARNING). A job that declares its schedule
+(``every=``, ``cron=``) is kept to each tick once by the store instead, as long as instances
+place a tick within half an interval of its slot: the bound for it is a quarter of its shortest
+interval (its ticks are placed with the measured offset, so this guards the measurement).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, final
@@ -24,13 +28,23 @@ from .._event_types import ClockOffsetLarge
 from .._events import Publisher
 from ..stores._common._capabilities import epoch_ms
 from ._runs import SAME_TICK_MS
+from ._spec import JobSpec
 
-__all__ = ["CLOCK_OFFSET_BOUND_MS", "MEASURE_EVERY_MS", "ClockOffset", "ClockOffsetWatch"]
+__all__ = [
+    "CLOCK_OFFSET_BOUND_MS",
+    "MEASURE_EVERY_MS",
+    "SLOT_FRACTION",
+    "ClockOffset",
+    "ClockOffsetWatch",
+    "offset_bound_ms",
+]
 
 _log = logging.getLogger("leaselock.jobs")
 
 CLOCK_OFFSET_BOUND_MS: Final = SAME_TICK_MS
 """The largest offset to the store's clock that ``on_one_instance`` jobs allow for."""
+SLOT_FRACTION: Final = 4
+"""A job with a declared schedule allows for an offset of its shortest interval over this."""
 MEASURE_EVERY_MS: Final = 60_000
 """How often an instance measures its offset again."""
 
@@ -46,10 +60,19 @@ class ClockOffset:
     offset: timedelta
     uncertainty: timedelta
 
-    @property
-    def large(self) -> bool:
-        """Whether it is past :data:`CLOCK_OFFSET_BOUND_MS` whatever the uncertainty."""
-        return abs(self.offset) - self.uncertainty > timedelta(milliseconds=CLOCK_OFFSET_BOUND_MS)
+    def past(self, bound_ms: int) -> bool:
+        """Whether it is past ``bound_ms`` whatever the uncertainty."""
+        return abs(self.offset) - self.uncertainty > timedelta(milliseconds=bound_ms)
+
+
+def offset_bound_ms(jobs: Iterable[JobSpec]) -> int:
+    """The largest offset ``jobs`` allow for: the guard, or less for a dense declared schedule."""
+    bounds = [
+        job.schedule.shortest_interval_ms // SLOT_FRACTION
+        for job in jobs
+        if job.schedule is not None
+    ]
+    return min([CLOCK_OFFSET_BOUND_MS, *bounds])
 
 
 @final
@@ -57,6 +80,7 @@ class ClockOffsetWatch:
     """Measures one Locks' offset to its store's clock, and reports a large one once."""
 
     __slots__ = (
+        "_bound_ms",
         "_clock",
         "_closed",
         "_events",
@@ -69,10 +93,20 @@ class ClockOffsetWatch:
     )
 
     def __init__(
-        self, operator: OperatorStore, clock: Clock, events: Publisher, *, instance: str
+        self,
+        operator: OperatorStore,
+        clock: Clock,
+        events: Publisher,
+        *,
+        instance: str,
+        bound_ms: Callable[[], int],
     ) -> None:
-        """Read the store's clock through ``operator``, paced by ``clock``; report to ``events``."""
+        """Read the store's clock through ``operator``, paced by ``clock``; report to ``events``.
+
+        ``bound_ms`` says the largest offset the jobs registered now allow for.
+        """
         self._operator = operator
+        self._bound_ms = bound_ms
         self._clock = clock
         self._events = events
         # an owner id's form ("<id>@<label>") with no id: the event's instance is this one
@@ -129,7 +163,9 @@ class ClockOffsetWatch:
             )
 
     def _judge(self, measured: ClockOffset) -> None:
-        if measured.large and not self._large:
+        bound_ms = self._bound_ms()
+        large = measured.past(bound_ms)
+        if large and not self._large:
             self._large = True
             self._events.emit(
                 ClockOffsetLarge(
@@ -138,13 +174,13 @@ class ClockOffsetWatch:
                     owner=self._reporter,
                     offset_ms=round(measured.offset / timedelta(milliseconds=1)),
                     uncertainty_ms=round(measured.uncertainty / timedelta(milliseconds=1)),
-                    bound_ms=CLOCK_OFFSET_BOUND_MS,
+                    bound_ms=bound_ms,
                 )
             )
-        elif self._large and not measured.large:
+        elif self._large and not large:
             self._large = False
             _log.info(
                 "This instance's clock is back within %g s of the lock store's (%+.3f s)",
-                CLOCK_OFFSET_BOUND_MS / 1000,
+                bound_ms / 1000,
                 measured.offset.total_seconds(),
             )

@@ -86,15 +86,23 @@ class JobControl:
         return self._operator.keeps_job_control
 
     def start(
-        self, spec: JobSpec, trigger: RunTrigger, token: int | None, started_at: datetime
+        self,
+        spec: JobSpec,
+        trigger: RunTrigger,
+        token: int | None,
+        started_at: datetime,
+        tick: datetime | None,
     ) -> RunStart | None:
-        """Return the start to send for a run of ``spec`` (``None``: the store keeps none)."""
+        """Return the start to send for a run of ``spec`` (``None``: the store keeps none).
+
+        ``tick`` is the scheduled time the run is for, which the store refuses to start twice.
+        """
         if not self.kept:
             return None
         opened = OpenRun(self._instance, token, started_at, trigger)
         manual = trigger == "manual"
         busy = "skip" if manual else _WHEN_BUSY[spec.overlap]
-        return RunStart(spec.key, opened, ignore_pause=manual, when_busy=busy)
+        return RunStart(spec.key, opened, ignore_pause=manual, when_busy=busy, tick=tick)
 
     def skipped_elsewhere(self, spec: JobSpec, holder: str | None) -> None:
         """Remember a tick skipped because another instance owns ``spec``."""

@@ -31,6 +31,8 @@ class RunInfo:
             ``Locks.job_status(job)``'s ``last_success`` or this run's ``previous``.
         abandoned: a run of the job that never ended (its instance died), found by this run's
             start and recorded as lost, else ``None``: its work may be half done.
+        tick: the scheduled time (UTC) this run is for, on a job that declares its schedule
+            (``every=``, ``cron=``); ``None`` for a manual run, or a job that declares none.
 
     .. versionadded:: 0.2
     """
@@ -41,6 +43,7 @@ class RunInfo:
     started_at: datetime
     previous: RunRecord | None = None
     abandoned: RunRecord | None = None
+    tick: datetime | None = None
 
     @property
     def fencing_token(self) -> int:

@@ -24,6 +24,7 @@ from ._options import (
     checked_options,
 )
 from ._runtime import JobRuntime, resolve_runtime
+from ._schedule import EverySchedule, Schedule, cron_schedule
 from ._spec import JOB_ATTRIBUTE, OVERLAPS, JobKind, JobOptions, JobSpec
 
 __all__ = [
@@ -135,7 +136,28 @@ def _parsed(options: AnyJobOptions) -> JobOptions:
             None if catch_up_window is None else parse_ttl(catch_up_window, name="catch_up_window")
         ),
         recover=recover,
+        schedule=_schedule(options),
     )
+
+
+def _schedule(options: AnyJobOptions) -> Schedule | None:
+    """The schedule ``every`` or ``cron`` declares (one of them at most), or ``None``."""
+    every, cron = options.get("every"), options.get("cron")
+    zoned = {name for name in ("timezone", "fall_back") if name in options}
+    if every is not None and cron is not None:
+        raise LocksConfigurationError(
+            f"every={every!r} and cron={cron!r}: declare the schedule once, with one of them"
+        )
+    if cron is None and zoned:
+        raise LocksConfigurationError(
+            f"{' and '.join(sorted(zoned))} without cron=...: they place a cron expression on "
+            "a local clock; pass cron=, or drop them (every= counts in UTC)"
+        )
+    if every is not None:
+        return EverySchedule(parse_ttl(every, name="every"))
+    if cron is not None:
+        return cron_schedule(cron, options.get("timezone"), options.get("fall_back", "once"))
+    return None
 
 
 def _failures(count: object, name: str) -> int | None:

@@ -32,7 +32,8 @@ _log = logging.getLogger("leaselock.jobs")
 FOLLOW_UP_MARGIN_MS: Final = 250
 """How long past the holder's ttl the second look waits: its lease has surely expired then."""
 
-RunAgain = Callable[[RunTrigger], None]
+RunAgain = Callable[[RunTrigger, int], None]
+"""Runs a job again for a trigger, as the tick that fired at the given time on the clock."""
 
 
 @final
@@ -96,7 +97,7 @@ class FollowUps:
                 )
                 return
             if trigger is not None:
-                run_again(trigger)
+                run_again(trigger, skipped_ms)
 
         return look
 

@@ -42,12 +42,26 @@ class _Watched(TypedDict, total=False):
         recover: a run whose instance died is run again at once, by an instance that skipped a
             tick meanwhile (``trigger="recover"``; ``current_run().abandoned`` is the dead
             run), instead of at the next tick.
+        every: the job's schedule, declared (the scheduler's own, restated): ticks at whole
+            multiples of this interval since the Unix epoch (UTC). Each tick then runs once
+            wherever it fires: the store keeps the last tick started, and refuses a start for
+            it or an earlier one (``tick-skipped``, reason ``"tick-already-run"``), across
+            restarts, handovers and clocks apart by less than half the interval.
+        cron: the same, as a cron expression (``"30 2 * * *"``) on the clock of ``timezone``;
+            needs ``pip install 'leaselock[cron]'`` (croniter).
+        timezone: the IANA time zone of ``cron`` (default ``"UTC"``).
+        fall_back: a ``cron`` time that the local clock repeats when daylight saving ends is
+            one tick, its first (``"once"``, the default), or two (``"twice"``).
     """
 
     expect_every: Duration | None
     alert_after_failures: int | None
     pause_after_failures: int | None
     recover: bool
+    every: Duration | None
+    cron: str | None
+    timezone: str | None
+    fall_back: Literal["once", "twice"]
 
 
 class SyncOnOneInstanceOptions(_Watched, total=False):

@@ -109,7 +109,7 @@ class Registry:
         self._check_keys()
 
     def check_job_control(self, store: object, *, keeps_job_control: bool) -> None:
-        """Refuse an ``overlap``, ``catch_up`` or ``recover`` the store cannot keep.
+        """Refuse an ``overlap``, ``catch_up``, ``recover`` or schedule the store cannot keep.
 
         Raises:
             LocksConfigurationError: a job asks for one and the store keeps no job control, or
@@ -128,6 +128,10 @@ class Registry:
                     (f'overlap="{spec.overlap}"', spec.overlap != "skip"),
                     ('catch_up="latest"', spec.catch_up),
                     ("recover=True", spec.recover),
+                    (
+                        "a declared schedule (every= or cron=)",
+                        spec.schedule is not None,
+                    ),
                 )
                 if asked
             ]

@@ -16,6 +16,7 @@ import statistics
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, final
 
 from .._clock import Clock, TimerHandle
@@ -150,24 +151,28 @@ class JobRuns:
         spec: JobSpec,
         trigger: RunTrigger = "schedule",
         run_again: RunAgain | None = None,
+        tick: datetime | None = None,
     ) -> JobRun | None:
         """Turn a tick into a run, or skip it (``None``) and say why.
 
         A ``"manual"`` run (``run_now``) ignores pauses and the lease: it runs here, under the
         run lock ``<key>``. A store failure skips the tick: it never reaches the scheduler, and
         no lock is believed held. ``run_again`` runs the job later, should a second look at a
-        skipped tick find it must (``catch_up``, ``recover``).
+        skipped tick find it must (``catch_up``, ``recover``). ``tick`` is the scheduled time
+        the run is for (a job with a declared schedule): a tick started anywhere is skipped.
         """
         if trigger == "schedule":
             self.follow_ups.ticked(spec, self._clock.now_ms())
         self._last_skip.pop(spec.key, None)
-        run = await self._begin_or_skip(spec, trigger)
+        run = await self._begin_or_skip(spec, trigger, tick)
         skipped = self._last_skip.get(spec.key)
         if run is None and skipped is not None and run_again is not None:
             self.follow_ups.after_skip(spec, skipped, run_again)
         return run
 
-    async def _begin_or_skip(self, spec: JobSpec, trigger: RunTrigger) -> JobRun | None:
+    async def _begin_or_skip(
+        self, spec: JobSpec, trigger: RunTrigger, tick: datetime | None
+    ) -> JobRun | None:
         if self._closing:
             if trigger == "manual":
                 raise LocksConfigurationError(
@@ -179,7 +184,7 @@ class JobRuns:
         # every instance that sees the job's ticks watches it, the owner or not
         self.overdue.watch(spec)
         try:
-            return await self._begin(spec, trigger)
+            return await self._begin(spec, trigger, tick)
         except LockStoreError as error:
             if trigger == "manual":
                 raise
@@ -187,9 +192,11 @@ class JobRuns:
             self._skip(spec, "store-unavailable")
             return None
 
-    async def _begin(self, spec: JobSpec, trigger: RunTrigger) -> JobRun | None:
+    async def _begin(
+        self, spec: JobSpec, trigger: RunTrigger, tick: datetime | None
+    ) -> JobRun | None:
         if not spec.one_instance or trigger == "manual":
-            return await self._begin_run(spec, trigger, None)
+            return await self._begin_run(spec, trigger, None, tick)
         owned = await self._lease_for(spec)
         if not isinstance(owned, _OwnedLease):
             self.control.skipped_elsewhere(spec, owned)
@@ -197,21 +204,25 @@ class JobRuns:
             return None
         run = None
         try:
-            run = await self._begin_run(spec, trigger, owned)
+            run = await self._begin_run(spec, trigger, owned, tick)
         finally:
             if run is None:
                 self._tick_ended(spec, owned)
         return run
 
     async def _begin_run(
-        self, spec: JobSpec, trigger: RunTrigger, owned: _OwnedLease | None
+        self,
+        spec: JobSpec,
+        trigger: RunTrigger,
+        owned: _OwnedLease | None,
+        tick: datetime | None,
     ) -> JobRun | None:
         """Start a run of a tick that came through ``owned`` (or needs no lease), or skip it."""
         manual = trigger == "manual"
         lease_token = None if owned is None else owned.lease.fencing_token
         started_ms = self._clock.now_ms()
         started_at = self.records.wall.at(started_ms)
-        start = self.control.start(spec, trigger, lease_token, started_at)
+        start = self.control.start(spec, trigger, lease_token, started_at, tick)
         started = await self._start(spec, start, manual=manual)
         if started is None:
             return None
@@ -228,7 +239,7 @@ class JobRuns:
         else:
             assert owned is not None  # noqa: S101 -- a job has one of the two
             lock, unlink = owned.lock, None
-        info = RunInfo(spec.key, lock, trigger, started_at)
+        info = RunInfo(spec.key, lock, trigger, started_at, tick=tick)
         failures_before = None
         if start is not None and answer is not None:
             ending_here = [
@@ -251,6 +262,7 @@ class JobRuns:
                 owner=self._owner_of(run),
                 job=spec.key,
                 trigger=trigger,
+                tick=tick,
             )
         )
         telemetry = self._engine.telemetry
@@ -296,7 +308,9 @@ class JobRuns:
             ttl_ms = spec.no_overlap_ttl_ms or spec.one_instance_ttl_ms or self._default_ttl_ms
             acquire = None if start is None else self._engine.operator.starter(start, answers)
             taken = await self._engine.try_once(spec.key, ttl_ms, acquire=acquire)
-            if not isinstance(taken, Lease) and not (answers and answers[0].pause):
+            # stopped before the lock: paused, or its tick ran
+            refused = bool(answers) and answers[0].taken is None
+            if not isinstance(taken, Lease) and not refused:
                 if manual:
                     raise LockNotAcquiredError(
                         spec.key,
@@ -312,6 +326,16 @@ class JobRuns:
         answer = answers[0] if answers else None
         if answer is not None and answer.pause is not None:
             self._skip(spec, "paused", holder=answer.pause.paused_by, note=answer.pause.note)
+            return None
+        if answer is not None and answer.tick_ran is not None:
+            ran = answer.tick_ran
+            self._skip(
+                spec,
+                "tick-already-run",
+                holder=ran.instance,
+                note=f"tick {ran.at.isoformat(timespec='milliseconds')} with fencing token "
+                f"{ran.fencing_token}",
+            )
             return None
         if answer is not None and answer.open_run is not None and spec.overlap == "replace":
             self._stop_replaced(spec, answer.open_run.fencing_token)

@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, final
 
 from .._clock import Clock
@@ -32,12 +33,14 @@ from ..stores._common._job_control import JobPause
 from ._bindings import Bindings, Started
 from ._campaign import Campaign
 from ._cancel import CancelOnLoss
-from ._clock_offset import ClockOffsetWatch
+from ._clock_offset import ClockOffsetWatch, offset_bound_ms
 from ._current import CURRENT_RUN
+from ._follow_ups import RunAgain
 from ._pauses import build_pause, checked_target
 from ._records import describe_error
 from ._registry import Registry
 from ._runs import JobRun, JobRuns
+from ._schedule import latest_slot, nearest_slot, next_slot
 from ._spec import ElectionSpec, JobSpec, election_spec_of, job_spec_of
 from ._status import JobsReader, JobStatus, job_statuses
 
@@ -202,7 +205,11 @@ class JobRuntime:
         for spec in self._registry.jobs:
             self._runs.overdue.watch(spec)
         self._clock_offset = ClockOffsetWatch(
-            engine.operator, self._clock, self._events, instance=engine.instance
+            engine.operator,
+            self._clock,
+            self._events,
+            instance=engine.instance,
+            bound_ms=lambda: offset_bound_ms(self._registry.jobs),
         )
         self._phase = _Phase.STARTED
         _STARTED.add(self)
@@ -350,9 +357,11 @@ class JobRuntime:
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         trigger: RunTrigger,
+        *,
+        when: _When | None = None,
     ) -> T | None:
         again = self._again(spec, function, args, kwargs) if trigger == "schedule" else None
-        run = await self._begin_from_any_loop(spec, trigger, again)
+        run = await self._begin_from_any_loop(spec, trigger, again, when or _When())
         if run is None:
             return None
         token = CURRENT_LOCK.set(run.lock)
@@ -377,7 +386,9 @@ class JobRuntime:
             CURRENT_RUN.reset(current)
             CURRENT_LOCK.reset(token)
             if await self._on_own_loop(self._end(run, ending)):
-                self._run_again(spec, function, args, kwargs, "buffered")
+                self._run_again(
+                    spec, function, args, kwargs, "buffered", when=_When(follows=run.info.tick)
+                )
 
     def run_sync(
         self,
@@ -402,6 +413,8 @@ class JobRuntime:
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         trigger: RunTrigger,
+        *,
+        when: _When | None = None,
     ) -> T | None:
         loop = self._usable_loop()
         if running_loop() is not None:
@@ -412,7 +425,7 @@ class JobRuntime:
                 "(asyncio.to_thread; APScheduler does this for sync jobs)"
             )
         again = self._again(spec, function, args, kwargs) if trigger == "schedule" else None
-        run = call_in_loop(loop, self._begin(spec, trigger, again))
+        run = call_in_loop(loop, self._begin(spec, trigger, again, when))
         if run is None:
             return None
         token = CURRENT_LOCK.set(run.lock)
@@ -427,7 +440,9 @@ class JobRuntime:
             CURRENT_RUN.reset(current)
             CURRENT_LOCK.reset(token)
             if call_in_loop(loop, self._end(run, ending)):
-                self._run_again(spec, function, args, kwargs, "buffered")
+                self._run_again(
+                    spec, function, args, kwargs, "buffered", when=_When(follows=run.info.tick)
+                )
 
     def _again(
         self,
@@ -435,9 +450,13 @@ class JobRuntime:
         function: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
-    ) -> Callable[[RunTrigger], None]:
+    ) -> RunAgain:
         """Return how a later look at this tick runs the job again, for ``trigger``."""
-        return functools.partial(self._run_again, spec, function, args, kwargs)
+
+        def run_again(trigger: RunTrigger, fired_ms: int) -> None:
+            self._run_again(spec, function, args, kwargs, trigger, when=_When(fired_ms))
+
+        return run_again
 
     def _run_again(
         self,
@@ -446,19 +465,23 @@ class JobRuntime:
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         trigger: RunTrigger,
+        *,
+        when: _When,
     ) -> None:
         """Start a run no scheduler fired: buffered, caught up, or recovering a dead run.
 
         It runs on this runtime's loop (a sync job in a worker thread), recorded with
-        ``trigger``; what it raises is logged, as no scheduler waits for it.
+        ``trigger``; what it raises is logged, as no scheduler waits for it. ``when`` says
+        which tick it is for.
         """
+        run_sync = functools.partial(self._run_sync, when=when)
 
         async def again() -> None:
             try:
                 if inspect.iscoroutinefunction(function):
-                    await self._run_async(spec, function, args, kwargs, trigger)
+                    await self._run_async(spec, function, args, kwargs, trigger, when=when)
                 else:
-                    await asyncio.to_thread(self._run_sync, spec, function, args, kwargs, trigger)
+                    await asyncio.to_thread(run_sync, spec, function, args, kwargs, trigger)
             except Exception:  # noqa: BLE001 -- no scheduler waits for this run: it is logged
                 _log.exception("The %s run of %s raised", trigger, spec.key)
 
@@ -497,7 +520,8 @@ class JobRuntime:
         self,
         spec: JobSpec,
         trigger: RunTrigger = "schedule",
-        run_again: Callable[[RunTrigger], None] | None = None,
+        run_again: RunAgain | None = None,
+        when: _When | None = None,
     ) -> JobRun | None:
         self._usable_loop()
         if running_loop() is not self._loop:
@@ -508,8 +532,34 @@ class JobRuntime:
         assert self._runs is not None  # noqa: S101 -- set by start()
         if self._clock_offset is not None and not self._clock_offset.started:
             # the first tick seen here: from now on this instance's clock decides ticks
-            self._spawn(self._clock_offset.start())
-        return await self._runs.begin(spec, trigger, run_again)
+            measured = self._clock_offset.start()
+            if spec.schedule is None:
+                self._spawn(measured)
+            else:
+                # this tick is placed on the schedule with the offset: measure it first
+                await measured
+        tick = self._tick(spec, trigger, when or _When())
+        return await self._runs.begin(spec, trigger, run_again, tick)
+
+    def _tick(self, spec: JobSpec, trigger: RunTrigger, when: _When) -> datetime | None:
+        """The scheduled time (UTC) a run of ``spec`` is for, where it declares a schedule.
+
+        The moment the tick fired here (now, unless a later look runs it), on the store's
+        clock as far as measured, falls nearest to it. A manual run is its own tick (``None``).
+        A buffered run is for the tick after the one its run waited for, or a later one.
+        """
+        schedule = spec.schedule
+        if schedule is None or trigger == "manual":
+            return None
+        assert self._runs is not None  # noqa: S101 -- set by start()
+        fired_ms = self._clock.now_ms() if when.fired_ms is None else when.fired_ms
+        measured = None if self._clock_offset is None else self._clock_offset.last
+        at = self._runs.records.wall.at(fired_ms) + (
+            timedelta(0) if measured is None else measured.offset
+        )
+        if when.follows is not None:
+            return max(next_slot(schedule, when.follows), latest_slot(schedule, at))
+        return nearest_slot(schedule, at)
 
     async def _end(self, run: JobRun, ending: _Ending) -> bool:
         assert self._runs is not None  # noqa: S101 -- a run exists only once started
@@ -519,12 +569,13 @@ class JobRuntime:
         self,
         spec: JobSpec,
         trigger: RunTrigger,
-        run_again: Callable[[RunTrigger], None] | None,
+        run_again: RunAgain | None,
+        when: _When,
     ) -> JobRun | None:
         loop = self._usable_loop()
         if running_loop() is loop:
-            return await self._begin(spec, trigger, run_again)
-        begun = start_on_loop(loop, self._begin(spec, trigger, run_again))
+            return await self._begin(spec, trigger, run_again, when)
+        begun = start_on_loop(loop, self._begin(spec, trigger, run_again, when))
         try:
             return await asyncio.wrap_future(begun)
         except asyncio.CancelledError:
@@ -561,6 +612,20 @@ class JobRuntime:
             f"This Locks is {self._phase.value}, not started; use `async with locks:` "
             "or `await locks.start()` first"
         )
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _When:
+    """Which tick a run is for.
+
+    The one that fired at ``fired_ms`` on this Locks' clock (now, when ``None``): a scheduled
+    tick, or one skipped that a later look runs (caught up, recovered). For a buffered run, the
+    tick after ``follows``, the tick of the run it waited for.
+    """
+
+    fired_ms: int | None = None
+    follows: datetime | None = None
 
 
 @final

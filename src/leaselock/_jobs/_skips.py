@@ -85,7 +85,7 @@ class Skips:
                 job=spec.key,
                 reason=reason,
                 min_hold_ms=spec.min_hold_ms if reason == "in-progress" else None,
-                holder=holder if reason == "paused" else holder_name(holder),
+                holder=holder if reason in ("paused", "tick-already-run") else holder_name(holder),
                 note=note,
                 streak=streak.count,
                 streak_since=streak.since,

@@ -8,6 +8,7 @@ from typing import Any, Literal, final
 
 from .._errors import LocksConfigurationError
 from .._keys import lease_key
+from ._schedule import Schedule
 
 __all__ = [
     "DEFAULT_ALERT_AFTER_FAILURES",
@@ -48,6 +49,7 @@ class JobOptions:
     catch_up: bool = False
     catch_up_window_ms: int | None = None
     recover: bool = False
+    schedule: Schedule | None = None
 
 
 @final
@@ -72,6 +74,7 @@ class JobSpec:
     catch_up: bool = False
     catch_up_window_ms: int | None = None
     recover: bool = False
+    schedule: Schedule | None = None
 
     @property
     def key(self) -> str:
@@ -113,18 +116,7 @@ class JobSpec:
             self.no_overlap, self.no_overlap_ttl_ms = True, ttl_ms
             self.min_hold_ms, self.max_run_ms = chosen.min_hold_ms, chosen.max_run_ms
             self.overlap = chosen.overlap
-        self.cancel_on_loss = self.cancel_on_loss or chosen.cancel_on_loss
-        self.recover = self.recover or chosen.recover
-        if chosen.alert_after_failures is not None:
-            self.alert_after_failures = chosen.alert_after_failures
-        if chosen.pause_after_failures is not None:
-            self.pause_after_failures = chosen.pause_after_failures
-        if chosen.expect_every_ms is not None:
-            if self.expect_every_ms not in {None, chosen.expect_every_ms}:
-                raise LocksConfigurationError(
-                    f"{self.describe()} has two expect_every values; give it once"
-                )
-            self.expect_every_ms = chosen.expect_every_ms
+        self._add_shared(chosen)
         if key is not None:
             if self.explicit_key is not None and self.explicit_key != key:
                 raise LocksConfigurationError(
@@ -132,6 +124,28 @@ class JobSpec:
                     "decorators on one function share one key: give it once"
                 )
             self.explicit_key = key
+
+    def _add_shared(self, chosen: JobOptions) -> None:
+        """Merge the options either decorator may give; one given by both must agree."""
+        self.cancel_on_loss = self.cancel_on_loss or chosen.cancel_on_loss
+        self.recover = self.recover or chosen.recover
+        if chosen.alert_after_failures is not None:
+            self.alert_after_failures = chosen.alert_after_failures
+        if chosen.pause_after_failures is not None:
+            self.pause_after_failures = chosen.pause_after_failures
+        if chosen.schedule is not None:
+            if self.schedule not in {None, chosen.schedule}:
+                raise LocksConfigurationError(
+                    f"{self.describe()} declares two schedules ({self.schedule.describe()} and "
+                    f"{chosen.schedule.describe()}); declare it on one decorator"
+                )
+            self.schedule = chosen.schedule
+        if chosen.expect_every_ms is not None:
+            if self.expect_every_ms not in {None, chosen.expect_every_ms}:
+                raise LocksConfigurationError(
+                    f"{self.describe()} has two expect_every values; give it once"
+                )
+            self.expect_every_ms = chosen.expect_every_ms
 
 
 def _twice(kind: str, spec: JobSpec) -> LocksConfigurationError:
