@@ -184,6 +184,13 @@ def _run_jobs(arguments: argparse.Namespace) -> int:
                         "clock_offset_ms": None
                         if status.clock_offset is None
                         else round(status.clock_offset.total_seconds() * 1000),
+                        "last_tick": None
+                        if status.last_tick is None
+                        else {
+                            "at": status.last_tick.at.isoformat(),
+                            "instance": status.last_tick.instance,
+                            "fencing_token": status.last_tick.fencing_token,
+                        },
                     }
                     for status in statuses
                 ],
@@ -244,7 +251,10 @@ def _said_offset(offset: timedelta) -> str:
 
 
 def _state(status: JobStatus, now: datetime) -> str:
-    """Paused, failing, missed and abandoned, as a person reads them; ``ok`` if none."""
+    """Paused, failing, missed and abandoned as a person reads them (``ok`` if none).
+
+    Then the last tick started, where the job declares its schedule.
+    """
     said = []
     if status.paused is not None:
         note = f": {status.paused.note}" if status.paused.note else ""
@@ -256,7 +266,13 @@ def _state(status: JobStatus, now: datetime) -> str:
     last = status.last_run
     if last is not None and last.detected_by == "abandoned":
         said.append(f"last run abandoned on {last.instance}")
-    return "; ".join(said) or "ok"
+    ticked = status.last_tick
+    tick = (
+        ""
+        if ticked is None
+        else f"; last tick {ticked.at.isoformat(timespec='seconds')} on {ticked.instance}"
+    )
+    return ("; ".join(said) or "ok") + tick
 
 
 def operator_name() -> str:

@@ -12,7 +12,7 @@ from .._clock import utc_now
 from .._engine import OperatorStore
 from .._keys import lease_key
 from ..stores._common._capabilities import JobRecord, LockInfo, RunRecord
-from ..stores._common._job_control import JobPause, JobState, pause_matches
+from ..stores._common._job_control import JobPause, JobState, TickRun, pause_matches
 from ._overdue import OverdueWatch
 
 __all__ = ["JobStatus", "JobsReader", "job_statuses", "statuses_of"]
@@ -40,6 +40,8 @@ class JobStatus:
             (positive: this instance is behind); ``None`` where the store shows no clock
             (in-memory, SQLite and etcd). Past one second, two instances can each run one
             tick of an ``on_one_instance`` job.
+        last_tick: the latest scheduled tick a run started for, and the instance and token
+            that ran it (a job that declares its schedule), else ``None``.
 
     .. versionadded:: 0.2
     """
@@ -55,6 +57,7 @@ class JobStatus:
     failures: int = 0
     missed_at: datetime | None = None
     clock_offset: timedelta | None = None
+    last_tick: TickRun | None = None
 
     @property
     def running(self) -> bool:
@@ -138,6 +141,7 @@ def statuses_of(
                 ),
                 failures=0 if state is None else state.failures,
                 missed_at=None if state is None else state.missed_at,
+                last_tick=None if state is None else state.last_tick,
             )
         )
     return statuses

@@ -21,6 +21,7 @@ from ._common._job_control import OpenRun as OpenRun
 from ._common._job_control import RunStart as RunStart
 from ._common._job_control import RunStartAnswer as RunStartAnswer
 from ._common._job_control import SupportsJobControl as SupportsJobControl
+from ._common._job_control import TickRun as TickRun
 from ._common._protocol import MAX_FENCING_TOKEN as MAX_FENCING_TOKEN
 from ._common._protocol import Acquired as Acquired
 from ._common._protocol import AcquireResult as AcquireResult
@@ -84,6 +85,7 @@ __all__ = [
     "SupportsReleasesInTurn",
     "SupportsRunRecords",
     "SupportsStoreClock",
+    "TickRun",
     "WaitingLine",
     "store_from_url",
 ]
