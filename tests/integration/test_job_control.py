@@ -6,15 +6,16 @@ manual clock."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 import leaselock
 from helpers import unique_key
-from leaselock import Event, JobMissed, Locks, RunAbandoned, current_run
+from leaselock import Event, JobMissed, Locks, RunAbandoned, TickSkipped, current_run
 from leaselock.testing import FaultyStore
 from store_benches import JOB_STORES, Bench
 
@@ -300,3 +301,70 @@ async def test_catch_up_and_recover_run_what_a_dead_instance_left(bench: Bench):
         stores[0].heal()
 
     assert sorted(ran[1:]) == [("shop-3002", "catch-up"), ("shop-3002", "recover")]
+
+
+def far_from_a_slot_midpoint() -> str:
+    """``every="1d"`` or ``"2d"``: whichever puts now hours from the midpoint between two slots.
+
+    The instances here fire one tick moments apart; placed nearest to a slot, they name the same
+    tick whatever the time of day the test runs (the two midpoints are 12 hours apart).
+    """
+    now_ms = time.time() * 1000
+    day_ms = 86_400_000
+    return "1d" if abs(now_ms % day_ms - day_ms / 2) > day_ms / 4 else "2d"
+
+
+async def test_a_declared_schedule_runs_each_tick_once_across_instances_and_hand_backs(
+    bench: Bench,
+):
+    count_key, poll_key = unique_key("stock:count"), unique_key("feed:poll")
+    every = far_from_a_slot_midpoint()
+    counted: list[tuple[str, str, datetime | None]] = []
+    polled: list[str] = []
+
+    class Jobs:
+        def __init__(self, label: str) -> None:
+            self.label = label
+
+        @leaselock.on_one_instance(key=count_key, every=every)
+        async def count(self) -> None:
+            run = current_run()
+            assert run is not None
+            counted.append((self.label, run.trigger, run.tick))
+
+        @leaselock.without_overlapping(key=poll_key, every=every)
+        async def poll(self) -> None:
+            polled.append(self.label)
+
+    async with shop(bench, "shop-3001") as ((first,), _):
+        owner = Jobs("shop-3001")
+        first.register(owner)
+        await owner.count()
+        (tick,) = [ran_tick for _, _, ran_tick in counted]
+        assert tick is not None
+    # the hand-back keeps the lease for the rest of the tick's second; then it is free
+    await bench.pass_time(bench.expiry_ms + 200)
+
+    skipped: list[TickSkipped] = []
+    async with shop(bench, "shop-3002", "shop-3003") as ((second, third), _):
+        taker, other = Jobs("shop-3002"), Jobs("shop-3003")
+        second.register(taker)
+        third.register(other)
+        second.events.subscribe(lambda event: skipped.append(event), "tick-skipped")
+        assert await taker.count() is None
+        assert await other.count() is None
+        await third.run_now(count_key)
+        assert await taker.count() is None
+        status = await third.job_status(count_key)
+        await asyncio.gather(taker.poll(), other.poll(), taker.poll())
+
+    assert counted[1:] == [("shop-3003", "manual", None)]
+    refused = [
+        event for event in skipped if event.reason == "tick-already-run" and event.job == count_key
+    ]
+    assert len(refused) == 2
+    assert refused[0].holder == "shop-3001"
+    assert tick.isoformat(timespec="milliseconds") in (refused[0].note or "")
+    assert status.last_tick is not None
+    assert (status.last_tick.at, status.last_tick.instance) == (tick, "shop-3001")
+    assert len(polled) == 1
