@@ -23,7 +23,17 @@ import pytest
 from helpers import TokensAsText, unique_key
 from leaselock import Locks, LocksConfigurationError, LockStoreError, SyncLocks, current_lock
 from leaselock._durations import MAX_TTL_MS
-from leaselock.stores import Acquired, AcquireResult, LockInfo, NotAcquired, Queued, RunRecord
+from leaselock.stores import (
+    Acquired,
+    AcquireResult,
+    JobState,
+    LockInfo,
+    NotAcquired,
+    OpenRun,
+    Queued,
+    RunRecord,
+    RunStart,
+)
 from leaselock.stores.sqlite import SQLiteLockStore
 from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
@@ -32,6 +42,7 @@ PROCESSES = 8
 RACE_ROUNDS = 200
 # a child process that never reaches a barrier fails the test instead of hanging it
 BARRIER_TIMEOUT_S = 60.0
+TICK = datetime(2026, 12, 6, 15, 30, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -114,6 +125,33 @@ def open_new_file_at_once(
         raise
 
 
+def open_an_earlier_file_and_start_one_tick(
+    path: str, job: str, start: Barrier, opened: Barrier, results: Queue[tuple[bool, str] | str]
+) -> None:
+    """In a process of its own: open an earlier leaselock's file with the others, start TICK."""
+    instance = f"shop-{os.getpid()}"
+
+    async def open_and_start() -> tuple[bool, str]:
+        store = SQLiteLockStore(path)
+        start.wait(BARRIER_TIMEOUT_S)
+        await store.open()
+        try:
+            opened.wait(BARRIER_TIMEOUT_S)
+            run = OpenRun(instance, None, datetime.now(UTC))
+            answer = await store.start_run(RunStart(job, run, tick=TICK))
+        finally:
+            await store.aclose()
+        return answer.started, instance
+
+    try:
+        results.put(asyncio.run(open_and_start()))
+    except BaseException as error:
+        start.abort()
+        opened.abort()
+        results.put(repr(error))
+        raise
+
+
 def start_processes(
     monkeypatch: pytest.MonkeyPatch, target: Callable[..., None], args: tuple[object, ...]
 ) -> list[BaseProcess]:
@@ -166,6 +204,47 @@ def test_processes_opening_a_new_file_at_once_create_it_once_and_one_acquires(
     assert [report for report in reports if isinstance(report, str)] == []
     assert sum(isinstance(report, Acquired) for report in reports) == 1
     assert sum(isinstance(report, NotAcquired) for report in reports) == PROCESSES - 1
+
+
+async def an_earlier_leaselock_s_file(path: Path, job: str) -> None:
+    """Make a file as a leaselock before tick identity left it: no ``last_tick``, one failure."""
+    store = SQLiteLockStore(path)
+    started = datetime.now(UTC)
+    await store.end_run(RunRecord(job, "shop-3001", None, started, started, "error", "boom"))
+    await store.aclose()
+    db = sqlite3.connect(path)
+    db.execute('ALTER TABLE "leaselock_locks_jobs" DROP COLUMN last_tick')
+    db.close()
+
+
+def test_processes_opening_an_earlier_file_at_once_add_its_column_once_and_one_starts_a_tick(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = unique_key("job")
+    asyncio.run(an_earlier_leaselock_s_file(path, job))
+    context = multiprocessing.get_context("spawn")
+    start, opened = context.Barrier(PROCESSES), context.Barrier(PROCESSES)
+    results: Queue[tuple[bool, str] | str] = context.Queue()
+    args = (str(path), job, start, opened, results)
+    processes = start_processes(monkeypatch, open_an_earlier_file_and_start_one_tick, args)
+    reports = [results.get(timeout=2 * BARRIER_TIMEOUT_S) for _ in processes]
+    join_processes(processes)
+
+    assert [report for report in reports if isinstance(report, str)] == []
+    won = [report[1] for report in reports if isinstance(report, tuple) and report[0]]
+    assert len(won) == 1
+
+    async def read_state() -> list[JobState]:
+        store = SQLiteLockStore(path, read_only=True)
+        try:
+            return await store.job_states([job])
+        finally:
+            await store.aclose()
+
+    [state] = asyncio.run(read_state())
+    assert state.failures == 1  # the earlier leaselock's row is kept, column added beside it
+    assert state.last_tick is not None
+    assert (state.last_tick.at, state.last_tick.instance) == (TICK, won[0])
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
@@ -437,6 +516,15 @@ async def test_a_store_that_creates_nothing_names_a_column_an_earlier_leaselock_
 
     with pytest.raises(LockStoreError, match=r'"leaselock_locks_runs"\."detected_by" does not'):
         await SQLiteLockStore(path, read_only=True).open()
+
+
+async def test_a_store_that_creates_nothing_names_the_jobs_column_an_earlier_leaselock_lacks(
+    path: Path,
+) -> None:
+    await an_earlier_leaselock_s_file(path, unique_key("job"))
+
+    with pytest.raises(LockStoreError, match=r'"leaselock_locks_jobs"\."last_tick" does not'):
+        await SQLiteLockStore(path, create_schema=False).open()
 
 
 async def test_a_store_that_may_not_create_its_schema_takes_locks_in_a_file_that_has_it(

@@ -1,4 +1,4 @@
-"""The job-control half of SQLiteLockStore: pauses, open runs and failure streaks, in SQL.
+"""The job-control half of SQLiteLockStore: pauses, open runs, failure streaks, ticks, in SQL.
 
 Every function here runs on the store's worker thread inside the one ``BEGIN IMMEDIATE``
 transaction of its call, so a read and the write it decides are atomic across processes.
@@ -7,7 +7,7 @@ transaction of its call, so a read and the write it decides are atomic across pr
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Final, final
 
@@ -22,12 +22,15 @@ from .._common._job_control import (
     pause_from_json,
     pause_json,
     pause_matches,
+    tick_run_from_json,
+    tick_run_json,
 )
 from .._common._protocol import Acquired, NotAcquired
 
-__all__ = ["CREATE_JOBS", "RUN_COLUMNS_ADDED", "SQLiteJobControl", "add_missing_columns"]
+__all__ = ["COLUMNS_ADDED", "CREATE_JOBS", "SQLiteJobControl", "add_missing_columns"]
 
-# -> nothing; per job its open run and failure streak, and per pause target its pause
+# -> nothing; per job its open run, failure streak and last started tick (tick_run_json), and
+# per pause target its pause
 CREATE_JOBS: Final = """
 CREATE TABLE IF NOT EXISTS {jobs} (
     name         TEXT    NOT NULL PRIMARY KEY,
@@ -35,27 +38,30 @@ CREATE TABLE IF NOT EXISTS {jobs} (
     open_run     TEXT,
     failures     INTEGER NOT NULL DEFAULT 0,
     missed_at_ms INTEGER,
-    buffered     INTEGER NOT NULL DEFAULT 0
+    buffered     INTEGER NOT NULL DEFAULT 0,
+    last_tick    TEXT
 ) WITHOUT ROWID
 """
 
-# columns a runs table made by an earlier leaselock lacks: (name, definition)
-RUN_COLUMNS_ADDED: Final = (
-    ("trigger", "TEXT NOT NULL DEFAULT 'schedule'"),
-    ("detected_by", "TEXT"),
-)
+# columns that tables made by an earlier leaselock lack, by table ("runs", "jobs" of the
+# store's names): (name, definition)
+COLUMNS_ADDED: Final[Mapping[str, tuple[tuple[str, str], ...]]] = {
+    "runs": (("trigger", "TEXT NOT NULL DEFAULT 'schedule'"), ("detected_by", "TEXT")),
+    "jobs": (("last_tick", "TEXT"),),
+}
 
 # -> (name, pause) of every pause kept
 _PAUSES: Final = "SELECT name, pause FROM {jobs} WHERE pause IS NOT NULL ORDER BY name"
 
-# :job -> (open_run, failures, missed_at_ms, buffered) or nothing
-_STATE: Final = "SELECT open_run, failures, missed_at_ms, buffered FROM {jobs} WHERE name = :job"
-
-# -> (name, open_run, failures, missed_at_ms) of every job with a state
-_STATES: Final = """
-SELECT name, open_run, failures, missed_at_ms FROM {jobs}
-WHERE open_run IS NOT NULL OR failures > 0 OR missed_at_ms IS NOT NULL ORDER BY name
+# :job -> (open_run, failures, missed_at_ms, buffered, last_tick) or nothing
+_STATE: Final = """
+SELECT open_run, failures, missed_at_ms, buffered, last_tick FROM {jobs} WHERE name = :job
 """
+
+# -> (name, open_run, failures, missed_at_ms, last_tick) of every row, pause targets' too
+_STATES: Final = (
+    "SELECT name, open_run, failures, missed_at_ms, last_tick FROM {jobs} ORDER BY name"
+)
 
 # :job -> the job's last run: (job, instance, fencing_token, started_at_ms, ended_at_ms,
 # outcome, error, trigger, detected_by) or nothing
@@ -65,10 +71,14 @@ SELECT job, instance, fencing_token, started_at_ms, ended_at_ms, outcome, error,
 FROM {runs} WHERE job = :job AND kind = 'last'
 """
 
-# :job :open_run -> nothing; a noted trigger is served by this run
+# :job :open_run :last_tick -> nothing; a noted trigger is served by this run, and a start
+# with no tick (NULL) keeps the last started one
 _OPEN: Final = """
-INSERT INTO {jobs} (name, open_run) VALUES (:job, :open_run)
-ON CONFLICT (name) DO UPDATE SET open_run = excluded.open_run, buffered = 0
+INSERT INTO {jobs} (name, open_run, last_tick) VALUES (:job, :open_run, :last_tick)
+ON CONFLICT (name) DO UPDATE SET
+    open_run = excluded.open_run,
+    buffered = 0,
+    last_tick = coalesce(excluded.last_tick, {jobs}.last_tick)
 """
 
 # :job :open_run :failures :buffered -> nothing
@@ -138,10 +148,16 @@ class SQLiteJobControl:
     def start(
         self, db: sqlite3.Connection, now_ms: int, start: RunStart, take: Take
     ) -> RunStartAnswer:
-        """Start a run unless paused, taking its lock with ``take`` when asked."""
+        """Start a run unless paused or its tick ran, taking its lock with ``take`` when asked.
+
+        A tick at or before the job's last started tick (compared in milliseconds, as kept)
+        is refused before anything is taken; racing starts of one tick are decided by the
+        transaction's write lock, taken before the last tick is read.
+        """
         state = db.execute(self._sql["state"], {"job": start.job}).fetchone()
         open_run = None if state is None else open_run_from_json(state[0])
         failures = 0 if state is None else int(state[1])
+        ran = None if state is None else tick_run_from_json(state[4])
         row = db.execute(self._sql["last_run"], {"job": start.job}).fetchone()
         last_run = None if row is None else run_from_row(row)
         if not start.ignore_pause:
@@ -149,6 +165,8 @@ class SQLiteJobControl:
                 pause = pause_from_json(target, kept)
                 if pause_matches(target, start.job) and pause.live(start.open_run.started_at):
                     return RunStartAnswer(None, pause, open_run, last_run, failures)
+        if start.tick is not None and ran is not None and epoch_ms(start.tick) <= epoch_ms(ran.at):
+            return RunStartAnswer(None, None, open_run, last_run, failures, tick_ran=ran)
         taken = None
         token = start.open_run.fencing_token
         if start.take_key is not None:
@@ -162,8 +180,18 @@ class SQLiteJobControl:
                     db.execute(self._sql["buffer"], {"job": start.job})
                 return RunStartAnswer(result, None, open_run, last_run, failures)
             taken, token = Acquired(result), result
+        ticked = (
+            None
+            if start.tick is None
+            else tick_run_json(start.tick, start.open_run.instance, token)
+        )
         db.execute(
-            self._sql["open"], {"job": start.job, "open_run": open_run_json(start.open_run, token)}
+            self._sql["open"],
+            {
+                "job": start.job,
+                "open_run": open_run_json(start.open_run, token),
+                "last_tick": ticked,
+            },
         )
         return RunStartAnswer(taken, None, open_run, last_run, failures)
 
@@ -213,22 +241,33 @@ class SQLiteJobControl:
         return [pause_from_json(target, kept) for target, kept in db.execute(self._sql["pauses"])]
 
     def states(self, db: sqlite3.Connection, jobs: Sequence[str] | None) -> list[JobState]:
-        """Return the states of ``jobs`` (all when ``None``), by job."""
-        found = [
+        """Return the states worth listing of ``jobs`` (all when ``None``), by job."""
+        wanted = None if jobs is None else set(jobs)
+        found = (
             JobState(
                 str(name),
                 open_run_from_json(open_run),
                 int(failures),
                 None if missed_at_ms is None else from_epoch_ms(int(missed_at_ms)),
+                tick_run_from_json(last_tick),
             )
-            for name, open_run, failures, missed_at_ms in db.execute(self._sql["states"])
-        ]
-        return found if jobs is None else [state for state in found if state.job in set(jobs)]
+            for name, open_run, failures, missed_at_ms, last_tick in db.execute(self._sql["states"])
+            if wanted is None or name in wanted
+        )
+        # a pause target's row has no state: the contract's own test leaves it out
+        return [state for state in found if state.worth_listing]
 
 
-def add_missing_columns(db: sqlite3.Connection, table: str) -> None:
-    """Add to the runs ``table`` (quoted) the columns an earlier leaselock did not make."""
-    present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
-    for name, definition in RUN_COLUMNS_ADDED:
-        if name not in present:
-            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
+def add_missing_columns(db: sqlite3.Connection, names: Mapping[str, str]) -> None:
+    """Add to the tables of ``names`` (quoted) the :data:`COLUMNS_ADDED` they lack.
+
+    Call it inside a ``BEGIN IMMEDIATE`` transaction: SQLite has no ``ADD COLUMN IF NOT
+    EXISTS``, and the write lock keeps another process that opens the file at once from adding
+    a column between this one's check and its ``ALTER TABLE``.
+    """
+    for kind, added in COLUMNS_ADDED.items():
+        table = names[kind]
+        present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        for name, definition in added:
+            if name not in present:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")

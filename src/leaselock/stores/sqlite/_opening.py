@@ -10,10 +10,10 @@ Before such a store uses the file, :func:`missing_schema` says what of leaselock
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ._jobs import RUN_COLUMNS_ADDED
+from ._jobs import COLUMNS_ADDED
 
 __all__ = ["connect", "missing_schema"]
 
@@ -43,19 +43,22 @@ def connect(
     )
 
 
-def missing_schema(db: sqlite3.Connection, tables: Sequence[str], runs_table: str) -> list[str]:
-    """Return what the file lacks of ``tables`` and of the columns of ``runs_table``, quoted.
+def missing_schema(
+    db: sqlite3.Connection, tables: Sequence[str], grown: Mapping[str, str]
+) -> list[str]:
+    """Return what the file lacks of ``tables`` and of the columns added since, quoted.
 
-    A table as ``"name"``, a column of the runs table that an earlier leaselock did not make as
+    ``grown`` names (unquoted) the table of each kind of :data:`COLUMNS_ADDED`. A table is
+    given as ``"name"``, a column that an earlier leaselock did not make as
     ``"table"."column"``; nothing when the schema is whole.
     """
     present = {name for (name,) in db.execute(_TABLES)}
     missing = [f'"{table}"' for table in tables if table not in present]
-    if runs_table in present:
-        columns = {row[1] for row in db.execute(f'PRAGMA table_info("{runs_table}")')}
-        missing += [
-            f'"{runs_table}"."{column}"'
-            for column, _definition in RUN_COLUMNS_ADDED
-            if column not in columns
-        ]
+    for kind, added in COLUMNS_ADDED.items():
+        table = grown[kind]
+        if table in present:
+            columns = {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')}
+            missing += [
+                f'"{table}"."{column}"' for column, _definition in added if column not in columns
+            ]
     return missing

@@ -39,7 +39,7 @@ from .._common._protocol import (
     Renewal,
     WaitingLine,
 )
-from ._jobs import CREATE_JOBS, SQLiteJobControl, add_missing_columns
+from ._jobs import COLUMNS_ADDED, CREATE_JOBS, SQLiteJobControl, add_missing_columns
 from ._line import (
     CREATE_LINE,
     CREATE_LINE_ORDER,
@@ -282,10 +282,10 @@ class SQLiteLockStore:
         "_read_only",
         "_release_sql",
         "_renew_sql",
-        "_runs_table",
         "_schema_sql",
         "_table",
         "_table_names",
+        "_tables_grown",
         "_taken_row_sql",
         "_users",
         "_wakeups",
@@ -388,7 +388,8 @@ class SQLiteLockStore:
                 CREATE_LINE_ORDER,
             )
         )
-        self._runs_table = names["runs"]
+        # the tables that gained columns since an earlier leaselock made them, quoted
+        self._tables_grown = {kind: names[kind] for kind in COLUMNS_ADDED}
         # what a store that creates nothing needs in the file (the line's index only speeds it up)
         self._table_names = tuple(
             names[kind].strip('"') for kind in ("locks", "tokens", "runs", "jobs", "line")
@@ -563,7 +564,11 @@ class SQLiteLockStore:
         await self._call("record_run", lambda db, _now_ms: self._record(db, run))
 
     async def start_run(self, start: RunStart) -> RunStartAnswer:
-        """Start a run unless paused, taking its lock if asked, in ONE transaction."""
+        """Start a run unless paused or its tick ran, taking its lock if asked, in ONE transaction.
+
+        The transaction's write lock orders racing starts of one tick: the first commits the
+        tick as the job's last, and each one after it reads that and is refused.
+        """
         return await self._call(
             "start_run", lambda db, now_ms: self._jobs.start(db, now_ms, start, self._take)
         )
@@ -782,16 +787,21 @@ class SQLiteLockStore:
             )
         db.execute(SYNCHRONOUS_FULL)
         if self._creates_none is None:
-            # in a transaction: processes that open a new file at once create the tables once
+            # in a transaction: processes that open a new file at once create the tables once,
+            # and processes that open an earlier leaselock's file at once add a column once
             self._in_transaction(db, "open", self._create_schema)
 
     def _create_schema(self, db: sqlite3.Connection, _now_ms: int) -> None:
         for sql in self._schema_sql:
             db.execute(sql)
-        add_missing_columns(db, self._runs_table)
+        add_missing_columns(db, self._tables_grown)
 
     def _check_schema(self, db: sqlite3.Connection, _now_ms: int) -> None:
-        missing = missing_schema(db, self._table_names, self._runs_table.strip('"'))
+        missing = missing_schema(
+            db,
+            self._table_names,
+            {kind: table.strip('"') for kind, table in self._tables_grown.items()},
+        )
         if missing:
             # fail at start, in one line, rather than at a call that needs the table
             raise LockStoreError(
