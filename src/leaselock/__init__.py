@@ -61,6 +61,7 @@ from .integrations.sqlalchemy import fenced_update as fenced_update
 from .stores._common._capabilities import LockInfo as LockInfo
 from .stores._common._capabilities import RunRecord as RunRecord
 from .stores._common._job_control import JobPause as JobPause
+from .stores._common._job_control import TickRun as TickRun
 from .sync import SyncLock as SyncLock
 from .sync import SyncLocks as SyncLocks
 
@@ -114,6 +115,7 @@ __all__ = [
     "SyncOnOneInstanceOptions",
     "SyncWithoutOverlappingOptions",
     "SystemClock",
+    "TickRun",
     "TickSkipped",
     "TimerHandle",
     "WithoutOverlappingOptions",
