@@ -1,13 +1,14 @@
 """The job-control half of RedisLockStore: its Lua scripts, and how their replies read.
 
 Two hashes beside the runs hash: ``<prefix>jobs`` (fields ``open:<job>``, ``failures:<job>``,
-``missed:<job>``, ``buffered:<job>``) and ``<prefix>pauses`` (one field per pause target, its
-pause as JSON).
+``missed:<job>``, ``buffered:<job>``, ``tick:<job>``: the last started tick as JSON) and
+``<prefix>pauses`` (one field per pause target, its pause as JSON).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Final
 
 from .._common._capabilities import RunRecord, from_epoch_ms, run_from_json
@@ -19,6 +20,8 @@ from .._common._job_control import (
     open_run_from_json,
     open_run_json,
     pause_from_json,
+    tick_run_from_json,
+    tick_run_json,
 )
 from .._common._protocol import Acquired, NotAcquired
 from ._keyspace import text
@@ -32,16 +35,19 @@ __all__ = [
     "MISSED_FIELD",
     "OPEN_FIELD",
     "START_RUN",
+    "TICK_FIELD",
     "closing_open_run",
     "job_states_from_fields",
     "open_run_prefix",
     "pauses_from_fields",
     "start_answer",
+    "tick_run_prefix",
 ]
 
 OPEN_FIELD: Final = "open:"
 FAILURES_FIELD: Final = "failures:"
 MISSED_FIELD: Final = "missed:"
+TICK_FIELD: Final = "tick:"
 _UNSET_TAIL: Final = "null}"
 
 START_RUN: Final = script(
@@ -54,10 +60,12 @@ START_RUN: Final = script(
 -- ARGV[1] = job, ARGV[2] = owner, ARGV[3] = ttl_ms, ARGV[4] = the open run as JSON up to its
 -- token, ARGV[5] = the run's token when no lock is taken ('' for none), ARGV[6] = '1' to ignore
 -- pauses, ARGV[7] = now as epoch ms (the caller's wall clock, that of a pause's until_ms),
--- ARGV[8] = when busy: 'skip', 'buffer' (note one trigger) or 'replace' (take it anyway)
--- -> {status, token or holder, pause target, pause, open run before, last run, failures}, status
---    'paused' (nothing written), 'busy' (the lock is held: nothing written but a noted
---    trigger), 'started'
+-- ARGV[8] = when busy: 'skip', 'buffer' (note one trigger) or 'replace' (take it anyway),
+-- ARGV[9] = the run's tick as epoch ms ('' for none), ARGV[10] = the tick as JSON up to its token
+-- -> {status, token or holder, pause target, pause, open run before, last run, failures, last
+--    tick}, status 'paused' (nothing written), 'ran' (the tick is at or before the last started
+--    tick, which the reply carries: nothing written), 'busy' (the lock is held: nothing written
+--    but a noted trigger), 'started' (the tick, if any, is kept as the last, with the run's token)
 local job = ARGV[1]
 local open_before = redis.call('HGET', KEYS[2], 'open:' .. job)
 local last = redis.call('HGET', KEYS[3], 'last:' .. job)
@@ -81,8 +89,13 @@ if ARGV[6] ~= '1' then
     end
   end
   if found then
-    return {'paused', false, found, found_pause, open_before, last, failures}
+    return {'paused', false, found, found_pause, open_before, last, failures, false}
   end
+end
+-- checked in the step that writes the tick: of starts racing for one tick, one goes on
+local last_tick = ARGV[9] ~= '' and redis.call('HGET', KEYS[2], 'tick:' .. job)
+if last_tick and tonumber(ARGV[9]) <= cjson.decode(last_tick)['at_ms'] then
+  return {'ran', false, false, false, open_before, last, failures, last_tick}
 end
 local token = ARGV[5]
 if #KEYS == 6 then
@@ -92,7 +105,7 @@ if #KEYS == 6 then
     if ARGV[8] == 'buffer' then
       redis.call('HSET', KEYS[2], 'buffered:' .. job, '1')
     end
-    return {'busy', redis.call('GET', KEYS[4]), false, false, open_before, last, failures}
+    return {'busy', redis.call('GET', KEYS[4]), false, false, open_before, last, failures, false}
   end
   token = string.format('%d', draw(KEYS[5], KEYS[6]))
 end
@@ -101,7 +114,10 @@ if token == '' then
 end
 redis.call('HSET', KEYS[2], 'open:' .. job, ARGV[4] .. token .. '}')
 redis.call('HDEL', KEYS[2], 'buffered:' .. job)
-return {'started', token, false, false, open_before, last, failures}
+if ARGV[9] ~= '' then
+  redis.call('HSET', KEYS[2], 'tick:' .. job, ARGV[10] .. token .. '}')
+end
+return {'started', token, false, false, open_before, last, failures, false}
 """,
 )
 
@@ -144,6 +160,11 @@ def open_run_prefix(run: OpenRun) -> str:
     return open_run_json(run, None).removesuffix(_UNSET_TAIL)
 
 
+def tick_run_prefix(tick: datetime, instance: str) -> str:
+    """Return a started tick as JSON up to its token, which START_RUN appends (and the brace)."""
+    return tick_run_json(tick, instance, None).removesuffix(_UNSET_TAIL)
+
+
 def closing_open_run(run: RunRecord) -> str:
     """Return the open run START_RUN kept for ``run``: END_RUN clears it if it is still there."""
     return open_run_json(
@@ -153,7 +174,7 @@ def closing_open_run(run: RunRecord) -> str:
 
 def start_answer(reply: Sequence[object], took: bool) -> RunStartAnswer:
     """Read START_RUN's reply; ``took`` says whether a lock was asked for."""
-    status, token_or_holder, target, pause, open_before, last, failures = reply
+    status, token_or_holder, target, pause, open_before, last, failures, last_tick = reply
     kept_pause = None if not target else pause_from_json(text(target), text(pause))
     last_run = run_from_json(text(last)) if last else None
     taken: Acquired | NotAcquired | None = None
@@ -167,6 +188,7 @@ def start_answer(reply: Sequence[object], took: bool) -> RunStartAnswer:
         open_run_from_json(None if not open_before else text(open_before)),
         last_run,
         int(text(failures)),
+        tick_run_from_json(text(last_tick)) if text(status) == "ran" else None,
     )
 
 
@@ -187,7 +209,8 @@ def job_states_from_fields(fields: dict[str, str], jobs: Sequence[str] | None) -
             open_run_from_json(fields.get(OPEN_FIELD + job)),
             int(fields.get(FAILURES_FIELD + job) or 0),
             None if missed is None else from_epoch_ms(int(missed)),
+            tick_run_from_json(fields.get(TICK_FIELD + job)),
         )
-        if state.open_run or state.failures or state.missed_at is not None:
+        if state.worth_listing:
             states.append(state)
     return states

@@ -59,6 +59,7 @@ from ._jobs import (
     open_run_prefix,
     pauses_from_fields,
     start_answer,
+    tick_run_prefix,
 )
 from ._keyspace import delete_prefixed, glob_escaped, lock_info, text
 from ._line import (
@@ -837,7 +838,10 @@ class RedisLockStore:
         await self._run(RECORD_RUN, 1, self._runs_key, *record_run_args(run))
 
     async def start_run(self, start: RunStart) -> RunStartAnswer:
-        """Start a run unless paused, taking its lock if asked: one script, one round trip.
+        """Start a run unless paused or its tick ran, taking its lock if asked: one script.
+
+        The pause check, the tick check, the lock's acquire and the writes of the open run and
+        its tick are one atomic step, in one round trip.
 
         Raises:
             LockStoreError: with ``min_replicas``, the run's lock was taken but reached fewer
@@ -858,13 +862,16 @@ class RedisLockStore:
             "1" if start.ignore_pause else "0",
             epoch_ms(opened.started_at),
             start.when_busy,
+            "" if start.tick is None else epoch_ms(start.tick),
+            "" if start.tick is None else tick_run_prefix(start.tick, opened.instance),
         )
         if start.take_key is None or not self._replication.replicas:
             reply = await self._run(START_RUN, len(keys), *keys_and_args)
             return start_answer(reply, took=start.take_key is not None)
         reply, acknowledged = await self._run_replicated(START_RUN, len(keys), *keys_and_args)
         if text(reply[0]) == "started" and acknowledged < self._replication.replicas:
-            # the run's record stays open, as a run whose process died would leave it
+            # the run's record stays open and its tick started, as a run whose process died
+            # would leave them: no other instance runs that tick
             try:
                 await self.release(start.take_key, start.owner)
             finally:
