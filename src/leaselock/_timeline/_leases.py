@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
@@ -36,7 +36,9 @@ class Lease:
     ``held_until``. Neither is later than the start of a later token of the same key.
     ``detected_by`` says how a ``lost`` lease was lost. ``token`` is ``None`` where it is not
     known: a live timeline of a store that keeps no token per key (Redis) sees other
-    processes' leases without theirs.
+    processes' leases without theirs. ``ticks`` are the scheduled ticks its runs were for
+    (a job that declares its schedule), in order: one for a run lock, every tick its owner ran
+    for a job's lease.
     """
 
     key: str
@@ -49,6 +51,7 @@ class Lease:
     end: datetime
     ended: Ended = "expired"
     detected_by: str | None = None
+    ticks: list[datetime] = field(default_factory=list)
 
     def as_json(self) -> dict[str, object]:
         """Return the lease as the JSON object ``leaselock timeline --json`` prints."""
@@ -63,6 +66,7 @@ class Lease:
             "ended": self.ended,
             "detected_by": self.detected_by,
             "ttl_ms": self.ttl // timedelta(milliseconds=1),
+            "ticks": [tick.isoformat() for tick in self.ticks],
         }
 
 
@@ -125,6 +129,9 @@ def leases_from(events: Sequence[dict[str, Any]]) -> list[Lease]:
             if lease is not None:
                 open_leases[key, owner] = lease
             continue
+        if event.get("type") == "run-started":
+            _note_tick(open_leases.get((key, owner)), event.get("tick"))
+            continue
         ending = _ending(event)
         if ending is not None:
             _end(open_leases.pop((key, owner), None), closed, event, ending)
@@ -143,6 +150,14 @@ def _started(event: dict[str, Any], key: str, owner: str, instance: str) -> Leas
     at = event["at"]
     ttl = timedelta(milliseconds=int(event.get("ttl_ms") or 0))
     return Lease(key, owner, instance, token, at, ttl, held_until=at, end=at)
+
+
+def _note_tick(lease: Lease | None, tick: object) -> None:
+    if lease is not None and isinstance(tick, str):
+        try:
+            lease.ticks.append(datetime.fromisoformat(tick))
+        except ValueError:
+            return
 
 
 def _end(lease: Lease | None, closed: list[Lease], event: dict[str, Any], ending: Ended) -> None:

@@ -119,10 +119,11 @@ def _bar(lease: Lease, x: Scale, top: float, colour: str) -> list[str]:
     y = top + (LANE_HEIGHT - BAR_HEIGHT) / 2
     token = "" if lease.token is None else str(lease.token)
     how = lease.ended if lease.detected_by is None else f"{lease.ended} ({lease.detected_by})"
+    ticks = "".join(f", tick {tick.isoformat(timespec='seconds')}" for tick in lease.ticks[-3:])
     title = (
         f"{lease.key}: {lease.instance}, fencing token {token or 'unknown'}, "
         f"{_clock(lease.start)} to "
-        f"{_clock(lease.end)}, {how}"
+        f"{_clock(lease.end)}, {how}{ticks}"
     )
     parts = [
         (

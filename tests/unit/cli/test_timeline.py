@@ -99,6 +99,29 @@ def test_a_lease_with_no_other_line_of_its_holder_expires_a_ttl_after_it_started
     assert (lease.held_until, lease.end) == (at(1), at(3))
 
 
+def test_a_lease_carries_the_ticks_its_holders_runs_were_for_and_shows_the_latest():
+    ticks = ["2026-12-06T10:00:00+00:00", "2026-12-06T10:00:10+00:00"]
+    leases = leases_of(
+        event("lock-acquired", 1, "job:owner", "shop-3001", 2, ttl_ms=6000),
+        event("run-started", 1.1, "job:owner", "shop-3001", 2, tick=ticks[0]),
+        event("run-started", 2.1, "job:owner", "shop-3001", 2, tick=ticks[1]),
+        event("run-started", 2.2, "job:owner", "shop-3002", 9, tick=ticks[1], by="shop-3001"),
+        event("run-started", 2.3, "job:owner", "shop-3001", 2, tick=None, trigger="manual"),
+        event("lock-released", 3, "job:owner", "shop-3001", 2),
+    )
+    (lease,) = leases
+    assert [tick.isoformat() for tick in lease.ticks] == ticks
+    assert lease.as_json()["ticks"] == ticks
+    (bar,) = [
+        rect
+        for rect in ET.fromstring(render_svg(leases)).iter(f"{SVG}rect")  # noqa: S314 -- ours
+        if rect.get("class") == "lease"
+    ]
+    title = bar.find(f"{SVG}title")
+    assert title is not None
+    assert "tick 2026-12-06T10:00:10+00:00" in (title.text or "")
+
+
 def test_a_lease_never_reaches_past_the_next_token_of_its_key_whatever_its_holder_wrote():
     leases = leases_of(
         event("lock-acquired", 0, "k", "shop-3001", 1, ttl_ms=1000),
@@ -183,6 +206,7 @@ def test_json_prints_every_lease_with_its_times_and_how_it_ended(
         "ended": "expired",
         "detected_by": None,
         "ttl_ms": 6000,
+        "ticks": [],
     }
     lost = printed[4]
     assert (lost["ended"], lost["detected_by"], lost["end"]) == (
