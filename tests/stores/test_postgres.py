@@ -12,6 +12,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,9 +26,12 @@ from leaselock.stores import (
     Acquired,
     Grant,
     NotAcquired,
+    OpenRun,
     Queued,
     Renewal,
+    RunStart,
 )
+from leaselock.stores._common._job_control import TickRun
 from leaselock.stores.postgres import PostgresLockStore
 from leaselock.stores.postgres import _follower as _postgres_follower
 from leaselock.stores.postgres import _listening as _postgres_listening
@@ -47,6 +51,7 @@ ALEMBIC_MIGRATIONS = (
     REPO / "docs" / "stores" / "alembic_leaselock_runs.py",
     REPO / "docs" / "stores" / "alembic_leaselock_line.py",
     REPO / "docs" / "stores" / "alembic_leaselock_tokens.py",
+    REPO / "docs" / "stores" / "alembic_leaselock_ticks.py",
 )
 HAS_PSYCOPG = importlib.util.find_spec("psycopg") is not None
 HAS_ALEMBIC = importlib.util.find_spec("alembic") is not None
@@ -1524,6 +1529,105 @@ async def test_create_schema_adds_the_lines_to_a_schema_made_without_them(
             assert isinstance(await line.queue(key, "waiter", 60_000, 3000, 1), Acquired)
     finally:
         await upgraded.aclose()
+
+
+async def schema_without_ticks(scratch: Scratch, name: str) -> tuple[str, str]:
+    """Make the schema an earlier leaselock made: a jobs table without last_tick."""
+    table, sequence = scratch.names(name)
+    made = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    await made.create_schema()
+    await made.aclose()
+    admin = await asyncpg.connect(scratch.url)
+    try:
+        await admin.execute(f'ALTER TABLE "{table}_jobs" DROP COLUMN last_tick')
+    finally:
+        await admin.close()
+    return table, sequence
+
+
+def tick_start(job: str, minute: int) -> RunStart:
+    tick = datetime(2026, 12, 7, 9, minute, tzinfo=UTC)
+    return RunStart(job, OpenRun("shop-1", 1, tick), tick=tick)
+
+
+async def test_create_schema_adds_last_tick_to_a_jobs_table_made_without_it(
+    scratch: Scratch,
+) -> None:
+    table, sequence = await schema_without_ticks(scratch, "addticks")
+    upgraded = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    try:
+        job = unique_key("addticks")
+        assert (await upgraded.start_run(tick_start(job, 1))).started
+        again = await upgraded.start_run(tick_start(job, 1))
+    finally:
+        await upgraded.aclose()
+
+    assert again.tick_ran == TickRun(datetime(2026, 12, 7, 9, 1, tzinfo=UTC), "shop-1", 1)
+
+
+async def test_a_jobs_table_without_last_tick_and_create_schema_false_fails_naming_the_migration(
+    scratch: Scratch,
+) -> None:
+    table, sequence = await schema_without_ticks(scratch, "noticks")
+    store = PostgresLockStore.from_url(
+        scratch.url, table=table, sequence=sequence, create_schema=False
+    )
+    try:
+        with pytest.raises(LockStoreError) as refused:
+            await store.open()
+    finally:
+        await store.aclose()
+    said = str(refused.value)
+    assert f'the jobs table "{table}_jobs" has no column last_tick' in said
+    assert "create_schema=False" in said
+    assert "alembic_leaselock_ticks.py" in said
+
+
+async def test_a_role_that_may_not_add_last_tick_fails_at_start_naming_the_migration(
+    scratch: Scratch,
+) -> None:
+    table, sequence = await schema_without_ticks(scratch, "roleticks")
+    role = f"leaselock_test_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(scratch.url)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN")
+        for name in (table, f"{table}_runs", f"{table}_jobs", f"{table}_line"):
+            await admin.execute(f'GRANT SELECT, INSERT, UPDATE ON "{name}" TO {role}')
+        await admin.execute(f'GRANT USAGE, SELECT, UPDATE ON SEQUENCE "{sequence}" TO {role}')
+        server = urlsplit(scratch.url)
+        as_role = server._replace(netloc=f"{role}@{server.hostname}:{server.port}")
+        app = PostgresLockStore.from_url(urlunsplit(as_role), table=table, sequence=sequence)
+        try:
+            with pytest.raises(LockStoreError) as refused:
+                await app.open()
+        finally:
+            await app.aclose()
+    finally:
+        await admin.execute(f"DROP OWNED BY {role}")
+        await admin.execute(f"DROP ROLE {role}")
+        await admin.close()
+    said = str(refused.value)
+    assert f'the jobs table "{table}_jobs" has no column last_tick' in said
+    assert "could not add it" in said
+    assert "alembic_leaselock_ticks.py" in said
+
+
+@pytest.mark.skipif(not HAS_ALEMBIC, reason="alembic is not installed")
+async def test_the_ticks_migration_adds_last_tick_to_a_jobs_table_made_without_it(
+    scratch: Scratch,
+) -> None:
+    table, sequence = await schema_without_ticks(scratch, "migrateticks")
+    (ticks,) = [m for m in load_migrations(table, sequence) if m.revision.endswith("5")]
+
+    await migrate_one(scratch.url, ticks, "upgrade")
+
+    store = PostgresLockStore.from_url(
+        scratch.url, table=table, sequence=sequence, create_schema=False
+    )
+    try:
+        assert (await store.start_run(tick_start(unique_key("migrateticks"), 1))).started
+    finally:
+        await store.aclose()
 
 
 async def test_a_release_without_notifications_still_hands_the_key_to_a_waiter_elsewhere(

@@ -126,6 +126,8 @@ def lock_tables(
         sa.Column("missed_at_ms", sa.BigInteger(), nullable=True),
         # a trigger noted during a run (overlap="buffer_one"): one more run after it
         sa.Column("buffered", sa.Boolean(), nullable=False, server_default=sa.text("false")),
+        # the tick the job's last run started for: {"at_ms", "instance", "token"}
+        sa.Column("last_tick", postgresql.JSONB(), nullable=True),
         schema=schema,
     )
     sa.Table(

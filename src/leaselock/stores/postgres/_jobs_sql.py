@@ -11,10 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["ADD_RUN_COLUMNS_SQL", "CREATE_JOBS_SQL", "JobStatements", "job_statements"]
+__all__ = [
+    "ADD_JOB_COLUMNS_SQL",
+    "ADD_RUN_COLUMNS_SQL",
+    "CREATE_JOBS_SQL",
+    "JobStatements",
+    "job_statements",
+]
 
-# no input, no output. One row per job (its open run, failure streak, last missed tick) and one
-# per pause target (a job key, or a prefix ending in "*"): a job's pause lives on its own row.
+# no input, no output. One row per job (its open run, failure streak, last missed tick, last
+# started tick as the JSON of tick_run_json) and one per pause target (a job key, or a prefix
+# ending in "*"): a job's pause lives on its own row.
 CREATE_JOBS_SQL: Final = """\
 CREATE TABLE IF NOT EXISTS {jobs} (
     name text COLLATE "C" PRIMARY KEY,
@@ -22,8 +29,13 @@ CREATE TABLE IF NOT EXISTS {jobs} (
     open_run jsonb,
     failures integer NOT NULL DEFAULT 0,
     missed_at_ms bigint,
-    buffered boolean NOT NULL DEFAULT false
+    buffered boolean NOT NULL DEFAULT false,
+    last_tick jsonb
 )"""
+
+# no input, no output: the column a jobs table made by an earlier leaselock lacks
+ADD_JOB_COLUMNS_SQL: Final = """\
+ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS last_tick jsonb"""
 
 # no input, no output: the columns a runs table made by an earlier leaselock lacks
 ADD_RUN_COLUMNS_SQL: Final = """\
@@ -34,15 +46,24 @@ ALTER TABLE {runs}
 # $1 job, $2 run lock key (NULL: no lock to take), $3 owner, $4 ttl_ms, $5 the open run as JSON
 # (its token is filled in here), $6 the run's token when no lock is taken, $7 ignore pauses,
 # $8 now as epoch ms (the caller's wall clock, which a pause's until_ms is on), $9 when busy:
-# 'skip', 'buffer' or 'replace'
+# 'skip', 'buffer' or 'replace', $10 the run's scheduled tick as epoch ms (NULL: none)
 # -> one row: (token taken, holder of the lock that kept it out, pause target, pause, the job's
-# open run before, its failures, its last run's columns). A live pause stops everything; else
-# the lock is taken as ACQUIRE_SQL takes it (one statement: the row lock decides one winner, the
-# row's own token is the floor), or from a live holder with 'replace'; a busy 'buffer' start
-# notes one trigger; the open run is written (and a noted trigger cleared) only if the lock was
-# taken, or none was asked for. A lock seen live in the snapshot is not written to (as in
-# ACQUIRE_SQL): a busy 'skip' start writes nothing. Every read in the outer SELECT sees the
-# state from before the statement.
+# open run before, its failures, the job's last tick as JSON when it refused the start, whether
+# the job had no row to lock (made now, nothing else done: ask again), its last run's columns).
+# A live pause stops everything; else a tick at or before the job's last tick stops the start,
+# writing nothing. A start that writes (no lock to take, a lock free in the snapshot, or
+# 'replace') first locks the job's row (FOR UPDATE): a racing start waits there for the other's
+# commit and then reads the row's latest version (READ COMMITTED), so of starts racing for one
+# tick exactly one finds it unrun, the others take nothing; and every start locks the job's row
+# before the run lock, so two starts never deadlock. A job with no row has nothing to lock: the
+# start makes the row and does nothing else. Then the lock is taken as ACQUIRE_SQL takes it
+# (one statement: the row lock decides one winner, the row's own token is the floor), or from a
+# live holder with 'replace'; the open run and the tick (its instance, the token taken or $6)
+# are written (and a noted trigger cleared) only if the lock was taken, or none was asked for; a
+# busy 'buffer' start notes one trigger unless the row's latest version has its tick run. A
+# lock seen live in the snapshot is not written to (as in ACQUIRE_SQL): a busy 'skip' start
+# writes nothing. The open run and failures answered are the locked row's, else the snapshot's;
+# every other read in the outer SELECT sees the state from before the statement.
 START_RUN_SQL: Final = """\
 WITH paused AS (
     SELECT name, pause FROM {jobs}
@@ -52,14 +73,41 @@ WITH paused AS (
        AND (pause->>'until_ms' IS NULL
             OR CAST(pause->>'until_ms' AS bigint) > CAST($8 AS bigint))
      ORDER BY name LIMIT 1
+), known AS (
+    SELECT open_run, failures, last_tick FROM {jobs} WHERE name = CAST($1 AS text)
+), seen AS (
+    SELECT last_tick FROM known
+     WHERE NOT EXISTS (SELECT FROM paused)
+       AND CAST(last_tick->>'at_ms' AS bigint) >= CAST($10 AS bigint)
 ), live AS (
     SELECT FROM {table}
      WHERE key = CAST($2 AS text) AND owner IS NOT NULL AND expires_at > clock_timestamp()
+), writing AS (
+    SELECT
+     WHERE NOT EXISTS (SELECT FROM paused) AND NOT EXISTS (SELECT FROM seen)
+       AND (CAST($2 AS text) IS NULL OR CAST($9 AS text) = 'replace'
+            OR NOT EXISTS (SELECT FROM live))
+), locked AS (
+    SELECT open_run, failures, last_tick FROM {jobs}
+     WHERE name = CAST($1 AS text) AND EXISTS (SELECT FROM writing)
+       FOR UPDATE
+), made AS (
+    INSERT INTO {jobs} (name)
+    SELECT CAST($1 AS text) WHERE EXISTS (SELECT FROM writing) AND NOT EXISTS (SELECT FROM locked)
+    ON CONFLICT (name) DO NOTHING
+), ran AS (
+    SELECT last_tick FROM seen
+    UNION ALL
+    SELECT last_tick FROM locked WHERE CAST(last_tick->>'at_ms' AS bigint) >= CAST($10 AS bigint)
+), go AS (
+    SELECT
+     WHERE NOT EXISTS (SELECT FROM paused) AND NOT EXISTS (SELECT FROM ran)
+       AND (EXISTS (SELECT FROM locked) OR NOT EXISTS (SELECT FROM writing))
 ), taken AS (
     INSERT INTO {table} AS existing (key, owner, fencing_token, expires_at)
     SELECT CAST($2 AS text), CAST($3 AS text), {next_token},
            clock_timestamp() + CAST($4 AS bigint) * INTERVAL '1 millisecond'
-     WHERE CAST($2 AS text) IS NOT NULL AND NOT EXISTS (SELECT FROM paused)
+     WHERE CAST($2 AS text) IS NOT NULL AND EXISTS (SELECT FROM go)
        AND (CAST($9 AS text) = 'replace' OR NOT EXISTS (SELECT FROM live))
     ON CONFLICT (key) DO UPDATE
        SET owner = excluded.owner,
@@ -69,29 +117,38 @@ WITH paused AS (
         OR CAST($9 AS text) = 'replace'
     RETURNING existing.fencing_token
 ), opened AS (
-    INSERT INTO {jobs} AS kept (name, open_run)
-    SELECT CAST($1 AS text),
-           jsonb_set(CAST($5 AS jsonb), '{{token}}',
-                     coalesce(to_jsonb(coalesce((SELECT fencing_token FROM taken),
-                                                CAST($6 AS bigint))), 'null'::jsonb))
-     WHERE NOT EXISTS (SELECT FROM paused)
+    UPDATE {jobs} AS kept
+       SET open_run = jsonb_set(CAST($5 AS jsonb), '{{token}}', run.token),
+           last_tick = CASE WHEN CAST($10 AS bigint) IS NULL THEN kept.last_tick
+                            ELSE jsonb_build_object('at_ms', CAST($10 AS bigint),
+                                                    'instance', CAST($5 AS jsonb)->'instance',
+                                                    'token', run.token) END,
+           buffered = false
+      FROM (SELECT coalesce(to_jsonb(coalesce((SELECT fencing_token FROM taken),
+                                              CAST($6 AS bigint))), 'null'::jsonb) AS token
+           ) AS run
+     WHERE kept.name = CAST($1 AS text) AND EXISTS (SELECT FROM go)
        AND (CAST($2 AS text) IS NULL OR EXISTS (SELECT FROM taken))
-    ON CONFLICT (name) DO UPDATE SET open_run = excluded.open_run, buffered = false
-    RETURNING 1
 ), noted AS (
     INSERT INTO {jobs} AS kept (name, buffered)
     SELECT CAST($1 AS text), true
      WHERE CAST($9 AS text) = 'buffer' AND CAST($2 AS text) IS NOT NULL
-       AND NOT EXISTS (SELECT FROM paused) AND NOT EXISTS (SELECT FROM taken)
+       AND EXISTS (SELECT FROM go) AND NOT EXISTS (SELECT FROM taken)
     ON CONFLICT (name) DO UPDATE SET buffered = true
-    RETURNING 1
+     WHERE coalesce(CAST(kept.last_tick->>'at_ms' AS bigint) < CAST($10 AS bigint), true)
+), prior AS (
+    SELECT open_run, failures FROM locked
+    UNION ALL
+    SELECT open_run, failures FROM known WHERE NOT EXISTS (SELECT FROM locked)
 )
 SELECT (SELECT fencing_token FROM taken),
        (SELECT owner FROM {table} WHERE key = CAST($2 AS text)),
        (SELECT name FROM paused),
        (SELECT CAST(pause AS text) FROM paused),
-       (SELECT CAST(open_run AS text) FROM {jobs} WHERE name = CAST($1 AS text)),
-       coalesce((SELECT failures FROM {jobs} WHERE name = CAST($1 AS text)), 0),
+       (SELECT CAST(open_run AS text) FROM prior),
+       coalesce((SELECT failures FROM prior), 0),
+       (SELECT CAST(last_tick AS text) FROM ran),
+       EXISTS (SELECT FROM writing) AND NOT EXISTS (SELECT FROM locked),
        last.job, last.instance, last.fencing_token, last.started_at_ms, last.ended_at_ms,
        last.outcome, last.error, last.trigger, last.detected_by
   FROM (SELECT) AS one
@@ -141,10 +198,12 @@ RETURNING CAST(prior.pause AS text)"""
 PAUSES_SQL: Final = """\
 SELECT name, CAST(pause AS text) FROM {jobs} WHERE pause IS NOT NULL ORDER BY name"""
 
-# $1 jobs text[] (NULL: every job) -> (job, open run as JSON, failures, missed_at_ms), by job
+# $1 jobs text[] (NULL: every job) -> (job, open run as JSON, failures, missed_at_ms, last tick
+# as JSON) of the jobs with something to say (JobState.worth_listing), by job
 STATES_SQL: Final = """\
-SELECT name, CAST(open_run AS text), failures, missed_at_ms FROM {jobs}
- WHERE (open_run IS NOT NULL OR failures > 0 OR missed_at_ms IS NOT NULL)
+SELECT name, CAST(open_run AS text), failures, missed_at_ms, CAST(last_tick AS text) FROM {jobs}
+ WHERE (open_run IS NOT NULL OR failures > 0 OR missed_at_ms IS NOT NULL
+        OR last_tick IS NOT NULL)
    AND (CAST($1 AS text[]) IS NULL OR name = ANY(CAST($1 AS text[])))
  ORDER BY name"""
 

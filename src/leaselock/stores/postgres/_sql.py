@@ -14,6 +14,7 @@ from typing import Final
 
 from ..._errors import LocksConfigurationError
 from ._jobs_sql import (
+    ADD_JOB_COLUMNS_SQL,
     ADD_RUN_COLUMNS_SQL,
     CREATE_JOBS_SQL,
     JobStatements,
@@ -221,15 +222,17 @@ SELECT count(*) FROM gone"""
 # $1 table, $2 sequence, $3 runs table, $4 jobs table, $5 line table (quoted names, as text),
 # $6 the line function's signature, $7 the mark of its current body (LINE_FUNCTION_MARK)
 # -> one row: (whether each of the first four exists, one column each, whether the line table
-# and its function exist, whether that function's body is the current one). Needs no DDL
-# privilege, so a role without CREATE can open a store on a schema made by a migration; a
-# schema made before lines were keeps working without.
+# and its function exist, whether that function's body is the current one, whether the jobs
+# table has the column last_tick). Needs no DDL privilege, so a role without CREATE can open a
+# store on a schema made by a migration; a schema made before lines were keeps working without.
 SCHEMA_EXISTS_SQL: Final = """\
 SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL,
        to_regclass($3) IS NOT NULL, to_regclass($4) IS NOT NULL,
        to_regclass($5) IS NOT NULL AND to_regprocedure($6) IS NOT NULL,
        coalesce((SELECT strpos(prosrc, CAST($7 AS text)) > 0 FROM pg_proc
-                  WHERE oid = to_regprocedure($6)), false)"""
+                  WHERE oid = to_regprocedure($6)), false),
+       EXISTS (SELECT FROM pg_attribute
+                WHERE attrelid = to_regclass($4) AND attname = 'last_tick' AND NOT attisdropped)"""
 
 # $1 job, $2 instance, $3 fencing_token (NULL: none), $4 started_at_ms, $5 ended_at_ms,
 # $6 outcome, $7 error, $8 trigger, $9 detected_by -> the kinds written. One statement: the
@@ -414,6 +417,7 @@ def statements(
             CREATE_RUNS_SQL.format_map(names),
             ADD_RUN_COLUMNS_SQL.format_map(names),
             CREATE_JOBS_SQL.format_map(names),
+            ADD_JOB_COLUMNS_SQL.format_map(names),
             *lines.schema,
         ),
         table=table,

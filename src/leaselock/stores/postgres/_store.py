@@ -53,6 +53,7 @@ from .._common._job_control import (
     open_run_json,
     pause_from_json,
     pause_json,
+    tick_run_from_json,
 )
 from .._common._openers import Opener, given_pool, made_pool
 from .._common._pool_arguments import (
@@ -452,34 +453,41 @@ class PostgresLockStore:
         await self._fetch(self._sql.record_run, _run_arguments(run))
 
     async def start_run(self, start: RunStart) -> RunStartAnswer:
-        """Start a run unless paused, taking its lock if asked: ONE statement, one round trip."""
+        """Start a run unless paused or its tick ran, taking its lock if asked: ONE statement.
+
+        One round trip; two at a job's first start, whose first statement only makes the job's
+        row: the row's lock is what decides between racing starts.
+        """
         opened = start.open_run
-        row = await self._fetchrow(
-            self._sql.jobs.start_run,
-            (
-                start.job,
-                start.take_key,
-                start.owner,
-                start.ttl_ms,
-                open_run_json(opened, None),
-                opened.fencing_token,
-                start.ignore_pause,
-                epoch_ms(opened.started_at),
-                start.when_busy,
-            ),
+        arguments = (
+            start.job,
+            start.take_key,
+            start.owner,
+            start.ttl_ms,
+            open_run_json(opened, None),
+            opened.fencing_token,
+            start.ignore_pause,
+            epoch_ms(opened.started_at),
+            start.when_busy,
+            None if start.tick is None else epoch_ms(start.tick),
         )
+        row = await self._fetchrow(self._sql.jobs.start_run, arguments)
+        while row is not None and row[7]:
+            # the job had no row to lock: the statement made it and did nothing else
+            row = await self._fetchrow(self._sql.jobs.start_run, arguments)
         if row is None:
             raise LockStoreError(f"{self!r}.start_run got no row; check the jobs table")
-        token, holder, target, pause, open_run, failures = (row[i] for i in range(6))
-        last = [row[i] for i in range(6, 15)]
+        token, holder, target, pause, open_run, failures, ran = (row[i] for i in range(7))
+        last = [row[i] for i in range(8, 17)]
         answer = RunStartAnswer(
             None,
             None if target is None else pause_from_json(str(target), str(pause)),
             open_run_from_json(open_run),
             None if last[0] is None else run_from_row(last),
             int(failures),
+            tick_run_from_json(ran),
         )
-        if answer.pause is not None or start.take_key is None:
+        if answer.pause is not None or answer.tick_ran is not None or start.take_key is None:
             return answer
         taken = NotAcquired(holder) if token is None else Acquired(self._token(token))
         return replace(answer, taken=taken)
@@ -517,6 +525,7 @@ class PostgresLockStore:
                 open_run_from_json(row[1]),
                 int(row[2]),
                 None if row[3] is None else from_epoch_ms(int(row[3])),
+                tick_run_from_json(row[4]),
             )
             for row in rows
         ]
@@ -726,7 +735,7 @@ class PostgresLockStore:
             self._sql.lines.signature,
         )
         exists = await executor.fetchrow(SCHEMA_EXISTS_SQL, (*names, LINE_FUNCTION_MARK))
-        found = [False] * 6 if exists is None else [bool(exists[i]) for i in range(6)]
+        found = [False] * 7 if exists is None else [bool(exists[i]) for i in range(7)]
         missing = [
             f"the {what} {name}"
             for what, name, there in zip(
@@ -737,11 +746,11 @@ class PostgresLockStore:
             )
             if not there
         ]
-        tables, lines, current = not missing, found[4], found[5]
+        tables, lines, current, ticks = not missing, found[4], found[5], found[6]
         # a line function of an earlier leaselock draws its grants' tokens without the
         # timeline's band: it is replaced, or not used
         self._lines = tables and lines and current
-        if self._lines:
+        if self._lines and ticks:
             return
         if create:
             try:
@@ -749,20 +758,34 @@ class PostgresLockStore:
             except LockStoreError as error:
                 if not tables:
                     raise
+                if not ticks:
+                    raise self._without_ticks(f"could not add it: {error.__cause__}") from error
                 # a schema of an earlier leaselock, and a role that may not add to it: it
                 # keeps working as before
                 self._say_no_lines(str(error), outdated=lines)
             return
-        if tables:
-            self._say_no_lines("create_schema=False", outdated=lines)
-            return
         # fail at start, not with a warning at every tick
-        raise LockStoreError(
-            f"{self!r} cannot start: {_listed(missing)} "
-            f"{'does' if len(missing) == 1 else 'do'} not exist, and create_schema=False. "
-            "Create them (run leaselock/stores/postgres/postgres_schema.sql, apply the Alembic "
-            "migrations from the docs, or call await store.create_schema()), or pass "
-            "create_schema=True"
+        if not tables:
+            raise LockStoreError(
+                f"{self!r} cannot start: {_listed(missing)} "
+                f"{'does' if len(missing) == 1 else 'do'} not exist, and create_schema=False. "
+                "Create them (run leaselock/stores/postgres/postgres_schema.sql, apply the "
+                "Alembic migrations from the docs, or call await store.create_schema()), or pass "
+                "create_schema=True"
+            )
+        if not ticks:
+            raise self._without_ticks("create_schema=False")
+        self._say_no_lines("create_schema=False", outdated=lines)
+
+    def _without_ticks(self, why: str) -> LockStoreError:
+        """The error of a jobs table an earlier leaselock made, without the column last_tick."""
+        return LockStoreError(
+            f"{self!r} cannot start: the jobs table {self._sql.jobs_table} has no column "
+            f"last_tick, where this leaselock keeps the last tick each job started for (an "
+            f"earlier leaselock made the table), and {why}. Add it: apply the Alembic migration "
+            "alembic_leaselock_ticks.py from the docs, run "
+            "leaselock/stores/postgres/postgres_schema.sql, or call await store.create_schema() "
+            "as the table's owner"
         )
 
     async def _say_replication(self, executor: Executor) -> None:

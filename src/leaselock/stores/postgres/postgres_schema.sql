@@ -4,9 +4,10 @@
 -- PostgresLockStore creates it by itself (create_schema=True, the default, or
 -- `await store.create_schema()`); run this file instead where the application's role may not
 -- run DDL (psql -f postgres_schema.sql), or copy the Alembic migrations of docs/stores
--- (alembic_leaselock_locks.py, then _runs.py, _line.py and _tokens.py) into yours. Keep it
--- identical to what the store creates: a test compares them. Every statement may run again:
--- the function's CREATE OR REPLACE brings an earlier version up to date.
+-- (alembic_leaselock_locks.py, then _runs.py, _line.py, _tokens.py and _ticks.py) into yours.
+-- Keep it identical to what the store creates: a test compares them. Every statement may run
+-- again: the function's CREATE OR REPLACE and the ADD COLUMN IF NOT EXISTS bring an earlier
+-- version up to date.
 --
 -- One row per key. A released lock keeps its row (owner NULL): its fencing_token is the floor
 -- of the key's next token, so a sequence that went back (restore, failover) can never hand the
@@ -45,16 +46,21 @@ ALTER TABLE "leaselock_locks_runs"
     ADD COLUMN IF NOT EXISTS trigger text NOT NULL DEFAULT 'schedule',
     ADD COLUMN IF NOT EXISTS detected_by text;
 
--- Job control: one row per job (its open run, failure streak, last missed tick) and one per
--- pause target (a job key, or a prefix ending in "*").
+-- Job control: one row per job (its open run, failure streak, last missed tick, last started
+-- tick: {"at_ms", "instance", "token"}) and one per pause target (a job key, or a prefix
+-- ending in "*").
 CREATE TABLE IF NOT EXISTS "leaselock_locks_jobs" (
     name text COLLATE "C" PRIMARY KEY,
     pause jsonb,
     open_run jsonb,
     failures integer NOT NULL DEFAULT 0,
     missed_at_ms bigint,
-    buffered boolean NOT NULL DEFAULT false
+    buffered boolean NOT NULL DEFAULT false,
+    last_tick jsonb
 );
+
+-- The last column above, on a jobs table an earlier leaselock made without it.
+ALTER TABLE "leaselock_locks_jobs" ADD COLUMN IF NOT EXISTS last_tick jsonb;
 
 -- Waiting lines: one row per waiter in a key's line, first come first served (arrived), live
 -- until expires_at (the server's clock), with the ticket of the queue call that last kept it and
