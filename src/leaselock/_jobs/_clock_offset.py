@@ -16,10 +16,10 @@ interval (its ticks are placed with the measured offset, so this guards the meas
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Final, final
+from typing import Any, Final, final
 
 from .._clock import Clock, TimerHandle, utc_now
 from .._engine import OperatorStore
@@ -118,11 +118,14 @@ class ClockOffsetWatch:
         self.last: ClockOffset | None = None
         self.started = False
 
-    async def start(self) -> None:
-        """Measure now, then every :data:`MEASURE_EVERY_MS`; nothing if the store shows no clock."""
+    def start(self) -> Coroutine[Any, Any, None]:
+        """Mark it started; return the first measurement to await, then every minute.
+
+        The measurement does nothing where the store shows no clock. Marked at once, so ticks
+        that come before it ran do not start another.
+        """
         self.started = True
-        if self._operator.shows_its_clock:
-            await self._measure_and_again()
+        return self._measure_and_again() if self._operator.shows_its_clock else _nothing()
 
     def close(self) -> None:
         """Measure no more."""
@@ -184,3 +187,7 @@ class ClockOffsetWatch:
                 bound_ms / 1000,
                 measured.offset.total_seconds(),
             )
+
+
+async def _nothing() -> None:
+    """The measurement of a store that shows no clock."""

@@ -39,7 +39,8 @@ class JobStatus:
         clock_offset: the store's wall clock minus this instance's, as last measured
             (positive: this instance is behind); ``None`` where the store shows no clock
             (in-memory, SQLite and etcd). Past one second, two instances can each run one
-            tick of an ``on_one_instance`` job.
+            tick of an ``on_one_instance`` job that declares no schedule; a declared schedule
+            allows for a quarter of its shortest interval.
         last_tick: the latest scheduled tick a run started for, and the instance and token
             that ran it (a job that declares its schedule), else ``None``.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 
@@ -10,6 +11,7 @@ import pytest
 import leaselock
 from leaselock import ClockOffsetLarge, Event, Locks
 from leaselock._cli._operate import _said_offset
+from leaselock._clock import utc_now, wall_time_from
 from leaselock.stores import InMemoryLockStore, SupportsStoreClock
 from leaselock.stores._common._capabilities import epoch_ms
 from leaselock.testing import ManualClock, wait_all_tasks_blocked
@@ -33,7 +35,8 @@ class ClockedStore:
         self.asked += 1
         if self.failing:
             raise ConnectionError("the server went away")
-        return epoch_ms(datetime.now(UTC)) + self.skew_ms
+        # this host's wall time as leaselock reads it, which a test may set (wall_time_from)
+        return epoch_ms(utc_now()) + self.skew_ms
 
 
 @leaselock.on_one_instance(key=JOB)
@@ -142,3 +145,60 @@ def test_the_jobs_command_says_how_far_this_hosts_clock_is_and_whether_jobs_allo
         "This host's clock is 0.040 s ahead of the store's, within the 1 s that jobs on one "
         "instance allow for"
     )
+
+
+async def test_a_declared_schedule_places_its_first_tick_with_the_measured_offset(
+    store: InMemoryLockStore, clock: ManualClock
+) -> None:
+    # 10:00:04 here is 10:00:07 on the store's clock: the tick is the store's 10:00:10
+    clocked = ClockedStore(store, skew_ms=3000)
+    here = datetime(2026, 12, 6, 10, 0, 4, tzinfo=UTC)
+    ticks: list[datetime | None] = []
+
+    @leaselock.on_one_instance(key="feed:poll", every="10s")
+    async def poll() -> None:
+        run = leaselock.current_run()
+        assert run is not None
+        ticks.append(run.tick)
+
+    with wall_time_from(lambda: here + timedelta(milliseconds=clock.now_ms())):
+        async with Locks(store=clocked, clock=clock) as locks:
+            locks.register(poll)
+            await poll()
+    assert clocked.asked == 1
+    assert ticks == [datetime(2026, 12, 6, 10, 0, 10, tzinfo=UTC)]
+
+
+async def test_a_declared_schedule_of_2_s_allows_half_a_second_of_offset(
+    store: InMemoryLockStore, clock: ManualClock
+) -> None:
+    clocked = ClockedStore(store, skew_ms=700)
+
+    @leaselock.on_one_instance(key="feed:poll", every="2s")
+    async def poll() -> None: ...
+
+    async with Locks(store=clocked, clock=clock) as locks:
+        seen = offsets(locks)
+        locks.register(poll)
+        await poll()
+        await wait_all_tasks_blocked()
+    [large] = seen
+    assert isinstance(large, ClockOffsetLarge)
+    assert large.bound_ms == 500
+
+
+async def test_first_ticks_of_two_jobs_at_once_start_one_measurement(
+    store: InMemoryLockStore, clock: ManualClock
+) -> None:
+    clocked = ClockedStore(store, skew_ms=0)
+
+    @leaselock.on_one_instance(key="feed:poll")
+    async def poll() -> None: ...
+
+    async with Locks(store=clocked, clock=clock) as locks:
+        locks.register(poll)
+        await asyncio.gather(reconcile(), poll())
+        await wait_all_tasks_blocked()
+        assert clocked.asked == 1
+        await clock.advance("1m")
+        assert clocked.asked == 2
