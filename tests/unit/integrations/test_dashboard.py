@@ -391,3 +391,23 @@ async def test_a_dashboard_of_a_store_url_opens_the_store_and_closes_it_at_shutd
     assert "orders:9" in page.text
     assert "shop-9" in page.text
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+
+async def test_a_job_that_declares_its_schedule_shows_its_last_tick_and_where_it_ran(
+    store: InMemoryLockStore, clock: ManualClock
+):
+    @leaselock.on_one_instance(key="feed:poll", every="1d")
+    async def poll() -> None: ...
+
+    async with Locks(store=store, clock=clock, instance="shop-7") as locks:
+        locks.register(poll)
+        await poll()
+        tick = (await locks.job_status("feed:poll")).last_tick
+        async with live_stream(dashboard(locks), "jobs") as stream:
+            # the jobs page reads records, locks, pauses and states, one a second
+            await clock.advance(0)
+            for _ in range(4):
+                await clock.advance("1s")
+            shown = await stream.latest()
+    assert tick is not None
+    assert f"last tick {tick.at.isoformat(timespec='seconds')} on shop-7" in shown["html"]

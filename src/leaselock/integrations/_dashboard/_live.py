@@ -234,7 +234,12 @@ def _state(job: JobStatus, now: datetime) -> str:
     if job.expect_every is not None and not job.overdue:
         every = job.expect_every.total_seconds()
         said_parts.append(f'<span class="tag ok">ok</span> expected every {every:g} s')
-    return "<br>".join(said_parts) or '<span class="tag ok">ok</span>'
+    said = "<br>".join(said_parts) or '<span class="tag ok">ok</span>'
+    ticked = job.last_tick
+    if ticked is not None:
+        at = ticked.at.isoformat(timespec="seconds")
+        said += f"<br>last tick {esc(at)} on {esc(ticked.instance)}"
+    return said
 
 
 def _pauses(snapshot: Snapshot, viewer: Viewer, now: datetime) -> str:
