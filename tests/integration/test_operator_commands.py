@@ -117,7 +117,7 @@ async def test_break_without_yes_and_without_a_terminal_asks_for_yes_and_changes
 async def test_jobs_shows_each_jobs_last_run_and_where_it_is_owned(target: Target, holder: Locks):
     key = unique_key("feed:poll")
 
-    @leaselock.on_one_instance(key=key)
+    @leaselock.on_one_instance(key=key, every="1d")
     async def poll() -> None:
         raise ConnectionError("the feed is down")
 
@@ -136,6 +136,10 @@ async def test_jobs_shows_each_jobs_last_run_and_where_it_is_owned(target: Targe
     row = next(line for line in table.splitlines() if line.startswith(key))
     assert "error: ConnectionError: the feed is down" in row
     assert "never" in row
+    # the declared schedule's tick the failed run started for, and where
+    assert job["last_tick"]["instance"] == "shop-3002"
+    assert job["last_tick"]["at"].endswith("T00:00:00+00:00")
+    assert f"last tick {job['last_tick']['at'][:19]}" in row
     # the servers run on this host: its clock is the store's, give or take a round trip
     shows_clock = isinstance(target.store(), SupportsStoreClock)
     said = [line for line in table.splitlines() if line.startswith("This host's clock is ")]
