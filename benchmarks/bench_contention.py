@@ -30,9 +30,10 @@ are threads sharing one client), and CPU is that process's. That process runs on
 (--cpu; the last by default), the same for every contender. Left to the scheduler on this
 2-core machine, python-redis-lock's eight threads ran at 1,000-1,370 handoffs/s when spread
 over both cores (0.8-0.9 ms of CPU per section: a thread woken on the other core waits there
-for the GIL) and at 1,640-1,990/s when they shared one (0.5 ms), which run it got depending
-on where the scheduler put them and what else ran: its ratio to leaselock's one asyncio
-thread (2,300-2,900/s either way) moved by half from run to run. ``--cpu any`` measures that.
+for the GIL) and at 1,640-1,990/s when they shared one (0.5 ms). Which of the two a run got
+depended on where the scheduler put them and on what else ran, so its ratio to leaselock's one
+asyncio thread (2,300-3,300/s either way) moved by half from run to run. ``--cpu any``
+measures that.
 Each handoff's time is read while the key is held, so merging every worker's times gives the
 order of the holders.
 
