@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 from .._clock import Clock
 from .._engine import CURRENT_LOCK, LockEngine
@@ -61,6 +61,24 @@ class _Phase(enum.Enum):
     STARTED = "started"
     CLOSING = "closing"
     CLOSED = "closed"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _When:
+    """Which tick a run is for.
+
+    The one that fired at ``fired_ms`` on this Locks' clock (now, when ``None``): a scheduled
+    tick, or one skipped that a later look runs (caught up, recovered). For a buffered run, the
+    tick after ``follows``, the tick of the run it waited for.
+    """
+
+    fired_ms: int | None = None
+    follows: datetime | None = None
+
+
+_NOW: Final = _When()
+"""The tick that fires now: a scheduler's call."""
 
 
 @final
@@ -358,10 +376,10 @@ class JobRuntime:
         kwargs: Mapping[str, Any],
         trigger: RunTrigger,
         *,
-        when: _When | None = None,
+        when: _When = _NOW,
     ) -> T | None:
         again = self._again(spec, function, args, kwargs) if trigger == "schedule" else None
-        run = await self._begin_from_any_loop(spec, trigger, again, when or _When())
+        run = await self._begin_from_any_loop(spec, trigger, again, when)
         if run is None:
             return None
         token = CURRENT_LOCK.set(run.lock)
@@ -414,7 +432,7 @@ class JobRuntime:
         kwargs: Mapping[str, Any],
         trigger: RunTrigger,
         *,
-        when: _When | None = None,
+        when: _When = _NOW,
     ) -> T | None:
         loop = self._usable_loop()
         if running_loop() is not None:
@@ -521,7 +539,7 @@ class JobRuntime:
         spec: JobSpec,
         trigger: RunTrigger = "schedule",
         run_again: RunAgain | None = None,
-        when: _When | None = None,
+        when: _When = _NOW,
     ) -> JobRun | None:
         self._usable_loop()
         if running_loop() is not self._loop:
@@ -538,7 +556,7 @@ class JobRuntime:
             else:
                 # this tick is placed on the schedule with the offset: measure it first
                 await measured
-        tick = self._tick(spec, trigger, when or _When())
+        tick = self._tick(spec, trigger, when)
         return await self._runs.begin(spec, trigger, run_again, tick)
 
     def _tick(self, spec: JobSpec, trigger: RunTrigger, when: _When) -> datetime | None:
@@ -612,20 +630,6 @@ class JobRuntime:
             f"This Locks is {self._phase.value}, not started; use `async with locks:` "
             "or `await locks.start()` first"
         )
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _When:
-    """Which tick a run is for.
-
-    The one that fired at ``fired_ms`` on this Locks' clock (now, when ``None``): a scheduled
-    tick, or one skipped that a later look runs (caught up, recovered). For a buffered run, the
-    tick after ``follows``, the tick of the run it waited for.
-    """
-
-    fired_ms: int | None = None
-    follows: datetime | None = None
 
 
 @final

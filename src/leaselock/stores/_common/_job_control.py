@@ -34,6 +34,7 @@ __all__ = [
     "pause_from_json",
     "pause_json",
     "pause_matches",
+    "refusing_tick",
     "tick_run_fields",
     "tick_run_from_fields",
     "tick_run_from_json",
@@ -321,6 +322,17 @@ def open_run_from_fields(kept: dict[str, Any]) -> OpenRun:
         started_at=from_epoch_ms(int(kept["started_at_ms"])),
         trigger=cast("RunTrigger", trigger if trigger in get_args(RunTrigger) else "schedule"),
     )
+
+
+def refusing_tick(start: RunStart, last: TickRun | None) -> TickRun | None:
+    """Return ``last`` (the job's last started tick) if it refuses ``start``, else ``None``.
+
+    It refuses a start for the same tick or an earlier one, compared in whole milliseconds, as
+    stores keep ticks: a tick read back from a store equals the one written.
+    """
+    if start.tick is None or last is None or epoch_ms(start.tick) > epoch_ms(last.at):
+        return None
+    return last
 
 
 def tick_run_fields(tick: datetime, instance: str, fencing_token: int | None) -> dict[str, object]:

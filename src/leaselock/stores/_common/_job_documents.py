@@ -37,6 +37,7 @@ from ._job_control import (
     pause_from_json,
     pause_json,
     pause_matches,
+    refusing_tick,
     tick_run_fields,
     tick_run_from_fields,
 )
@@ -355,11 +356,8 @@ async def _open(
 
 
 def _ran(kept: _Kept, start: RunStart) -> TickRun | None:
-    """The job's last started tick if it refuses ``start`` (its tick is at or before it)."""
-    ran = kept.last_tick
-    if start.tick is None or ran is None or start.tick > ran.at:
-        return None
-    return ran
+    """The job's last started tick if it refuses ``start``."""
+    return refusing_tick(start, kept.last_tick)
 
 
 def _token(run: OpenRun) -> int:

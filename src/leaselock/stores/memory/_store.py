@@ -19,6 +19,7 @@ from .._common._job_control import (
     RunStartAnswer,
     TickRun,
     pause_matches,
+    refusing_tick,
 )
 from .._common._protocol import (
     Acquired,
@@ -231,8 +232,8 @@ class InMemoryLockStore:
                 paused = self._live_pause(start.job, start.open_run.started_at)
                 if paused is not None:
                     return RunStartAnswer(None, paused, before.open_run, last_run, before.failures)
-            ran = before.last_tick
-            if start.tick is not None and ran is not None and start.tick <= ran.at:
+            ran = refusing_tick(start, before.last_tick)
+            if ran is not None:
                 return RunStartAnswer(
                     None, None, before.open_run, last_run, before.failures, tick_ran=ran
                 )

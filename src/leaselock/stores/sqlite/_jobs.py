@@ -22,6 +22,7 @@ from .._common._job_control import (
     pause_from_json,
     pause_json,
     pause_matches,
+    refusing_tick,
     tick_run_from_json,
     tick_run_json,
 )
@@ -165,7 +166,7 @@ class SQLiteJobControl:
                 pause = pause_from_json(target, kept)
                 if pause_matches(target, start.job) and pause.live(start.open_run.started_at):
                     return RunStartAnswer(None, pause, open_run, last_run, failures)
-        if start.tick is not None and ran is not None and epoch_ms(start.tick) <= epoch_ms(ran.at):
+        if refusing_tick(start, ran) is not None:
             return RunStartAnswer(None, None, open_run, last_run, failures, tick_ran=ran)
         taken = None
         token = start.open_run.fencing_token
