@@ -217,10 +217,10 @@ async def test_discard_prefix_deletes_every_key_of_its_prefix_and_no_other(
 
 
 @pytest.mark.etcd
-async def test_locks_of_one_ttl_share_one_lease_and_renew_in_two_calls_and_one_per_64_locks(
+async def test_locks_of_one_ttl_share_one_lease_and_renew_in_two_calls_however_many(
     etcd_url: str, prefix: str
 ) -> None:
-    held = 300
+    held = 1_000
     calls: list[str] = []
 
     async def count(request: httpx.Request) -> None:
@@ -231,10 +231,15 @@ async def test_locks_of_one_ttl_share_one_lease_and_renew_in_two_calls_and_one_p
         opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
     ):
         owners = {f"k{n}": unique_key("owner") for n in range(held)}
-        results = await asyncio.gather(
-            *(store.acquire(key, owner, ONE_MINUTE_MS) for key, owner in owners.items())
-        )
-        assert all(isinstance(result, Acquired) for result in results)
+        halves = list(owners.items())[: held // 2], list(owners.items())[held // 2 :]
+        for half in halves:
+            results = await asyncio.gather(
+                *(store.acquire(key, owner, ONE_MINUTE_MS) for key, owner in half)
+            )
+            assert all(isinstance(result, Acquired) for result in results)
+            # the second half joins a lease of its own
+            await wait_for_real(300)
+        assert len({kv["lease"] for kv in await lock_kvs(etcd_url, prefix)}) == 2
         renewals = [Renewal(key, owner, ONE_MINUTE_MS) for key, owner in owners.items()]
         # the first batch gathers the locks under the lease of the most (moves, once)
         assert list(await store.renew_many(renewals)) == [True] * held
@@ -242,9 +247,9 @@ async def test_locks_of_one_ttl_share_one_lease_and_renew_in_two_calls_and_one_p
         assert len(leases) == 1
         calls.clear()
         assert list(await store.renew_many(renewals)) == [True] * held
-        # the keys under the lease, their owners (a txn per 64 locks), then the keep-alive
-        assert sorted(calls[:-1]) == ["/v3/kv/txn"] * 5 + ["/v3/lease/timetolive"]
-        assert calls[-1] == "/v3/lease/keepalive"
+        # the keys under the lease, then its keep-alive: every key was put there once, by
+        # its renewal's owner, so the list of the lease's keys says whose each one is
+        assert calls == ["/v3/lease/timetolive", "/v3/lease/keepalive"]
 
 
 @pytest.mark.etcd
@@ -820,6 +825,87 @@ class Faults(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
+class Withheld(httpx.AsyncBaseTransport):
+    """Carries the store's calls to a real etcd; holds back the answer of the one it is told.
+
+    The first call to ``path`` whose body contains ``marker`` reaches etcd (and is applied);
+    its answer waits until ``let_go`` is set. ``applied`` is set once etcd has answered it.
+    """
+
+    def __init__(self, path: str, marker: str) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self._path, self._marker = path, marker
+        self.applied, self.let_go = asyncio.Event(), asyncio.Event()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        withheld = (
+            not self.applied.is_set()
+            and request.url.path == self._path
+            and self._marker in request.content.decode()
+        )
+        response = await self._inner.handle_async_request(request)
+        if withheld:
+            await response.aread()
+            self.applied.set()
+            await self.let_go.wait()
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@pytest.fixture
+def one_lease_for_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """New keys keep joining the first lease, however late: lets a test place two on one."""
+    monkeypatch.setattr("leaselock.stores.etcd._leases.JOIN_WINDOW_S", 3_600.0)
+
+
+@pytest.mark.etcd
+@pytest.mark.usefixtures("one_lease_for_every_key")
+async def test_a_renewal_is_refused_while_another_owners_acquire_of_its_broken_key_is_in_flight(
+    etcd_url: str, prefix: str
+) -> None:
+    # the key of a broken lock, taken again by another owner of the same store under the
+    # same lease: the lease's key list shows the key, but it is no longer the first owner's
+    withheld = Withheld("/v3/kv/txn", b64("second"))
+    async with (
+        httpx.AsyncClient(transport=withheld, trust_env=False) as client,
+        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as operator,
+    ):
+        assert isinstance(await store.acquire("k", "first", ONE_MINUTE_MS), Acquired)
+        assert await operator.break_lock("k") is not None
+        second = asyncio.create_task(store.acquire("k", "second", ONE_MINUTE_MS))
+        await withheld.applied.wait()
+        assert await store.renew("k", "first", ONE_MINUTE_MS) is False
+        withheld.let_go.set()
+        assert isinstance(await second, Acquired)
+        assert await store.renew("k", "second", ONE_MINUTE_MS) is True
+
+
+@pytest.mark.etcd
+@pytest.mark.usefixtures("one_lease_for_every_key")
+async def test_a_renewal_is_refused_when_its_key_changed_owner_while_etcd_listed_the_lease(
+    etcd_url: str, prefix: str
+) -> None:
+    withheld = Withheld("/v3/lease/timetolive", '"keys"')
+    async with (
+        httpx.AsyncClient(transport=withheld, trust_env=False) as client,
+        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
+        opened(EtcdLockStore(etcd_url, prefix=prefix)) as operator,
+    ):
+        assert isinstance(await store.acquire("k", "first", ONE_MINUTE_MS), Acquired)
+        renewal = asyncio.create_task(store.renew("k", "first", ONE_MINUTE_MS))
+        await withheld.applied.wait()
+        # while the lease's key list is on its way: the lock is broken, and the key taken
+        # again under the same lease by another owner of this store
+        assert await operator.break_lock("k") is not None
+        assert isinstance(await store.acquire("k", "second", ONE_MINUTE_MS), Acquired)
+        withheld.let_go.set()
+        assert await renewal is False
+        assert await store.renew("k", "second", ONE_MINUTE_MS) is True
+
+
 async def lease_of(url: str, prefix: str, key: str) -> str:
     (kv,) = await kvs_under(url, f"{prefix}locks/{key}")
     lease: str = kv["lease"]
@@ -870,19 +956,21 @@ async def test_a_moved_lock_outlives_its_holders_deadline_whatever_its_keep_aliv
 async def test_a_renewal_never_confirms_a_lock_another_owner_took_under_the_same_lease(
     etcd_url: str, prefix: str
 ) -> None:
+    faults = Faults(etcd_url)
     async with (
-        opened(EtcdLockStore(etcd_url, prefix=prefix)) as store,
+        httpx.AsyncClient(transport=faults, trust_env=False) as client,
+        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix, timeout="1s")) as store,
         opened(EtcdLockStore(etcd_url, prefix=prefix)) as admin,
     ):
         assert isinstance(await store.acquire("x", "o1", ONE_MINUTE_MS), Acquired)
         lease = await lease_of(etcd_url, prefix, "x")
         assert (await admin.break_lock("x")) is not None
-        # what another owner's acquire through `store` leaves when its answer never comes
-        async with httpx.AsyncClient(trust_env=False) as raw:
-            await raw.post(
-                f"{etcd_url}/v3/kv/put",
-                json={"key": b64(prefix + "locks/x"), "value": b64("o2"), "lease": lease},
-            )
+        # another owner's acquire through `store`, applied, whose answers never come
+        faults.lost["/v3/kv/txn"] = "after"
+        with pytest.raises(LockStoreError, match="did not answer /v3/kv/txn"):
+            await store.acquire("x", "o2", ONE_MINUTE_MS)
+        del faults.lost["/v3/kv/txn"]
+        assert await lease_of(etcd_url, prefix, "x") == lease, "o2's put was meant to apply"
         assert await store.renew("x", "o1", ONE_MINUTE_MS) is False
 
 

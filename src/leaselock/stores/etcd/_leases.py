@@ -2,7 +2,7 @@
 
 Every lock is a key under an etcd lease; the key lives while its lease does. Locks of one ttl
 share a lease (a *cohort*), so one keep-alive renews them all. Two rules keep each lock's
-expiry its own, and a third keeps every renewal's promise:
+expiry its own, and two more keep every renewal's promise:
 
 - **A lease is kept alive only when every key under it is renewed in that very call.** A batch
   that renews some of a lease's keys moves them (owner-checked puts) to another lease and lets
@@ -10,6 +10,15 @@ expiry its own, and a third keeps every renewal's promise:
 - **A new key joins a lease only while that lease is young or empty**: its keep-alive, sent
   after the key joined, also extends the keys that joined in the last ``JOIN_WINDOW_S``, and
   nothing older.
+- **A renewal is confirmed by the lease's key list alone only where one owner can be there**:
+  etcd lists the keys under a lease but not their values, and a key freed (by a break
+  elsewhere) may be taken again under the same lease by another owner of this store. The book
+  keeps every put this store made under each lease that may still be there (:class:`Put`: an
+  acquire's create, a renewal's move), dropping one only once etcd answered that it put
+  nothing, or once a call sent after its answer found its owner gone. Where every put of a key
+  under a lease was its renewal's owner's, and none came or went while etcd listed the lease,
+  the key listed is that owner's (:meth:`LeaseBook.sole_puts`); any other key's owner is
+  checked by etcd (one more call per 64 keys).
 - **A renewal moves a key only onto a lease already confirmed to outlive it**: by a grant or
   keep-alive sent at the renewal's start or later, confirmed before the move
   (:meth:`Cohort.confirmed_since`). The engine trusts a lock until ttl after the last renewal
@@ -17,21 +26,23 @@ expiry its own, and a third keeps every renewal's promise:
   before then if that keep-alive were slow or lost. A move whose answer is lost leaves the key
   under its old lease or under one that outlives the renewal: either keeps every promise.
 
-Times are the event loop's monotonic seconds. What the book believes is a cache: every answer
-to a caller is checked by etcd (owner compares, the lease's key list); a cohort the book forgot
-only costs a move.
+Times are the event loop's monotonic seconds. Which lease a key sits under, and its owner, the
+book only believes: every answer to a caller is checked by etcd (the lease's key list, owner
+compares), and a cohort the book forgot only costs a move. What it must know, not believe, is
+every put it sent under a lease: a put left out of :attr:`Cohort.puts` could let a listed key
+pass for another owner's, so puts are noted before they are sent and dropped only on etcd's word.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, final
 
 from .._common._protocol import Renewal
 
-__all__ = ["JOIN_WINDOW_S", "Cohort", "LeaseBook", "RenewalPlan", "lease_seconds"]
+__all__ = ["JOIN_WINDOW_S", "Cohort", "LeaseBook", "Put", "RenewalPlan", "lease_seconds"]
 
 JOIN_WINDOW_S: Final = 0.2
 """How long after its first key a lease takes new keys: the most a lock can outlive its ttl
@@ -52,6 +63,21 @@ def lease_seconds(ttl_ms: int) -> int:
 
 @final
 @dataclass(eq=False, slots=True)
+class Put:
+    """A put of a key under a lease by this store (an acquire's create, or a renewal's move).
+
+    Attributes:
+        owner: the value put: the owner of the lock.
+        applied_at: the book's step when etcd answered that the put was applied; ``None``
+            while no answer came (in flight, or lost: then it may still be applied).
+    """
+
+    owner: str
+    applied_at: int | None = None
+
+
+@final
+@dataclass(eq=False, slots=True)
 class Cohort:
     """One etcd lease, and the keys this store put under it (key to owner).
 
@@ -63,6 +89,9 @@ class Cohort:
             the lease no earlier than ``sent_at + granted_s``.
         answered_at: when that confirmation came: etcd expires it no later than
             ``answered_at + granted_s`` and its expiry sweep.
+        members: the keys the book saw put under the lease, and their owners.
+        puts: per key, the puts under the lease that may still be there; a key's tuple is
+            replaced, never changed, so holding one tells whether any came or went since.
     """
 
     lease_id: int
@@ -71,6 +100,7 @@ class Cohort:
     sent_at: float
     answered_at: float
     members: dict[str, str] = field(default_factory=dict)
+    puts: dict[str, tuple[Put, ...]] = field(default_factory=dict)
     first_joined_at: float | None = None
     refreshing: tuple[float, asyncio.Future[bool]] | None = None
 
@@ -119,10 +149,12 @@ class RenewalPlan:
 class LeaseBook:
     """The store's cohorts: which lease each (key, owner) sits under, and the open one per class."""
 
-    __slots__ = ("_cohorts", "_holders", "_open")
+    __slots__ = ("_cohorts", "_holders", "_open", "_step")
 
     def __init__(self) -> None:
         """Know no lease yet."""
+        # orders the book's events: which answers came before which calls were sent
+        self._step = 0
         # etcd keeps one lock a key: the key's last holder the book saw, and its lease
         self._holders: dict[str, tuple[str, Cohort]] = {}
         self._open: dict[int, Cohort] = {}
@@ -192,9 +224,76 @@ class LeaseBook:
             if self.cohort_of(key, owner) is cohort:
                 del self._holders[key]
         cohort.members.clear()
+        cohort.puts.clear()
         self._cohorts.discard(cohort)
         if self._open.get(cohort.seconds) is cohort:
             del self._open[cohort.seconds]
+
+    def step(self) -> int:
+        """Return a step later than every answer noted so far: take it before sending a call."""
+        self._step += 1
+        return self._step
+
+    def putting(self, cohort: Cohort, key: str, owner: str) -> Put:
+        """Note a put of ``key = owner`` under ``cohort``'s lease, before it is sent."""
+        put = Put(owner)
+        cohort.puts[key] = (*cohort.puts.get(key, ()), put)
+        return put
+
+    def applied(self, put: Put) -> None:
+        """Note etcd's answer that ``put`` was applied."""
+        put.applied_at = self.step()
+
+    def refused(self, cohort: Cohort, key: str, put: Put) -> None:
+        """Note etcd's answer that ``put`` wrote nothing."""
+        self._drop(cohort, key, lambda kept: kept is put)
+
+    def absent(self, key: str, owner: str | None, sent_at_step: int) -> None:
+        """Note that a call sent at ``sent_at_step`` found ``owner``'s ``key`` gone.
+
+        ``owner`` ``None``: every owner's (a break). Puts etcd applied before that call was
+        sent are gone from every lease; a put in flight, or applied later, may still be there.
+        """
+        gone = _applied_before(owner, sent_at_step)
+        for cohort in self._cohorts:
+            self._drop(cohort, key, gone)
+
+    def moved_away(self, cohort: Cohort, key: str, owner: str, sent_at_step: int) -> None:
+        """Note that a move sent at ``sent_at_step`` took ``owner``'s ``key`` off other leases."""
+        gone = _applied_before(owner, sent_at_step)
+        for other in self._cohorts:
+            if other is not cohort:
+                self._drop(other, key, gone)
+
+    @staticmethod
+    def sole_puts(cohort: Cohort, key: str, owner: str) -> tuple[Put, ...] | None:
+        """Return the puts of ``key`` under ``cohort``'s lease if every one is ``owner``'s.
+
+        Then, while :meth:`puts_of` returns this very tuple, a listing of the lease that
+        shows ``key`` shows ``owner``'s lock: nothing else of the key was put there.
+        """
+        puts = cohort.puts.get(key)
+        if puts and all(put.owner == owner for put in puts):
+            return puts
+        return None
+
+    @staticmethod
+    def puts_of(cohort: Cohort, key: str) -> tuple[Put, ...] | None:
+        """Return the puts of ``key`` under ``cohort``'s lease that may still be there."""
+        return cohort.puts.get(key)
+
+    @staticmethod
+    def _drop(cohort: Cohort, key: str, dropped: Callable[[Put], bool]) -> None:
+        puts = cohort.puts.get(key)
+        if puts is None:
+            return
+        kept = tuple(put for put in puts if not dropped(put))
+        if len(kept) == len(puts):
+            return
+        if kept:
+            cohort.puts[key] = kept
+        else:
+            del cohort.puts[key]
 
     def forget_expired(self, now: float) -> None:
         """Drop the leases etcd has surely revoked, so the book stays the size of what lives."""
@@ -230,3 +329,16 @@ class LeaseBook:
         for cohort, members in groups.items():
             (keep if cohort is target else move).extend(members)
         return RenewalPlan(target, keep, move)
+
+
+def _applied_before(owner: str | None, sent_at_step: int) -> Callable[[Put], bool]:
+    """Return whether a put is ``owner``'s (any owner's: ``None``), applied before that step."""
+
+    def gone(put: Put) -> bool:
+        return (
+            (owner is None or put.owner == owner)
+            and put.applied_at is not None
+            and put.applied_at < sent_at_step
+        )
+
+    return gone

@@ -273,6 +273,7 @@ class EtcdLockStore(JobControlOnDocuments):
         for _ in range(2):
             since = loop.time()
             cohort = await self._cohort(lease_seconds(ttl_ms), since)
+            put = self._book.putting(cohort, key, owner)
             try:
                 answer, resent = await gateway.resent_call(
                     "kv/txn", acquire_txn(self._key_prefix + key, owner, cohort.lease_id)
@@ -280,10 +281,17 @@ class EtcdLockStore(JobControlOnDocuments):
             except LeaseGoneError:
                 self._book.forget(cohort)
                 continue
+            except BaseException:
+                # the put may still be applied: no new key joins a lease with one in doubt,
+                # so the doubt leaves with the lease
+                self._book.close(cohort)
+                raise
             if answer.get("succeeded"):
                 token = self._token(answer)
             else:
                 kv = _ranged(answer)
+                if kv is None or not (resent and _written_by(kv, owner, cohort.lease_id)):
+                    self._book.refused(cohort, key, put)
                 if kv is None:
                     return NotAcquired(holder=None)
                 if not (resent and _written_by(kv, owner, cohort.lease_id)):
@@ -293,6 +301,7 @@ class EtcdLockStore(JobControlOnDocuments):
                 # acquire, but a caller asking twice is refused: hence `resent`): the key is
                 # this call's, and its token the revision that created it
                 token = self._checked_token(as_int(kv.get("create_revision")))
+            self._book.applied(put)
             self._book.joined(cohort, key, owner, loop.time())
             if await self._refreshed(cohort, since):
                 return Acquired(token)
@@ -313,17 +322,19 @@ class EtcdLockStore(JobControlOnDocuments):
         An attempt whose answer was lost is sent again: if it had freed the key, the second
         answers ``False``, as for a lock that had expired, never a ``True`` it cannot prove.
         """
+        sent_at_step = self._book.step()
         answer = await self._ready().call("kv/txn", release_txn(self._key_prefix + key, owner))
         self._book.left(key, owner)
+        self._book.absent(key, owner, sent_at_step)
         return bool(answer.get("succeeded"))
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
         """Renew each lease as :meth:`renew` would.
 
         Per lease class (ttl in whole seconds): where every lock under one lease is renewed
-        here, etcd is asked for the keys under that lease and whether each renewal's owner
-        holds its key under it (two calls at once; one more per 64 locks), then the lease is
-        kept alive (one call). The other renewals move their key, owner-checked, to a lease
+        here, etcd is asked for the keys under that lease (one call; one more per 64 locks
+        whose key another owner of this store may have put there too), then the lease is kept
+        alive (one call). The other renewals move their key, owner-checked, to a lease
         etcd confirmed after this call began: that one once kept alive, or a new one (one
         transaction per 127 keys, once). A renewal answers ``True`` only once etcd confirmed
         that its key lives ``ttl_ms`` from the call's start or longer.
@@ -371,23 +382,36 @@ class EtcdLockStore(JobControlOnDocuments):
     ) -> tuple[list[int], bool]:
         """Keep ``target`` alive for its renewals; return those that move, and whether it was.
 
-        etcd lists the keys under the lease, and checks that each renewal's owner holds its
-        key under the lease. A renewal whose key is not there moves, owner-checked: a move
-        whose answer was lost may have put it elsewhere, or it is gone (the move says which).
-        A key under the lease that no renewal here holds (an acquire whose answer never came,
-        another owner's key of the same name) must not be kept alive: then every renewal
-        moves, and the lease is left to expire.
+        etcd lists the keys under the lease (one call). A listed key is its renewal's owner's
+        where every put of it under the lease the book knows of was that owner's, and none came
+        or went while etcd listed it (``LeaseBook.sole_puts``); etcd checks the owner of every
+        other renewal's key at the same time (one more call per 64). A renewal whose key is not
+        there moves, owner-checked: a move whose answer was lost may have put it elsewhere, or
+        it is gone (the move says which). A key under the lease that no renewal here holds (an
+        acquire whose answer never came, another owner's key of the same name) must not be
+        kept alive: then every renewal moves, and the lease is left to expire.
         """
+        book = self._book
+        sole = {i: book.sole_puts(target, renewals[i].key, renewals[i].owner) for i in keep}
         listing, held = await asyncio.gather(
             self._ready().call("lease/timetolive", {"ID": str(target.lease_id), "keys": True}),
-            self._held(target, renewals, keep),
+            self._held(target, renewals, [i for i in keep if sole[i] is None]),
         )
         # TTL is the time left in whole seconds, rounded down: 0 still lives, -1 is gone
         if as_int(listing.get("TTL")) < 0:
             self._book.forget(target)
             return list(keep), False
         under = {decoded(raw) for raw in listing.get("keys", ())}
-        present = [i for i in held if self._key_prefix + renewals[i].key in under]
+        listed = [i for i in keep if self._key_prefix + renewals[i].key in under]
+        # a put of the key came or went while etcd listed the lease: etcd says whose it is
+        late = [
+            i
+            for i in listed
+            if sole[i] is not None and book.puts_of(target, renewals[i].key) is not sole[i]
+        ]
+        confirmed = set(held).union(await self._held(target, renewals, late) if late else ())
+        confirmed.update(i for i in listed if sole[i] is not None and i not in late)
+        present = [i for i in listed if i in confirmed]
         if len(under) != len(present):
             # a key no renewal here holds: no keep-alive may extend it
             self._book.close(target)
@@ -408,17 +432,17 @@ class EtcdLockStore(JobControlOnDocuments):
         for start in range(0, len(keep), MAX_CHECKS):
             chunk = keep[start : start + MAX_CHECKS]
             holders = [(self._key_prefix + renewals[i].key, renewals[i].owner) for i in chunk]
+            sent_at_step = self._book.step()
             answer = await gateway.call("kv/txn", held_txn(holders, target.lease_id))
             if answer.get("succeeded"):
                 held += chunk
                 continue
             for index, response in zip(chunk, answer.get("responses", ()), strict=True):
                 kvs = response.get("response_range", {}).get("kvs") or []
-                if (
-                    kvs
-                    and decoded(kvs[0].get("value")) == renewals[index].owner
-                    and str(as_int(kvs[0].get("lease"))) == lease
-                ):
+                renewal = renewals[index]
+                if not kvs or decoded(kvs[0].get("value")) != renewal.owner:
+                    self._book.absent(renewal.key, renewal.owner, sent_at_step)
+                elif str(as_int(kvs[0].get("lease"))) == lease:
                     held.append(index)
         return held
 
@@ -443,23 +467,35 @@ class EtcdLockStore(JobControlOnDocuments):
         for _ in range(2):
             cohort = await self._destination(seconds, since, kept)
             moved: list[int] = []
+            book = self._book
             try:
                 for chunk in _chunks(renewals, move):
                     holders = [
                         (self._key_prefix + renewals[i].key, renewals[i].owner) for i in chunk
                     ]
+                    puts = [book.putting(cohort, renewals[i].key, renewals[i].owner) for i in chunk]
+                    sent_at_step = book.step()
                     answer = await gateway.call("kv/txn", move_txn(holders, cohort.lease_id))
-                    for index, response in zip(chunk, answer.get("responses", ()), strict=True):
+                    responses = answer.get("responses", ())
+                    for index, put, response in zip(chunk, puts, responses, strict=True):
                         renewal = renewals[index]
                         if response.get("response_txn", {}).get("succeeded"):
-                            self._book.joined(cohort, renewal.key, renewal.owner, loop.time())
+                            book.applied(put)
+                            book.moved_away(cohort, renewal.key, renewal.owner, sent_at_step)
+                            book.joined(cohort, renewal.key, renewal.owner, loop.time())
                             moved.append(index)
                         else:
-                            self._book.left(renewal.key, renewal.owner)
+                            book.refused(cohort, renewal.key, put)
+                            book.absent(renewal.key, renewal.owner, sent_at_step)
+                            book.left(renewal.key, renewal.owner)
             except LeaseGoneError:
-                self._book.forget(cohort)
+                book.forget(cohort)
                 kept = None
                 continue
+            except BaseException:
+                # a move in doubt may still be applied: see acquire
+                book.close(cohort)
+                raise
             for index in moved:
                 answers[index] = True
             return
@@ -589,6 +625,7 @@ class EtcdLockStore(JobControlOnDocuments):
 
     async def break_lock(self, key: str) -> LockInfo | None:
         """Free ``key`` whoever holds it (its watchers hear it); return what held it, if any."""
+        sent_at_step = self._book.step()
         answer = await self._ready().call(
             "kv/deleterange",
             {"key": encoded(self._key_prefix + key), "prev_kv": True},
@@ -597,6 +634,7 @@ class EtcdLockStore(JobControlOnDocuments):
         )
         # whoever held it, and whether its lease is still there: the key is gone
         self._book.gone(key)
+        self._book.absent(key, None, sent_at_step)
         kvs = answer.get("prev_kvs") or []
         if not kvs:
             return None
