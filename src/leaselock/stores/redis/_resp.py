@@ -19,18 +19,31 @@ __all__ = ["INCOMPLETE", "error_reply", "packed", "reply_parser"]
 
 # what the parser returns while a reply is incomplete: not False, which a RESP3 reply can be
 INCOMPLETE: Final = object()
+# the argument types hiredis's pack_command writes as the loop below does (it takes floats too,
+# and refuses bools, which the loop writes as 0 and 1)
+_PACKED_BY_HIREDIS: Final = frozenset({str, bytes, int})
 
 
 def packed(args: tuple[object, ...], encoding: str, errors: str) -> bytes:
     """Return ``args`` as one RESP command, text encoded as the client's settings say.
 
-    The same bytes as redis-py's ``pack_command`` for these argument types, in a third of the
-    time: a lock call's scripts take a dozen arguments, and packing them through redis-py was a
-    fifth of the client's work for a handoff.
+    The same bytes as redis-py's ``pack_command`` for these argument types: a lock call's
+    scripts take a dozen arguments, and packing them through redis-py was a fifth of the
+    client's work for a handoff. With the default settings (UTF-8, strict) hiredis packs them
+    in half the time this function's own loop takes (2.8 against 5.5 us, types checked, for
+    a script's eleven arguments); the loop serves the other encodings.
 
     Raises:
         TypeError: an argument is not ``str``, ``bytes`` or ``int``.
     """
+    if (
+        encoding == "utf-8"
+        and errors == "strict"
+        and all(type(arg) in _PACKED_BY_HIREDIS for arg in args)
+    ):
+        # hiredis's stub types its argument as a tuple of one item, and returns Any
+        command: bytes = hiredis.pack_command(args)  # type: ignore[arg-type]
+        return command
     parts = [b"*%d\r\n" % len(args)]
     for arg in args:
         if isinstance(arg, str):
