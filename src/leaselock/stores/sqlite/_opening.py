@@ -40,6 +40,8 @@ def connect(
         # transactions are explicit: BEGIN ... COMMIT in the store's _in_transaction
         isolation_level=None,
         uri=uri,
+        # the store's SQLiteWorker lets one thread at a time use it: its own, or a caller's
+        check_same_thread=False,
     )
 
 

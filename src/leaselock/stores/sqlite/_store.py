@@ -1,10 +1,12 @@
 """SQLiteLockStore: locks in a SQLite file, shared by every process of ONE host.
 
-Each store object runs its SQL on one worker thread of its own, with its own connection: a
-``sqlite3`` connection must stay on one thread, and the event loop must never wait on the disk.
-Calls queue on that thread in the order they were made, and each runs as ONE short
-``BEGIN IMMEDIATE`` transaction: it takes the file's write lock before reading anything, so the
-check that a key is free and the write that takes it can't be split by another process.
+Each store object has one connection and a worker thread. A call runs on the caller's own
+thread when it cannot wait: the connection is free, the file's write lock is free (the
+connection's busy timeout is 0, so a taken lock answers at once), and the store's recent
+transactions there were quick. Otherwise it queues on the worker thread, which waits for the
+write lock (short pauses, up to ``busy_timeout``). Each call runs as ONE short ``BEGIN
+IMMEDIATE`` transaction: it takes the file's write lock before reading anything, so the check
+that a key is free and the write that takes it can't be split by another process.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import re
 import sqlite3
 import threading
@@ -50,7 +53,7 @@ from ._line import (
 )
 from ._opening import connect, missing_schema
 from ._wakeups import ReleaseAnnouncer, following_releases, wakeup_directory
-from ._worker import SQLiteWorker
+from ._worker import NotRun, SQLiteWorker
 
 __all__ = ["SQLiteLockStore"]
 
@@ -83,6 +86,27 @@ BEGIN_IMMEDIATE: Final = "BEGIN IMMEDIATE"
 BEGIN_DEFERRED: Final = "BEGIN"
 COMMIT: Final = "COMMIT"
 ROLLBACK: Final = "ROLLBACK"
+
+# -> nothing; set once the file is open: a call finds the write lock taken at once, and waits
+# for it in the store's own short pauses (on the worker thread), not in SQLite's busy handler,
+# whose pauses grow to 100 ms: 64 processes on one key left one waiting 430 ms for a lock that
+# was free most of that time
+NO_BUSY_WAIT: Final = "PRAGMA busy_timeout = 0"
+
+BUSY_FIRST_PAUSE_S: Final = 0.0001
+"""A call that found the write lock taken tries again after this (jittered), on the worker."""
+BUSY_PAUSE_CAP_S: Final = 0.008
+"""Its pauses double up to this: about what one commit holds the lock on a disk, so a waiter
+tries again soon after any commit, and a retry costs a few microseconds of CPU."""
+
+SLOW_IN_PLACE_S: Final = 0.002
+"""A transaction slower than this (a slow disk's fsync, a checkpoint) sends the calls after it
+to the worker thread: the caller's thread, usually an event loop's, waits that long at most
+once, until :data:`QUICK_CALLS_TO_RETURN` calls in a row on the worker were quicker."""
+QUICK_CALLS_TO_RETURN: Final = 32
+
+IN_PLACE_RENEWALS: Final = 32
+"""A ``renew_many`` of more leases than this runs on the worker: its CPU time grows with them."""
 
 # -> nothing; owner is NULL once released: the row (and its token, the floor of the next) stays
 CREATE_LOCKS: Final = """
@@ -232,6 +256,16 @@ class _WallClock:
         return time.time_ns() // 1_000_000
 
 
+@final
+class _Busy:
+    """A transaction that found the file's write lock taken (``error``): nothing was written."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: sqlite3.Error) -> None:
+        self.error = error
+
+
 # workers a forked child inherited: SQLite forbids using (even closing) a connection across a
 # fork, so the child keeps them unreachable but alive rather than let them be collected
 _INHERITED_WORKERS: list[SQLiteWorker] = []
@@ -247,9 +281,12 @@ class SQLiteLockStore:
 
     The contract, and how it is kept here:
 
-    - Each method is ONE ``BEGIN IMMEDIATE`` transaction, on a worker thread with its own
-      connection; it takes the file's write lock first, waiting up to ``busy_timeout``, and a
-      call that waited longer raises :class:`~leaselock.LockStoreError`.
+    - Each method is ONE ``BEGIN IMMEDIATE`` transaction on the store's one connection; it
+      takes the file's write lock first, waiting up to ``busy_timeout``, and a call that
+      waited longer raises :class:`~leaselock.LockStoreError`. A call runs on the caller's
+      thread when it need not wait (the lock free, recent commits quick), else on the store's
+      worker thread: the caller's event loop waits for one short transaction at most, never
+      for the lock.
     - Expiry is measured on the host's wall clock, read inside the transaction: every process of
       the host shares it, and it survives a reboot, as the file does.
     - Tokens come from one counter, and the key's own row is their floor: a released lock keeps
@@ -275,6 +312,7 @@ class SQLiteLockStore:
         "_creates_none",
         "_guard",
         "_holder_sql",
+        "_in_place_refused",
         "_jobs",
         "_lines",
         "_operator_sql",
@@ -414,6 +452,9 @@ class SQLiteLockStore:
         self._guard = threading.Lock()
         self._worker: SQLiteWorker | None = None
         self._users = 0
+        # > 0: a transaction was slow (see SLOW_IN_PLACE_S), and calls go to the worker until
+        # this many more run quick there; changed only by the thread using the connection
+        self._in_place_refused = 0
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -473,6 +514,7 @@ class SQLiteLockStore:
         return await self._call(
             "renew_many",
             lambda db, now_ms: [self._renew(db, now_ms, *renewal) for renewal in renewals],
+            in_place=len(renewals) <= IN_PLACE_RENEWALS,
         )
 
     async def release(self, key: str, owner: str) -> bool:
@@ -598,18 +640,24 @@ class SQLiteLockStore:
 
     async def job_pauses(self) -> list[JobPause]:
         """Return every pause kept, by target."""
-        return await self._call("job_pauses", lambda db, _now_ms: self._jobs.pauses(db))
+        return await self._call(
+            "job_pauses", lambda db, _now_ms: self._jobs.pauses(db), in_place=False
+        )
 
     async def job_states(self, jobs: Sequence[str] | None = None) -> list[JobState]:
         """Return the states of ``jobs`` (every job when ``None``) that have one, by job."""
-        return await self._call("job_states", lambda db, _now_ms: self._jobs.states(db, jobs))
+        return await self._call(
+            "job_states", lambda db, _now_ms: self._jobs.states(db, jobs), in_place=False
+        )
 
     async def job_records(self, jobs: Sequence[str] | None = None) -> list[JobRecord]:
         """Return the records of ``jobs`` (every job when ``None``) that have one, by job key."""
         sql = self._operator_sql
         if jobs is None:
             rows = await self._call(
-                "job_records", lambda db, _now_ms: db.execute(sql.all_runs).fetchall()
+                "job_records",
+                lambda db, _now_ms: db.execute(sql.all_runs).fetchall(),
+                in_place=False,
             )
         else:
             wanted = sorted(set(jobs))
@@ -618,6 +666,7 @@ class SQLiteLockStore:
                 lambda db, _now_ms: [
                     row for job in wanted for row in db.execute(sql.job_runs, {"job": job})
                 ],
+                in_place=False,
             )
         return job_records_from_rows(rows)
 
@@ -639,6 +688,7 @@ class SQLiteLockStore:
                 _lock_of_row(row, now_ms)
                 for row in db.execute(rows, {"prefix": prefix, "limit": limit})
             ],
+            in_place=False,
         )
 
     async def break_lock(self, key: str) -> LockInfo | None:
@@ -700,15 +750,72 @@ class SQLiteLockStore:
         released = db.execute(self._release_sql, {"key": key, "owner": owner, "now_ms": now_ms})
         return released.rowcount == 1
 
-    async def _call(self, method: str, body: Callable[[sqlite3.Connection, int], T]) -> T:
+    async def _call(
+        self,
+        method: str,
+        body: Callable[[sqlite3.Connection, int], T],
+        *,
+        in_place: bool = True,
+    ) -> T:
+        """Run ``body`` in one transaction: here if it need not wait, else on the worker.
+
+        ``in_place=False`` for a call whose work grows with its arguments or the file (it would
+        hold the caller's thread for that long): it always runs on the worker.
+        """
+        if in_place and not self._in_place_refused:
+            # one yield per call, as a call queued to the thread gave: a task calling in a loop
+            # still lets the loop's other tasks run (and is cancelled here, before any write)
+            await asyncio.sleep(0)  # noqa: TID251 -- a yield to the loop, not a wait
+            with self._guard:
+                worker = self._worker_locked()
+            answer = worker.run_here(lambda db: self._transaction_once(db, method, body))
+            if not isinstance(answer, NotRun | _Busy):
+                return answer
         with self._guard:
             # submitted under the guard: an aclose() can't shut the worker down in between
             done = self._worker_locked().submit(lambda db: self._in_transaction(db, method, body))
         return await done
 
     def _in_transaction(
-        self, db: sqlite3.Connection, method: str, body: Callable[[sqlite3.Connection, int], T]
+        self,
+        db: sqlite3.Connection,
+        method: str,
+        body: Callable[[sqlite3.Connection, int], T],
+        *,
+        timed: bool = True,
     ) -> T:
+        """Run ``body`` in one transaction, waiting up to ``busy_timeout`` for the write lock.
+
+        On the worker thread (or opening the file): the pauses between tries block it.
+        ``timed=False``: the transaction's time says nothing of the next calls' (the schema's).
+        """
+        deadline_ns = time.monotonic_ns() + self._busy_timeout_ms * 1_000_000
+        pause_s = BUSY_FIRST_PAUSE_S
+        while True:
+            answer = self._transaction_once(db, method, body, worker=True, timed=timed)
+            if not isinstance(answer, _Busy):
+                return answer
+            if time.monotonic_ns() >= deadline_ns:
+                raise self._failed(method, answer.error) from answer.error
+            # jittered: callers that found the lock taken together don't try again together
+            time.sleep(pause_s * (0.5 + _jitter.random() / 2))  # noqa: TID251 -- on the worker
+            pause_s = min(pause_s * 2, BUSY_PAUSE_CAP_S)
+
+    def _transaction_once(
+        self,
+        db: sqlite3.Connection,
+        method: str,
+        body: Callable[[sqlite3.Connection, int], T],
+        *,
+        worker: bool = False,
+        timed: bool = True,
+    ) -> T | _Busy:
+        """Run ``body`` in one transaction if the write lock is free now; else :class:`_Busy`.
+
+        A transaction that met a taken lock is rolled back whole, so running it again is safe.
+        ``worker``: it runs on the worker thread, whose quick calls let calls in place again.
+        """
+        started_ns = time.perf_counter_ns()
         try:
             db.execute(BEGIN_DEFERRED if self._read_only else BEGIN_IMMEDIATE)
             try:
@@ -723,8 +830,20 @@ class SQLiteLockStore:
                         db.execute(ROLLBACK)
                 raise
         except sqlite3.Error as error:
+            if _is_busy(error):
+                # nothing was written: BUSY leaves a COMMIT's transaction open, rolled back above
+                return _Busy(error)
             raise self._failed(method, error) from error
+        if timed:
+            self._note_time(time.perf_counter_ns() - started_ns, worker=worker)
         return result
+
+    def _note_time(self, took_ns: int, *, worker: bool) -> None:
+        """Count a committed transaction's time towards where the next calls run."""
+        if took_ns > SLOW_IN_PLACE_S * 1e9:
+            self._in_place_refused = QUICK_CALLS_TO_RETURN
+        elif worker and self._in_place_refused:
+            self._in_place_refused -= 1
 
     def _worker_locked(self) -> SQLiteWorker:
         worker = self._worker
@@ -764,6 +883,9 @@ class SQLiteLockStore:
             raise self._unusable(error) from error
         try:
             self._prepare(db)
+            # only now: opening a new file waits in SQLite's busy handler for the process
+            # switching it to WAL or creating the tables
+            db.execute(NO_BUSY_WAIT)
         except sqlite3.Error as error:
             db.close()
             raise self._failed("open", error) from error
@@ -775,7 +897,7 @@ class SQLiteLockStore:
     def _prepare(self, db: sqlite3.Connection) -> None:
         if self._creates_none is not None:
             # first, and only reading: a file that is not leaselock's is left exactly as it was
-            self._in_transaction(db, "open", self._check_schema)
+            self._in_transaction(db, "open", self._check_schema, timed=False)
             if self._read_only:
                 # a reader changes nothing: not the journal mode, and it commits nothing
                 return
@@ -789,7 +911,7 @@ class SQLiteLockStore:
         if self._creates_none is None:
             # in a transaction: processes that open a new file at once create the tables once,
             # and processes that open an earlier leaselock's file at once add a column once
-            self._in_transaction(db, "open", self._create_schema)
+            self._in_transaction(db, "open", self._create_schema, timed=False)
 
     def _create_schema(self, db: sqlite3.Connection, _now_ms: int) -> None:
         for sql in self._schema_sql:
@@ -908,6 +1030,9 @@ def _switch_to_wal(db: sqlite3.Connection) -> str:
             return str(mode)
     (mode,) = db.execute(JOURNAL_MODE_WAL).fetchone()
     return str(mode)
+
+
+_jitter = random.Random()  # noqa: S311 -- jitter spreads retries; it guards no secret
 
 
 def _connected(_db: sqlite3.Connection) -> None:
