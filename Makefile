@@ -105,6 +105,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_redis.py
 	$(BIN)/python benchmarks/bench_postgres.py
 	$(BIN)/python benchmarks/bench_postgres_renew_batches.py
+	$(BIN)/python benchmarks/bench_postgres_listeners.py
 	$(BIN)/python benchmarks/bench_orm_fencing.py
 	$(BIN)/python benchmarks/bench_sqlite.py
 	$(BIN)/python benchmarks/bench_mysql.py
