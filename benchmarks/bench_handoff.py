@@ -278,7 +278,9 @@ def leaselock_rounds(kind: str, url: str, rounds: int) -> list[Round]:
         lock = loop.run_until_complete(locks.acquire(str(key)))
         if lock is None:
             raise SystemExit(f"{key} was not free")
-        let_the_waiter_in()
+        # the holder's loop runs while it holds, as an application's does: what a store does
+        # in the background for a held key (MySQL's wake-up names) happens meanwhile
+        loop.run_until_complete(asyncio.to_thread(let_the_waiter_in))
         loop.run_until_complete(marked(mark, lock.release()))
 
     try:
