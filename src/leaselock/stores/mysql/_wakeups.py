@@ -73,6 +73,9 @@ RETAKE_PAUSE_S: Final = 0.25
 # how often the beacon lets go of the names of leases that ended on this process's clock
 # without a release or a failed renewal telling it (their holder stopped renewing)
 SWEEP_S: Final = 1.0
+# how long a beacon holding names may send nothing before it asks SELECT 1: a connection the
+# server ended (a restart, a KILL) freed its names, which are taken again once it is noticed
+QUIET_S: Final = 5.0
 # the pauses between attempts to get a lost connection back
 FIRST_RECONNECT_PAUSE_S: Final = 0.1
 LAST_RECONNECT_PAUSE_S: Final = 5.0
@@ -151,7 +154,13 @@ class Lines:
 
     async def open(self) -> asyncmy.Connection:
         """Open a connection for the caller alone."""
-        return await self._executor.dial()
+        connection = await self._executor.dial()
+        if _cancelled():
+            # asyncmy connects through asyncio.wait_for, which on Python 3.11 may return a
+            # connection made as the caller was cancelled, and drop the cancellation
+            self._executor.hang_up(connection)
+            raise asyncio.CancelledError
+        return connection
 
     def close(self, connection: asyncmy.Connection) -> None:
         """Close ``connection``: a GET_LOCK waiting on it ends, its named locks are freed."""
@@ -190,10 +199,12 @@ class Beacon:
     """
 
     __slots__ = (
+        "_closed",
         "_connection",
         "_dropping",
         "_held",
         "_kick",
+        "_last_sent",
         "_lines",
         "_loop",
         "_namespace",
@@ -221,7 +232,9 @@ class Beacon:
         self._kick = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._next_sweep = 0.0
+        self._last_sent = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
 
     def took(self, key: str, owner: str, ttl_ms: int) -> None:
         """``owner`` holds ``key`` now, for ``ttl_ms``."""
@@ -266,10 +279,11 @@ class Beacon:
 
     async def aclose(self) -> None:
         """Stop, and close the connection: the server lets go of every name it held."""
+        self._closed = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        task, self._task = self._task, None
+        task = self._task
         if task is not None:
             task.cancel()
             await asyncio.wait([task])
@@ -283,17 +297,22 @@ class Beacon:
         self._start()
 
     def _start(self) -> None:
-        if self._task is None:
+        if self._task is None and not self._closed:
             self._task = self._loop.create_task(self._run(), name=f"leaselock beacon {self._store}")
 
     async def _run(self) -> None:
         failures = 0
         while True:
+            if _cancelled():
+                # dropped on the way (see Lines.open): stop, as the cancellation asked
+                raise asyncio.CancelledError
             await self._kick.wait()
             self._kick.clear()
             try:
                 await self._sync()
-            except Exception as error:  # noqa: BLE001 -- hints only: a lock operation never fails for it
+            except Exception as error:
+                if _cancelled():
+                    raise asyncio.CancelledError from error
                 failures += 1
                 self._lost(error, failures)
                 await asyncio.sleep(  # noqa: TID251 -- reconnect pacing
@@ -323,6 +342,9 @@ class Beacon:
             self._next_sweep = now + SWEEP_S
             for key in [key for key, held in self._held.items() if held.until <= now]:
                 self.gave_up(key, None)
+            if self._connection is not None and self._taken and now - self._last_sent >= QUIET_S:
+                await _fetch(self._connection, "SELECT 1", (), STATEMENT_TIMEOUT_S)
+                self._last_sent = now
         drops = list(self._dropping)
         takes = [key for key, when in self._pending.items() if when <= now]
         while drops or takes:
@@ -341,6 +363,7 @@ class Beacon:
         names = [wakeup_name(self._namespace, key) for key in (*drops, *takes)]
         calls = ["RELEASE_LOCK(%s)"] * len(drops) + ["GET_LOCK(%s, 0)"] * len(takes)
         answers = await _fetch(connection, f"SELECT {', '.join(calls)}", names, STATEMENT_TIMEOUT_S)
+        self._last_sent = self._loop.time()
         for key in drops:
             self._taken.discard(key)
             self._dropping.discard(key)
@@ -554,6 +577,9 @@ class _Following:
         pause_s = FIRST_LOOK_PAUSE_S
         failures = 0
         while True:
+            if _cancelled():
+                # dropped on the way (see Lines.open): stop, as the cancellation asked
+                raise asyncio.CancelledError
             try:
                 used, changed = await self._look(hint_if_free=hint_if_free)
                 if not established.done():
@@ -568,7 +594,9 @@ class _Following:
                 # nobody holds the name: read again, sooner after a change
                 pause_s = FIRST_LOOK_PAUSE_S if changed else min(pause_s * 2, LAST_LOOK_PAUSE_S)
                 await asyncio.sleep(pause_s)  # noqa: TID251 -- reads of a key nobody signals
-            except Exception as error:  # noqa: BLE001 -- hints only: retried, logged once
+            except Exception as error:
+                if _cancelled():
+                    raise asyncio.CancelledError from error
                 self.close()
                 failures += 1
                 if not established.done():
@@ -631,3 +659,14 @@ class _Following:
 def _retrieve(outcome: asyncio.Future[None]) -> None:
     if not outcome.cancelled():
         outcome.exception()
+
+
+def _cancelled() -> bool:
+    """Whether this task was asked to stop, whatever the awaits since made of it.
+
+    A cancellation may come out as another error (a driver closing its connection on it), or
+    be dropped (``asyncio.wait_for`` on Python 3.11, inside asyncmy's connect): a task that
+    ran on would never let its closing end.
+    """
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
