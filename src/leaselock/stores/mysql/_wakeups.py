@@ -271,6 +271,11 @@ class Beacon:
             self._dropping.add(key)
             self._kick.set()
             self._start()
+        elif not self._pending and not self._taken and self._timer is not None:
+            # a short hold: its timer would only wake the loop for nothing (a cancelled
+            # timer does not)
+            self._timer.cancel()
+            self._timer = None
 
     @property
     def holds_any(self) -> bool:
@@ -293,6 +298,16 @@ class Beacon:
 
     def _wake(self) -> None:
         self._timer = None
+        now = self._loop.time()
+        due = min(self._pending.values(), default=None)
+        sweep = self._next_sweep if self._taken else None
+        if not self._dropping and (due is None or due > now) and (sweep is None or sweep > now):
+            # what made this timer was released meanwhile (a short hold): nothing to send,
+            # so no task to wake; only the next take, or sweep, to wait for
+            when = min((at for at in (due, sweep) if at is not None), default=None)
+            if when is not None:
+                self._timer = self._loop.call_at(when, self._wake)
+            return
         self._kick.set()
         self._start()
 
