@@ -1193,6 +1193,31 @@ async def test_without_notify_releases_nothing_is_held_or_followed(scratch: Scra
         await lock.release()
 
 
+async def test_an_application_pool_lends_the_wakeups_under_half_its_connections(
+    scratch: Scratch,
+) -> None:
+    table = scratch.table("lent")
+    tiny = MySQLLockStore(await make_pool(scratch.url, maxsize=1), table=table, own_pool=True)
+    small = MySQLLockStore(await make_pool(scratch.url, maxsize=6), table=table, own_pool=True)
+    await tiny.open()
+    await small.open()
+    try:
+        # a pool of one keeps it for the statements: no beacon, no follower
+        assert tiny._beacon is None
+        assert tiny._lines is not None
+        assert tiny._lines.slots == 0
+        # of six: the beacon's and two followers'
+        assert small._beacon is not None
+        assert small._lines is not None
+        assert small._lines.slots == 2
+        key = unique_key("lent")
+        assert isinstance(await tiny.acquire(key, "owner", 60_000), Acquired)
+        assert await tiny.release(key, "owner")
+    finally:
+        await tiny.aclose()
+        await small.aclose()
+
+
 def test_a_wakeup_name_fits_64_characters_and_tells_tables_apart() -> None:
     long_key = "\u732b" * 500
     names = {wakeup_name("test.a", long_key), wakeup_name("test.b", long_key)}

@@ -717,7 +717,8 @@ class MySQLLockStore(JobControlOnDocuments):
         self._executor, self._sql, self._loop = executor, sql, loop
         if self._notify_releases:
             self._lines = Lines(executor, self._follower_connections)
-            self._beacon = Beacon(self._lines, self._namespace, repr(self))
+            if self._lines.beacon:
+                self._beacon = Beacon(self._lines, self._namespace, repr(self))
         return executor, sql
 
     async def _check_server(self, executor: Executor, *, create: bool) -> Statements:

@@ -120,19 +120,21 @@ class Lines:
 
     Each comes from the store's executor (:meth:`Executor.dial`), and goes back closed. At most
     ``follower_connections`` serve followers at once, and, where the executor lends its own,
-    fewer than it lends (the beacon takes one).
+    fewer than it lends (the beacon takes one; where it lends none, there is no beacon).
 
     Args:
         executor: where the connections come from.
         follower_connections: followed keys at most, store-wide.
     """
 
-    __slots__ = ("_executor", "_generation", "_in_use", "slots")
+    __slots__ = ("_executor", "_generation", "_in_use", "beacon", "slots")
 
     def __init__(self, executor: Executor, follower_connections: int) -> None:
         """Open nothing yet."""
         self._executor = executor
         lendable = executor.lendable
+        # a pool too small to lend one (maxsize 1) keeps its connection for the statements
+        self.beacon = lendable is None or lendable >= 1
         self.slots = (
             follower_connections
             if lendable is None
@@ -492,9 +494,11 @@ class MySQLReleaseFollower:
             if not self._warned:
                 self._warned = True
                 _log.warning(
-                    "%s follows %d keys, its follower_connections: waiters on %r and any "
-                    "further key find a release by retrying (up to 1 s), until a followed "
-                    "key frees a connection; raise follower_connections to follow more",
+                    "%s follows %d keys at most (follower_connections; over an application's "
+                    "asyncmy pool, fewer than half its maxsize): waiters on %r and any further "
+                    "key find a release by retrying (up to 1 s), until a followed key frees a "
+                    "connection; raise follower_connections (or the pool's maxsize) to follow "
+                    "more",
                     self._store,
                     self._lines.slots,
                     key,
