@@ -18,12 +18,19 @@ that the waiter held the key, for (the variants of a store take turns, a batch o
                  leaselock grant is that: it must survive a crash); and, as a turn of its own,
                  the server alone after the same pause: the round trip of a durable INSERT
                  and of a SELECT 1 (no durable handoff can beat the first);
+    MySQL:       leaselock (MySQLLockStore), the floor of the server, a session blocked in
+                 GET_LOCK that the holder's RELEASE_LOCK lets through (it writes nothing), and
+                 the floor of a durable handoff as MySQLLockStore makes it: the holder's durable
+                 UPDATE, then its RELEASE_LOCK, lets through the waiter's GET_LOCK, and the
+                 waiter's durable UPDATE takes the key; and the server alone after the same
+                 pause: a durable UPDATE's round trip and a SELECT 1's;
     SQLite:      leaselock (SQLiteLockStore) on a file in a temporary directory.
 
-Run: .venv/bin/python benchmarks/bench_handoff.py [--stores redis,postgres,sqlite] [--rounds 100]
-     [--batches 5]
+Run: .venv/bin/python benchmarks/bench_handoff.py [--stores redis,postgres,mysql,sqlite]
+     [--rounds 100] [--batches 5]
 python-redis-lock comes with the benchmark dependency group: make bench installs it. URLs default to
-LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL, else the machine's servers.
+LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL / LEASELOCK_TEST_MYSQL_URL, else the
+machine's servers.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import argparse
 import asyncio
 import logging
 import multiprocessing
+import os
 import random
 import statistics
 import tempfile
@@ -39,15 +47,18 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
+from types import ModuleType
 from typing import NamedTuple
 
+import asyncmy
 import asyncpg
 import redis
 import redis.asyncio
-import redis_lock
 from _servers import add_server_arguments, delete_prefix, drop_store_tables
 
 from leaselock import Locks
+from leaselock.stores.mysql import MySQLLockStore
+from leaselock.stores.mysql._arguments import connect_args
 from leaselock.stores.postgres import PostgresLockStore
 from leaselock.stores.redis import RedisLockStore
 from leaselock.stores.sqlite import SQLiteLockStore
@@ -56,7 +67,16 @@ BLOCKED_S = 0.3
 ADVISORY_CLASS = 4242
 
 
+def redis_lock() -> ModuleType:
+    """python-redis-lock, imported where the Redis rounds need it: the other stores run without."""
+    import redis_lock  # noqa: PLC0415 -- the benchmark dependency group's peer
+
+    return redis_lock
+
+
 IDLE_SERVER = "the server alone, after a round's pause"
+GET_LOCK_FLOOR = "GET_LOCK blocked in a session"
+DURABLE_FLOOR = "floor: UPDATE, RELEASE_LOCK heard, UPDATE"
 
 
 class Round(NamedTuple):
@@ -70,12 +90,14 @@ class Round(NamedTuple):
 
 def leaselock_store(
     kind: str, url: str, run: str
-) -> PostgresLockStore | RedisLockStore | SQLiteLockStore:
+) -> PostgresLockStore | RedisLockStore | SQLiteLockStore | MySQLLockStore:
     if kind == "sqlite":
         return SQLiteLockStore(url)
     if kind == "redis":
         return RedisLockStore.from_url(url, prefix=f"leaselock-handoff-{run}:")
     table = f"leaselock_handoff_{run}"
+    if kind == "mysql":
+        return MySQLLockStore.from_url(url, table=table)
     return PostgresLockStore.from_url(url, table=table, sequence=f"{table}_seq")
 
 
@@ -85,6 +107,30 @@ async def forget_run(kind: str, url: str, run: str) -> None:
         await delete_prefix(url, f"leaselock-handoff-{run}:")
     elif kind == "postgres":
         await drop_store_tables(url, f"leaselock_handoff_{run}")
+    elif kind == "mysql":
+        await mysql_statement(url, mysql_drop(f"leaselock_handoff_{run}"))
+
+
+def mysql_drop(table: str) -> str:
+    return f"DROP TABLE IF EXISTS `{table}`, `{table}_runs`, `{table}_jobs`"
+
+
+async def mysql_connect(url: str) -> asyncmy.Connection:
+    return await asyncmy.connect(**connect_args(url), autocommit=True)
+
+
+async def mysql_statement(url: str, sql: str) -> None:
+    connection = await mysql_connect(url)
+    try:
+        await mysql_run(connection, sql)
+    finally:
+        connection.close()
+
+
+async def mysql_run(connection: asyncmy.Connection, sql: str, *args: object) -> None:
+    async with connection.cursor() as cursor:
+        await cursor.execute(sql, args or None)
+        await cursor.fetchall()
 
 
 def leaselock_waiter(kind: str, url: str, run: str, pipe: Connection) -> None:
@@ -110,7 +156,7 @@ def python_redis_lock_waiter(url: str, pipe: Connection) -> None:
     client = redis.Redis.from_url(url)
     pipe.send("ready")
     while (key := pipe.recv()) is not None:
-        lock = redis_lock.Lock(client, key, expire=30)
+        lock = redis_lock().Lock(client, key, expire=30)
         lock.acquire(blocking=True, timeout=10)
         held_ns = time.monotonic_ns()
         lock.release()
@@ -232,7 +278,9 @@ def leaselock_rounds(kind: str, url: str, rounds: int) -> list[Round]:
         lock = loop.run_until_complete(locks.acquire(str(key)))
         if lock is None:
             raise SystemExit(f"{key} was not free")
-        let_the_waiter_in()
+        # the holder's loop runs while it holds, as an application's does: what a store does
+        # in the background for a held key (MySQL's wake-up names) happens meanwhile
+        loop.run_until_complete(asyncio.to_thread(let_the_waiter_in))
         loop.run_until_complete(marked(mark, lock.release()))
 
     try:
@@ -251,7 +299,7 @@ def python_redis_lock_rounds(url: str, rounds: int) -> list[Round]:
     def hold_and_release(
         key: object, let_the_waiter_in: Callable[[], None], mark: Callable[[], None]
     ) -> None:
-        lock = redis_lock.Lock(client, str(key), expire=30)
+        lock = redis_lock().Lock(client, str(key), expire=30)
         lock.acquire()
         let_the_waiter_in()
         mark()
@@ -413,12 +461,108 @@ def idle_server_rounds(url: str, rounds: int) -> list[Round]:
         loop.close()
 
 
-def report(name: str, rounds: list[Round], best: float | None = None) -> float:
+def get_lock_waiter(url: str, table: str | None, pipe: Connection) -> None:
+    """Wait for each key in GET_LOCK on a session of its own; with ``table``, then take the
+    key's row in a durable UPDATE, as a woken MySQLLockStore waiter does."""
+
+    async def serve() -> None:
+        connection = await mysql_connect(url)
+        pipe.send("ready")
+        while (key := pipe.recv()) is not None:
+            await mysql_run(
+                connection,
+                "SELECT CASE GET_LOCK(%s, 10) WHEN 1 THEN RELEASE_LOCK(%s) END",
+                key,
+                key,
+            )
+            if table is not None:
+                await mysql_run(
+                    connection,
+                    f"UPDATE `{table}` SET owner = 'waiter', n = n + 1 WHERE k = 1",  # noqa: S608 -- our own table
+                )
+            pipe.send(time.monotonic_ns())
+        connection.close()
+
+    asyncio.run(serve())
+
+
+def get_lock_rounds(url: str, rounds: int, *, durable: bool) -> list[Round]:
+    """A session's RELEASE_LOCK letting another through GET_LOCK; ``durable``: the holder's
+    durable UPDATE first, and the waiter's after (the floor of a MySQLLockStore handoff)."""
+    loop = asyncio.new_event_loop()
+    connection = loop.run_until_complete(mysql_connect(url))
+    run = uuid.uuid4().hex[:8]
+    table = f"leaselock_handoff_floor_{run}" if durable else None
+    if table is not None:
+        loop.run_until_complete(
+            mysql_run(
+                connection,
+                f"CREATE TABLE `{table}` (k INT PRIMARY KEY, owner "
+                "VARCHAR(20), n BIGINT) ENGINE=InnoDB",
+            )
+        )
+        loop.run_until_complete(
+            mysql_run(connection, f"INSERT INTO `{table}` VALUES (1, 'holder', 0)")  # noqa: S608 -- our own table
+        )
+
+    async def release(key: object) -> None:
+        if table is not None:
+            await mysql_run(
+                connection,
+                f"UPDATE `{table}` SET owner = NULL, n = n + 1 WHERE k = 1",  # noqa: S608 -- our own table
+            )
+        await mysql_run(connection, "SELECT RELEASE_LOCK(%s)", key)
+
+    def hold_and_release(
+        key: object, let_the_waiter_in: Callable[[], None], mark: Callable[[], None]
+    ) -> None:
+        loop.run_until_complete(mysql_run(connection, "SELECT GET_LOCK(%s, 0)", key))
+        let_the_waiter_in()
+        loop.run_until_complete(marked(mark, release(key)))
+
+    try:
+        keys: list[object] = [f"leaselock-handoff-{run}:{n}" for n in range(rounds)]
+        return rounds_of(get_lock_waiter, (url, table), hold_and_release, keys)
+    finally:
+        if table is not None:
+            loop.run_until_complete(mysql_run(connection, f"DROP TABLE `{table}`"))
+        connection.close()
+        loop.close()
+
+
+def mysql_idle_server_rounds(url: str, rounds: int) -> list[Round]:
+    """As :func:`idle_server_rounds`, on MySQL: a durable UPDATE's round trip and SELECT 1's."""
+    loop = asyncio.new_event_loop()
+    connection = loop.run_until_complete(mysql_connect(url))
+    table = f"leaselock_handoff_idle_{uuid.uuid4().hex[:8]}"
+    loop.run_until_complete(
+        mysql_run(connection, f"CREATE TABLE `{table}` (k INT PRIMARY KEY, n BIGINT)")
+    )
+    loop.run_until_complete(mysql_run(connection, f"INSERT INTO `{table}` VALUES (1, 0)"))  # noqa: S608 -- our own table
+    written = f"UPDATE `{table}` SET n = n + 1 WHERE k = 1"  # noqa: S608 -- our own table
+
+    def round_trip(sql: str) -> float:
+        time.sleep(BLOCKED_S + random.uniform(0, 0.1))
+        started_ns = time.monotonic_ns()
+        loop.run_until_complete(mysql_run(connection, sql))
+        return (time.monotonic_ns() - started_ns) / 1e6
+
+    try:
+        return [Round(round_trip(written), round_trip("SELECT 1")) for _ in range(rounds)]
+    finally:
+        loop.run_until_complete(mysql_run(connection, f"DROP TABLE `{table}`"))
+        connection.close()
+        loop.close()
+
+
+def report(
+    name: str, rounds: list[Round], best: float | None = None, of: str = "of the peer's p50"
+) -> float:
     """Print a variant's handoff p50 and p95, and where its release call returned; its p50."""
     handoffs = [each.held_ms for each in rounds]
     p50 = statistics.median(handoffs)
     p95 = statistics.quantiles(handoffs, n=20)[-1]
-    versus = "" if best is None else f"   x{p50 / best:.2f} of the peer's p50"
+    versus = "" if best is None else f"   x{p50 / best:.2f} {of}"
     print(f"  {name:<40} p50 {p50:6.2f} ms   p95 {p95:6.2f} ms{versus}")
     returned = statistics.median(each.returned_ms for each in rounds)
     after = statistics.median(each.held_ms - each.returned_ms for each in rounds)
@@ -444,7 +588,11 @@ def in_turns(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stores", default="redis,postgres,sqlite")
+    parser.add_argument("--stores", default="redis,postgres,mysql,sqlite")
+    parser.add_argument(
+        "--mysql-url",
+        default=os.environ.get("LEASELOCK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
+    )
     parser.add_argument("--rounds", type=int, default=100, help="rounds of each variant")
     parser.add_argument("--batches", type=int, default=5, help="turns the variants take")
     add_server_arguments(parser)
@@ -497,6 +645,29 @@ def main() -> None:
         print(
             f"  {IDLE_SERVER}: a durable INSERT's round trip p50 {durable:.2f} ms "
             f"(x{durable / floor:.2f} of the peer's handoff), SELECT 1's {select_1:.2f} ms"
+        )
+    if "mysql" in chosen:
+        url = arguments.mysql_url
+        print("MySQL/MariaDB")
+        done = in_turns(
+            {
+                GET_LOCK_FLOOR: lambda n: get_lock_rounds(url, n, durable=False),
+                "leaselock": lambda n: leaselock_rounds("mysql", url, n),
+                DURABLE_FLOOR: lambda n: get_lock_rounds(url, n, durable=True),
+                IDLE_SERVER: lambda n: mysql_idle_server_rounds(url, n),
+            },
+            rounds,
+            batches,
+        )
+        idle = done.pop(IDLE_SERVER)
+        report(GET_LOCK_FLOOR, done.pop(GET_LOCK_FLOOR))
+        floor = report(DURABLE_FLOOR, done.pop(DURABLE_FLOOR))
+        report("leaselock", done.pop("leaselock"), floor, "of the durable floor's p50")
+        durable = statistics.median(each.held_ms for each in idle)
+        select_1 = statistics.median(each.returned_ms for each in idle)
+        print(
+            f"  {IDLE_SERVER}: a durable UPDATE's round trip p50 {durable:.2f} ms, "
+            f"SELECT 1's {select_1:.2f} ms"
         )
     if "sqlite" in chosen:
         with tempfile.TemporaryDirectory() as directory:

@@ -150,3 +150,43 @@ def input_line() -> str:
 def answer(line: str) -> None:
     """Tell the test something, at once."""
     print(line, flush=True)  # noqa: T201 -- stdout is how this process answers the test
+
+
+def wait_woken_on_mysql(url: str, table: str, key: str, record: str) -> None:
+    """Wait for ``key`` with retries a minute apart, so only a wake-up can hand it over in time.
+
+    Writes ``held <token>`` to ``record`` once held (then releases), or ``missed`` if not.
+    """
+    from leaselock._engine import _waiter  # noqa: PLC0415
+
+    # every retry of a wait a minute away: the wait below is shorter
+    _waiter.backoff_ms = lambda _attempt: 60_000
+    Path(record).write_text(asyncio.run(_wait_woken_on_mysql(url, table, key)))
+
+
+async def _wait_woken_on_mysql(url: str, table: str, key: str) -> str:
+    from leaselock.stores import MySQLLockStore  # noqa: PLC0415
+
+    async with Locks(store=MySQLLockStore.from_url(url, table=table)) as locks:
+        lock = await locks.acquire(key, wait="30s")
+        if lock is None:
+            return "missed"
+        await lock.release()
+        return f"held {lock.fencing_token}"
+
+
+def hold_on_mysql(url: str, table: str, key: str, ttl_ms: int, record: str) -> None:
+    """Hold ``key`` for ``ttl_ms`` until killed; write ``held <token>`` to ``record`` once held."""
+    asyncio.run(_hold_on_mysql(url, table, key, ttl_ms, Path(record)))
+
+
+async def _hold_on_mysql(url: str, table: str, key: str, ttl_ms: int, record: Path) -> None:
+    from leaselock.stores import Acquired, MySQLLockStore  # noqa: PLC0415
+
+    store = MySQLLockStore.from_url(url, table=table)
+    await store.open()
+    # the store alone, without a Locks: nothing renews the lease, which ends at its ttl
+    held = await store.acquire(key, f"killed-holder-{os.getpid()}", ttl_ms)
+    assert isinstance(held, Acquired)
+    await asyncio.to_thread(record.write_text, f"held {held.fencing_token}")
+    await asyncio.Event().wait()

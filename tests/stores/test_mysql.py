@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import logging
+import multiprocessing
 import random
 import socket
 import sys
@@ -20,7 +22,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from helpers import unique_key, wait_for_real
+from helpers import unique_key, until_real, wait_for_real
 from leaselock import Locks, LocksConfigurationError, LockStoreError
 from leaselock.stores import (
     Acquired,
@@ -33,10 +35,13 @@ from leaselock.stores import (
     RunStart,
 )
 from leaselock.stores._common._capabilities import RunOutcome
+from leaselock.stores._common._protocol import FollowingNothing
 from leaselock.stores.mysql import RENEW_CHUNK, MySQLLockStore
 from leaselock.stores.mysql._arguments import connect_args
 from leaselock.stores.mysql._documents import successor
+from leaselock.stores.mysql._wakeups import wakeup_name
 from leaselock.testing.pytest import LockStoreContractTests
+from process_worker import hold_on_mysql, wait_woken_on_mysql
 
 asyncmy = pytest.importorskip("asyncmy")
 
@@ -942,6 +947,284 @@ async def test_the_alembic_migrations_make_the_tables_create_schema_makes(
     assert await scratch.sql("SHOW TABLES LIKE %s", table) == []
 
 
+# --- release wake-ups across processes (named locks) ---------------------------------------
+
+
+def wakeup_name_of(store: MySQLLockStore, key: str) -> str:
+    return wakeup_name(store._namespace, key)
+
+
+async def name_holder(scratch: Scratch, name: str) -> int | None:
+    """The connection id holding the named lock ``name``, or None."""
+    holder: int | None = (await scratch.sql("SELECT IS_USED_LOCK(%s)", name))[0][0]
+    return holder
+
+
+async def waiting_on(scratch: Scratch, name: str) -> list[int]:
+    """The connections blocked in GET_LOCK of ``name``."""
+    rows = await scratch.sql(
+        "SELECT ID FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND INFO LIKE %s",
+        f"%{name}%",
+    )
+    return [row[0] for row in rows]
+
+
+async def gone(scratch: Scratch, connection_id: int) -> bool:
+    rows = await scratch.sql(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s", connection_id
+    )
+    return rows[0][0] == 0
+
+
+def spawned(target: Any, *args: object) -> Any:
+    process = multiprocessing.get_context("spawn").Process(target=target, args=args)
+    process.start()
+    return process
+
+
+async def ended(process: Any) -> None:
+    if process.is_alive():
+        process.kill()
+    await asyncio.to_thread(process.join, 30)
+
+
+@pytest.fixture
+async def holder_and_waiter(
+    scratch: Scratch,
+) -> AsyncIterator[tuple[MySQLLockStore, MySQLLockStore]]:
+    """Two stores on one table, as two processes would have."""
+    table = scratch.table("wakeups")
+    holder = MySQLLockStore.from_url(scratch.url, table=table)
+    waiter = MySQLLockStore.from_url(scratch.url, table=table)
+    await holder.open()
+    await waiter.open()
+    yield holder, waiter
+    await waiter.aclose()
+    await holder.aclose()
+
+
+async def test_a_waiter_in_another_process_is_woken_by_the_release_not_by_a_retry(
+    scratch: Scratch, tmp_path: Path
+) -> None:
+    table, key = scratch.table("woken"), unique_key("woken")
+    record = tmp_path / "waiter.txt"
+    store = MySQLLockStore.from_url(scratch.url, table=table)
+    async with Locks(store=store) as locks:
+        lock = await locks.acquire(key)
+        assert lock is not None
+        name = wakeup_name_of(store, key)
+        # its retries a minute apart: only the wake-up can hand it the key within its wait
+        process = spawned(wait_woken_on_mysql, scratch.url, table, key, str(record))
+        try:
+            await until_real(lambda: waiting_on(scratch, name), within_s=30)
+            await lock.release()
+            await asyncio.to_thread(process.join, 30)
+        finally:
+            await ended(process)
+
+    assert record.read_text().startswith("held ")
+
+
+async def test_a_killed_holder_wakes_its_waiters_who_still_wait_for_its_ttl(
+    scratch: Scratch, tmp_path: Path, holder_and_waiter: tuple[MySQLLockStore, MySQLLockStore]
+) -> None:
+    _, store = holder_and_waiter
+    key, record = unique_key("killed"), tmp_path / "holder.txt"
+    name = wakeup_name_of(store, key)
+    process = spawned(hold_on_mysql, scratch.url, store._table_name, key, 4000, str(record))
+    try:
+        await until_real(lambda: record.exists() and record.read_text() != "", within_s=30)
+        token = int(record.read_text().split()[1])
+        await until_real(lambda: name_holder(scratch, name))
+        heard: asyncio.Queue[str] = asyncio.Queue()
+        async with store.follow_releases(heard.put_nowait) as follower, follower.following(key):
+            await until_real(lambda: waiting_on(scratch, name))
+            process.kill()
+            # the holder's connection ended: GET_LOCK returns, and the follower tells
+            assert await asyncio.wait_for(heard.get(), 10) == key
+    finally:
+        await ended(process)
+
+    # the lease outlives its holder until its ttl: the wake-up is a hint, the table decides
+    held = await store.read_lock(key)
+    assert held is not None
+    assert held.expires_in_ms is not None
+    assert held.expires_in_ms > 0
+    expires_at_ms = await store.store_time_ms() + held.expires_in_ms
+    assert isinstance(await store.acquire(key, "too-soon", 60_000), NotAcquired)
+    async with Locks(store=store) as locks:
+        lock = await locks.acquire(key, wait="10s")
+        taken_at_ms = await store.store_time_ms()
+        assert lock is not None
+        assert lock.fencing_token > token
+        assert taken_at_ms >= expires_at_ms - 5  # the two clock reads are round trips apart
+        await lock.release()
+
+
+async def test_unfollowing_a_key_or_closing_the_store_closes_its_connections(
+    scratch: Scratch, holder_and_waiter: tuple[MySQLLockStore, MySQLLockStore]
+) -> None:
+    holder, waiter = holder_and_waiter
+    keys = [unique_key("closing"), unique_key("closing")]
+    names = [wakeup_name_of(holder, key) for key in keys]
+    for key, name in zip(keys, names, strict=True):
+        assert isinstance(await holder.acquire(key, "holder", 60_000), Acquired)
+        await until_real(lambda name=name: name_holder(scratch, name))
+
+    async with waiter.follow_releases(lambda _key: None) as follower:
+        async with follower.following(keys[0]):
+            await until_real(lambda: waiting_on(scratch, names[0]))
+            (first,) = await waiting_on(scratch, names[0])
+        await until_real(lambda: gone(scratch, first))
+
+        async with follower.following(keys[1]):
+            await until_real(lambda: waiting_on(scratch, names[1]))
+            (second,) = await waiting_on(scratch, names[1])
+            # closed while a follower is blocked in GET_LOCK: that ends, and so does aclose
+            await asyncio.wait_for(waiter.aclose(), 10)
+            await until_real(lambda: gone(scratch, second))
+
+    # the holder's names go with its connection, released or not
+    beacon = await name_holder(scratch, names[0])
+    assert beacon is not None
+    await asyncio.wait_for(holder.aclose(), 10)
+    await until_real(lambda: gone(scratch, beacon))
+    assert [await name_holder(scratch, name) for name in names] == [None, None]
+    await holder.open()
+    await waiter.open()
+
+
+async def test_keys_past_follower_connections_are_found_by_retrying(
+    scratch: Scratch, caplog: pytest.LogCaptureFixture
+) -> None:
+    table = scratch.table("capped")
+    holder = MySQLLockStore.from_url(scratch.url, table=table)
+    capped = MySQLLockStore.from_url(scratch.url, table=table, follower_connections=1)
+    first, second = unique_key("followed"), unique_key("past-cap")
+    await holder.open()
+    try:
+        for key in (first, second):
+            assert isinstance(await holder.acquire(key, "holder", 60_000), Acquired)
+        async with Locks(store=capped) as locks:
+            with caplog.at_level(logging.WARNING, logger="leaselock.stores.mysql"):
+                waits = [
+                    asyncio.create_task(locks.acquire(key, wait="20s")) for key in (first, second)
+                ]
+                await until_real(lambda: waiting_on(scratch, wakeup_name_of(capped, first)))
+                await until_real(lambda: "raise follower_connections" in caplog.text)
+            assert await waiting_on(scratch, wakeup_name_of(capped, second)) == []
+
+            # past the cap, the engine's retries find the release
+            assert await holder.release(second, "holder")
+            got_second = await asyncio.wait_for(waits[1], 10)
+            assert got_second is not None
+            assert await holder.release(first, "holder")
+            got_first = await asyncio.wait_for(waits[0], 10)
+            assert got_first is not None
+            await got_first.release()
+            await got_second.release()
+    finally:
+        await holder.aclose()
+
+
+async def test_a_killed_wakeup_connection_or_query_is_recovered_and_releases_still_heard(
+    scratch: Scratch, holder_and_waiter: tuple[MySQLLockStore, MySQLLockStore]
+) -> None:
+    holder, waiter = holder_and_waiter
+    key = unique_key("killed-connection")
+    name = wakeup_name_of(holder, key)
+    assert isinstance(await holder.acquire(key, "holder", 60_000), Acquired)
+    await until_real(lambda: name_holder(scratch, name))
+    beacon = await name_holder(scratch, name)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+
+    async with waiter.follow_releases(heard.put_nowait) as follower, follower.following(key):
+        await until_real(lambda: waiting_on(scratch, name))
+        # the beacon's connection ends (as at a server restart): its names go, which wakes
+        # the follower; the beacon notices, connects again and takes its names back
+        await scratch.sql(f"KILL {beacon}")
+        assert await asyncio.wait_for(heard.get(), 10) == key
+
+        async def taken_again() -> bool:
+            return await name_holder(scratch, name) not in (None, beacon)
+
+        await until_real(taken_again, within_s=20)
+        await until_real(lambda: waiting_on(scratch, name))
+
+        # a follower's wait cut short, then its connection: it waits again each time
+        (following,) = await waiting_on(scratch, name)
+        await scratch.sql(f"KILL QUERY {following}")
+        await until_real(lambda: waiting_on(scratch, name))
+        (following,) = await waiting_on(scratch, name)
+        await scratch.sql(f"KILL {following}")
+        await until_real(lambda: gone(scratch, following))
+        await until_real(lambda: waiting_on(scratch, name))
+
+        while not heard.empty():  # a cut wait may have been told as a release
+            heard.get_nowait()
+        assert await holder.release(key, "holder")
+        assert await asyncio.wait_for(heard.get(), 10) == key
+
+
+async def test_a_release_of_a_key_whose_name_was_not_held_is_heard_at_the_next_read(
+    holder_and_waiter: tuple[MySQLLockStore, MySQLLockStore],
+) -> None:
+    holder, waiter = holder_and_waiter
+    key = unique_key("short-hold")
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    async with waiter.follow_releases(heard.put_nowait) as follower, follower.following(key):
+        # held and released at once: the beacon never takes the name
+        assert isinstance(await holder.acquire(key, "holder", 60_000), Acquired)
+        assert await holder.release(key, "holder")
+        assert await asyncio.wait_for(heard.get(), 10) == key
+        assert heard.empty()
+
+
+async def test_without_notify_releases_nothing_is_held_or_followed(scratch: Scratch) -> None:
+    table, key = scratch.table("quiet"), unique_key("quiet")
+    store = MySQLLockStore.from_url(scratch.url, table=table, notify_releases=False)
+    async with Locks(store=store) as locks:
+        lock = await locks.acquire(key)
+        assert lock is not None
+        async with store.follow_releases(lambda _key: None) as follower:
+            assert isinstance(follower, FollowingNothing)
+        assert store._beacon is None
+        assert await name_holder(scratch, wakeup_name_of(store, key)) is None
+        await lock.release()
+
+
+async def test_an_application_pool_lends_the_wakeups_under_half_its_connections(
+    scratch: Scratch,
+) -> None:
+    table = scratch.table("lent")
+    tiny = MySQLLockStore(await make_pool(scratch.url, maxsize=1), table=table, own_pool=True)
+    small = MySQLLockStore(await make_pool(scratch.url, maxsize=6), table=table, own_pool=True)
+    await tiny.open()
+    await small.open()
+    try:
+        # a pool of one keeps it for the statements: no beacon, no follower
+        assert tiny._beacon is None
+        assert tiny._lines is not None
+        assert tiny._lines.slots == 0
+        # of six: the beacon's and two followers'
+        assert small._beacon is not None
+        assert small._lines is not None
+        assert small._lines.slots == 2
+        key = unique_key("lent")
+        assert isinstance(await tiny.acquire(key, "owner", 60_000), Acquired)
+        assert await tiny.release(key, "owner")
+    finally:
+        await tiny.aclose()
+        await small.aclose()
+
+
+def test_a_wakeup_name_fits_64_characters_and_tells_tables_apart() -> None:
+    long_key = "\u732b" * 500
+    names = {wakeup_name("test.a", long_key), wakeup_name("test.b", long_key)}
+    assert len(names) == 2
+    assert all(len(name) == 64 and name.startswith("leaselock:") for name in names)
+
+
 # --- errors --------------------------------------------------------------------------------
 
 
@@ -1023,6 +1306,10 @@ async def test_from_url_accepts_the_mysql_schemes(scratch: Scratch, scheme: str)
         ({"max_size": 0}, "max_size >= 1"),
         ({"create_schema": "yes"}, "create_schema='yes'; pass True or False"),
         ({"connect_timeout": -1}, "connect_timeout"),
+        ({"notify_releases": "no"}, "notify_releases='no'; pass True or False"),
+        ({"follower_connections": 0}, "follower_connections=0; pass a whole number of at least 1"),
+        ({"follower_connections": True}, "follower_connections=True; pass a whole number"),
+        ({"follower_connections": 2.5}, "To follow no key, pass notify_releases=False"),
     ],
 )
 def test_bad_pool_options_are_refused_naming_what_works(
@@ -1030,6 +1317,20 @@ def test_bad_pool_options_are_refused_naming_what_works(
 ) -> None:
     with pytest.raises(LocksConfigurationError, match=message):
         MySQLLockStore.from_url("mysql://localhost/db", **options)
+
+
+async def test_bad_wakeup_options_over_a_pool_are_refused_naming_what_works(
+    scratch: Scratch,
+) -> None:
+    pool = await make_pool(scratch.url)
+    try:
+        with pytest.raises(LocksConfigurationError, match=r"follower_connections=-1; pass"):
+            MySQLLockStore(pool, follower_connections=-1)
+        with pytest.raises(LocksConfigurationError, match=r"notify_releases=1; pass True"):
+            MySQLLockStore(pool, notify_releases=1)  # type: ignore[arg-type]
+    finally:
+        pool.close()
+        await pool.wait_closed()
 
 
 def test_something_that_is_not_a_pool_is_refused_naming_what_works() -> None:

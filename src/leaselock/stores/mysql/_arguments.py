@@ -12,13 +12,16 @@ from ..._errors import LocksConfigurationError
 from ..._redact import redact_secrets
 
 __all__ = [
+    "DEFAULT_FOLLOWER_CONNECTIONS",
     "URL_SCHEMES",
+    "check_follower_connections",
     "check_length",
     "connect_args",
 ]
 
 DEFAULT_PORT: Final = 3306
 URL_SCHEMES: Final = ("mysql", "mariadb", "mysql+asyncmy", "mariadb+asyncmy")
+DEFAULT_FOLLOWER_CONNECTIONS: Final = 16
 
 
 def connect_args(url: object) -> dict[str, Any]:
@@ -62,4 +65,15 @@ def check_length(value: str, name: str, limit: int) -> None:
         raise LocksConfigurationError(
             f"{name} is {len(value.encode())} bytes long in UTF-8; MySQLLockStore keeps at most "
             f"{limit} ({limit // 4} characters always fit): pass a shorter {name}"
+        )
+
+
+def check_follower_connections(value: object) -> None:
+    """Refuse a cap on following connections that is not a whole number of at least 1."""
+    if type(value) is not int or value < 1:
+        raise LocksConfigurationError(
+            f"follower_connections={value!r}; pass a whole number of at least 1 (default "
+            f"{DEFAULT_FOLLOWER_CONNECTIONS}): the connections a store spends waiting for the "
+            "releases of keys its process waits on, one per key. To follow no key, pass "
+            "notify_releases=False"
         )

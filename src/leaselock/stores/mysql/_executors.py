@@ -2,14 +2,16 @@
 
 Both run one ``%s``-parameter statement per call on a pooled connection and hand back what the
 store reads: the rows of a SELECT, or the affected-row count and the insert id of a write; or
-several statements in one transaction on one connection (:meth:`Executor.transaction`).
+several statements in one transaction on one connection (:meth:`Executor.transaction`). Either
+also hands the wake-ups connections they keep for themselves (:meth:`Executor.dial`): a named
+lock lives with its session.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar, cast, final
 from urllib.parse import urlsplit
 
 from ..._errors import LocksConfigurationError
@@ -67,6 +69,23 @@ class Executor(Protocol):
         """
         ...
 
+    async def dial(self) -> asyncmy.Connection:
+        """Return a connection in autocommit for the caller alone, until :meth:`hang_up`.
+
+        Opened as the pool opens its own (the same settings); outside the pool, or, over an
+        application's asyncmy pool, one of the pool's, lent while the caller keeps it.
+        """
+        ...
+
+    def hang_up(self, connection: asyncmy.Connection) -> None:
+        """Close a connection :meth:`dial` gave (the server frees its named locks at once)."""
+        ...
+
+    @property
+    def lendable(self) -> int | None:
+        """How many connections :meth:`dial` may lend at once, or ``None`` for no bound."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -100,13 +119,24 @@ class PoolExecutor:
     in autocommit (asyncmy's default) gets a COMMIT after each statement, SELECTs included, so no
     row lock outlives the call and no read sees an old snapshot: two round trips. A statement
     that fails leaves its transaction open, and asyncmy's pool discards such a connection.
+
+    ``connect`` opens a connection as the pool does (``from_url`` knows how): the wake-ups'
+    connections are then the store's own. Without it (an application's pool, whose settings
+    asyncmy does not show) they are the pool's, lent: at most half of its ``maxsize``.
     """
 
-    __slots__ = ("_owned", "_pool")
+    __slots__ = ("_connect", "_owned", "_pool")
 
-    def __init__(self, pool: asyncmy.Pool, *, owned: bool) -> None:
+    def __init__(
+        self,
+        pool: asyncmy.Pool,
+        *,
+        owned: bool,
+        connect: Callable[[], Awaitable[asyncmy.Connection]] | None = None,
+    ) -> None:
         self._pool = pool
         self._owned = owned
+        self._connect = connect
 
     async def write(self, sql: str, args: Sequence[object]) -> Written:
         async with self._pool.acquire() as connection:
@@ -130,6 +160,28 @@ class PoolExecutor:
             done = await work(_CursorSession(connection))
             await connection.commit()
         return done
+
+    async def dial(self) -> asyncmy.Connection:
+        if self._connect is not None:
+            return await self._connect()
+        connection = await self._pool.acquire()
+        try:
+            await _autocommit(connection)
+        except BaseException:
+            self.hang_up(connection)
+            raise
+        return connection
+
+    def hang_up(self, connection: asyncmy.Connection) -> None:
+        connection.close()
+        if self._connect is None:
+            # closed, the pool discards it (and opens another when it needs one)
+            self._pool.release(connection)
+
+    @property
+    def lendable(self) -> int | None:
+        # the application's statements keep the other half, so waiting never starves them
+        return None if self._connect is not None else self._pool.maxsize // 2
 
     async def close(self) -> None:
         if self._owned:
@@ -173,6 +225,26 @@ class _SQLAlchemyExecutor:
             await connection.exec_driver_sql("COMMIT")
             return done
 
+    async def dial(self) -> asyncmy.Connection:
+        # the engine's settings (connect_args: TLS...) apply; detached, the pool forgets it
+        raw = await self._engine.raw_connection()
+        connection = cast("asyncmy.Connection", raw.driver_connection)
+        raw.detach()
+        try:
+            await _autocommit(connection)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def hang_up(self, connection: asyncmy.Connection) -> None:
+        connection.close()
+
+    @property
+    def lendable(self) -> int | None:
+        # detached connections are outside the engine's pool
+        return None
+
     async def close(self) -> None:
         if self._owned:
             await self._engine.dispose()
@@ -194,6 +266,13 @@ class _ConnectionSession:
     async def fetch(self, sql: str, args: Sequence[object]) -> Sequence[Row]:
         result = await self._connection.exec_driver_sql(sql, tuple(args))
         return result.all()
+
+
+async def _autocommit(connection: asyncmy.Connection) -> None:
+    """Put ``connection`` in autocommit, now and whenever it connects again."""
+    # asyncmy leaves autocommit() untyped
+    autocommit: Callable[[bool], Awaitable[None]] = connection.autocommit
+    await autocommit(True)  # noqa: FBT003 -- asyncmy's signature
 
 
 def executor_over(pool: object, *, owned: bool) -> tuple[Executor, str]:

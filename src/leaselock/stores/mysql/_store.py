@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from decimal import Decimal
 from typing import TYPE_CHECKING, Final, TypeVar, final
 
 from ..._durations import Duration, parse_ttl
 from ..._errors import LocksConfigurationError, LockStoreError
+from ..._forks import process_generation
 from ..._redact import redact_secrets
 from .._common._capabilities import JobRecord, LockInfo, RunRecord
 from .._common._job_documents import JobControlOnDocuments
@@ -37,8 +39,21 @@ from .._common._pool_arguments import (
     check_flags,
     check_pool_size,
 )
-from .._common._protocol import MAX_FENCING_TOKEN, Acquired, AcquireResult, NotAcquired, Renewal
-from ._arguments import check_length, connect_args
+from .._common._protocol import (
+    MAX_FENCING_TOKEN,
+    Acquired,
+    AcquireResult,
+    FollowingNothing,
+    NotAcquired,
+    ReleaseFollower,
+    Renewal,
+)
+from ._arguments import (
+    DEFAULT_FOLLOWER_CONNECTIONS,
+    check_follower_connections,
+    check_length,
+    connect_args,
+)
 from ._documents import (
     CREATE_JOBS_SQL,
     MAX_DOCUMENT_BYTES,
@@ -60,6 +75,7 @@ from ._sql import (
     renew_many_sql,
     statements,
 )
+from ._wakeups import Beacon, Lines, MySQLReleaseFollower
 
 if TYPE_CHECKING:
     import asyncmy
@@ -96,9 +112,17 @@ class MySQLLockStore(JobControlOnDocuments):
     go in one statement (:meth:`renew_many`). Each job's last run and last success are kept in
     ``<table>_runs`` (:meth:`record_run`: one statement). Job control (pauses, open runs,
     overlap policies) is :class:`~leaselock.stores._common._job_documents.JobControlOnDocuments`
-    over the locks, the run records and small documents kept in ``<table>_jobs``. No release
-    notifications: MySQL has no LISTEN/NOTIFY, so waiters in other processes find a released
-    key by polling (their backoff caps at a second).
+    over the locks, the run records and small documents kept in ``<table>_jobs``.
+
+    Releases wake waiters in other processes (:meth:`follow_releases`) through named locks,
+    as MySQL has no LISTEN/NOTIFY: the store holds ``GET_LOCK`` of each key its process has
+    held for 2 ms on one connection of its own, and lets go of it after the key's release
+    (or when the process ends); a process waiting on a key blocks in ``GET_LOCK`` of its name
+    on a connection per key, so it wakes when the holder lets go. These statements go in the
+    background: acquire and release stay one round trip each, and wait for none of them. A
+    key whose name is not held (held for less than 2 ms, or by a store with
+    ``notify_releases=False``) is read again by its followers, after pauses from 5 ms up to
+    a second. Wake-ups are hints: a woken waiter tries the key, and the table decides.
 
     Build it over what the application has: ``MySQLLockStore(pool)`` with an asyncmy pool
     (``autocommit=True`` for one round trip a call), ``MySQLLockStore(engine)`` with a
@@ -115,21 +139,39 @@ class MySQLLockStore(JobControlOnDocuments):
             schema.
         own_pool: close the pool or dispose the engine when the last user closes the store;
             for a pool made for this store alone.
+        notify_releases: hold named locks for the keys held, and wait on them in
+            :meth:`follow_releases`, so waiters in other processes wake at a release. Its
+            connections are opened as the pool opens its own (the same settings), outside
+            it: one for the store's process while it holds keys, and one per key it waits on.
+            Pass ``False`` where no process waits on another's keys, or connections are
+            scarce: waiters in other processes then find a release by retrying (their
+            backoff caps at a second).
+        follower_connections: keys at most whose releases the store follows at once, each
+            on a connection of its own; waiters on further keys find a release by retrying.
+            Size the server's ``max_connections`` for it: each process may use this many,
+            plus one, beside its pool.
 
     Raises:
-        LocksConfigurationError: ``pool`` is neither, ``table`` is not a valid name, or the
-            driver is missing.
+        LocksConfigurationError: ``pool`` is neither, ``table`` is not a valid name, the
+            driver is missing, or ``follower_connections`` is not a whole number of at least 1.
 
     .. versionadded:: 0.3
     """
 
     __slots__ = (
+        "_beacon",
         "_create_schema_at_open",
         "_executor",
+        "_follower_connections",
+        "_followers",
+        "_generation",
         "_jobs_name",
         "_jobs_sql",
+        "_lines",
         "_loop",
         "_make_executor",
+        "_namespace",
+        "_notify_releases",
         "_opening",
         "_runs_name",
         "_runs_sql",
@@ -148,15 +190,20 @@ class MySQLLockStore(JobControlOnDocuments):
         table: str = DEFAULT_TABLE,
         create_schema: bool = True,
         own_pool: bool = False,
+        notify_releases: bool = True,
+        follower_connections: int = DEFAULT_FOLLOWER_CONNECTIONS,
     ) -> None:
         """Build a store over an application's asyncmy pool or SQLAlchemy ``AsyncEngine``."""
-        check_flags(create_schema=create_schema, own_pool=own_pool)
+        check_flags(create_schema=create_schema, own_pool=own_pool, notify_releases=notify_releases)
+        check_follower_connections(follower_connections)
         executor, where = executor_over(pool, owned=own_pool)
         self._configure(
             given_pool(executor, owned=own_pool, store=lambda: repr(self)),
             where=where,
             table=table,
             create_schema=create_schema,
+            notify_releases=notify_releases,
+            follower_connections=follower_connections,
         )
 
     @classmethod
@@ -169,6 +216,8 @@ class MySQLLockStore(JobControlOnDocuments):
         max_size: int = DEFAULT_MAX_SIZE,
         create_schema: bool = True,
         connect_timeout: Duration = "10s",
+        notify_releases: bool = True,
+        follower_connections: int = DEFAULT_FOLLOWER_CONNECTIONS,
     ) -> MySQLLockStore:
         """Build a store that owns an asyncmy pool to ``url``, made on the loop that opens it.
 
@@ -184,6 +233,8 @@ class MySQLLockStore(JobControlOnDocuments):
             create_schema: as for the constructor.
             connect_timeout: how long opening a connection may take before it fails (whole
                 seconds, at least one).
+            notify_releases: as for the constructor.
+            follower_connections: as for the constructor.
 
         Raises:
             LocksConfigurationError: asyncmy is missing, or an argument is wrong.
@@ -199,18 +250,22 @@ class MySQLLockStore(JobControlOnDocuments):
         arguments = connect_args(url)
         timeout_s = max(1, math.ceil(parse_ttl(connect_timeout, name="connect_timeout") / 1000))
         check_pool_size(min_size, max_size)
-        check_flags(create_schema=create_schema)
+        check_flags(create_schema=create_schema, notify_releases=notify_releases)
+        check_follower_connections(follower_connections)
+
+        settings = {
+            "autocommit": True,
+            "charset": "utf8mb4",
+            "connect_timeout": timeout_s,
+            **arguments,
+        }
+
+        async def connect() -> asyncmy.Connection:
+            return await asyncmy.connect(**settings)
 
         async def make_executor() -> Executor:
-            pool = await asyncmy.create_pool(
-                minsize=min_size,
-                maxsize=max_size,
-                autocommit=True,
-                charset="utf8mb4",
-                connect_timeout=timeout_s,
-                **arguments,
-            )
-            return PoolExecutor(pool, owned=True)
+            pool = await asyncmy.create_pool(minsize=min_size, maxsize=max_size, **settings)
+            return PoolExecutor(pool, owned=True, connect=connect)
 
         store = object.__new__(cls)
         store._configure(
@@ -218,11 +273,20 @@ class MySQLLockStore(JobControlOnDocuments):
             where=safe_url(url),
             table=table,
             create_schema=create_schema,
+            notify_releases=notify_releases,
+            follower_connections=follower_connections,
         )
         return store
 
     def _configure(
-        self, opener: Opener[Executor], *, where: str, table: str, create_schema: bool
+        self,
+        opener: Opener[Executor],
+        *,
+        where: str,
+        table: str,
+        create_schema: bool,
+        notify_releases: bool,
+        follower_connections: int,
     ) -> None:
         names = checked_table(table)
         self._table, self._schema, self._table_name = names.locks, names.schema, names.locks_name
@@ -238,6 +302,14 @@ class MySQLLockStore(JobControlOnDocuments):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: asyncio.Task[tuple[Executor, Statements]] | None = None
         self._users = 0
+        self._notify_releases = notify_releases
+        self._follower_connections = follower_connections
+        # the wake-ups (_mysql_wakeups), made at open: the database is the server's to say
+        self._namespace = ""
+        self._lines: Lines | None = None
+        self._beacon: Beacon | None = None
+        self._followers: set[MySQLReleaseFollower] = set()
+        self._generation = process_generation()
 
     # --- the contract ---------------------------------------------------------------------
 
@@ -258,17 +330,31 @@ class MySQLLockStore(JobControlOnDocuments):
         written = await self._write(sql.acquire, (key, owner, ttl_ms, owner, ttl_ms))
         if written.insert_id == 0:
             return NotAcquired()
-        return Acquired(self._token(written.insert_id))
+        acquired = Acquired(self._token(written.insert_id))
+        if self._beacon is not None:
+            self._beacon.took(key, owner, ttl_ms)
+        return acquired
 
     async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
         """Move the expiry to ``ttl_ms`` from now if ``owner`` holds a live lock on ``key``."""
         sql = await self._statements()
-        return (await self._write(sql.renew, (ttl_ms, key, owner))).insert_id != 0
+        renewed = (await self._write(sql.renew, (ttl_ms, key, owner))).insert_id != 0
+        if self._beacon is not None:
+            self._beacon_renewed(self._beacon, key, owner, ttl_ms, renewed=renewed)
+        return renewed
 
     async def release(self, key: str, owner: str) -> bool:
-        """Free ``key`` if ``owner`` holds a live lock on it; the row and its token stay."""
+        """Free ``key`` if ``owner`` holds a live lock on it; the row and its token stay.
+
+        Its waiters in other processes are woken after it returns (:meth:`follow_releases`).
+        """
         sql = await self._statements()
-        return (await self._write(sql.release, (key, owner))).insert_id != 0
+        try:
+            return (await self._write(sql.release, (key, owner))).insert_id != 0
+        finally:
+            # freed, or not held, or unknown (the statement failed): waiters look either way
+            if self._beacon is not None:
+                self._beacon.gave_up(key, owner)
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
         """Renew each lease as :meth:`renew` would; answers in order.
@@ -283,7 +369,21 @@ class MySQLLockStore(JobControlOnDocuments):
             return []
         chunks = [renewals[i : i + RENEW_CHUNK] for i in range(0, len(renewals), RENEW_CHUNK)]
         answered = await asyncio.gather(*(self._renew_chunk(chunk) for chunk in chunks))
-        return [renewed for answers in answered for renewed in answers]
+        answers = [renewed for answers in answered for renewed in answers]
+        beacon = self._beacon
+        if beacon is not None and beacon.holds_any:
+            for renewal, renewed in zip(renewals, answers, strict=True):
+                self._beacon_renewed(beacon, *renewal, renewed=renewed)
+        return answers
+
+    @staticmethod
+    def _beacon_renewed(
+        beacon: Beacon, key: str, owner: str, ttl_ms: int, *, renewed: bool
+    ) -> None:
+        if renewed:
+            beacon.renewed(key, owner, ttl_ms)
+        else:
+            beacon.gave_up(key, owner)
 
     async def _renew_chunk(self, renewals: Sequence[Renewal]) -> list[bool]:
         sql = await self._statements()
@@ -426,6 +526,9 @@ class MySQLLockStore(JobControlOnDocuments):
         between them however many callers break and take the key at once: four round trips.
         """
         sql = await self._statements()
+        if self._beacon is not None:
+            # whoever held it, this process does not from now on
+            self._beacon.gave_up(key, None)
         rows = await self._fetch(sql.break_read, (key,))
         if not rows:
             return None
@@ -514,15 +617,60 @@ class MySQLLockStore(JobControlOnDocuments):
         self._users += 1
 
     async def aclose(self) -> None:
-        """Undo one :meth:`open`; the last one closes what the store owns."""
+        """Undo one :meth:`open`; the last one closes what the store owns.
+
+        The wake-ups' connections close with it, followers still entered included.
+        """
         self._users = max(0, self._users - 1)
         if self._users:
             return
         executor, self._executor, self._opening, self._loop = self._executor, None, None, None
         self._sql = None
+        await self._close_wakeups()
         if executor is not None:
             await executor.close()
             self._make_executor.after_close()
+
+    async def _close_wakeups(self) -> None:
+        beacon, self._beacon, self._lines = self._beacon, None, None
+        followers = list(self._followers)
+        self._followers.clear()
+        if self._generation != process_generation():
+            # a forked child: the tasks, sockets and loop registrations are the parent's
+            return
+        for follower in followers:
+            await follower.aclose()
+        if beacon is not None:
+            await beacon.aclose()
+
+    @asynccontextmanager
+    async def follow_releases(
+        self, on_release: Callable[[str], None]
+    ) -> AsyncIterator[ReleaseFollower]:
+        """Call ``on_release(key)`` on this loop for releases of the keys followed, while entered.
+
+        Each key followed waits on a connection of its own (up to ``follower_connections``
+        keys of the store at once, opened at the first follower of a key, closed after its
+        last), blocked in ``GET_LOCK`` of the key's name: a release by a store with
+        ``notify_releases`` wakes it at once; a release of a key whose name was not held
+        (held under 2 ms, or by a store without it) is heard at the next read of the key's
+        row, 5 ms to 1 s later. A lost connection is opened again (waiters retry meanwhile).
+        With ``notify_releases=False`` it follows nothing.
+        """
+        if not self._notify_releases:
+            yield FollowingNothing()
+            return
+        _, sql = await self._ready()
+        lines = self._lines
+        assert lines is not None  # noqa: S101 -- made at open with notify_releases
+        follower = MySQLReleaseFollower(lines, self._namespace, sql.table, on_release, repr(self))
+        self._followers.add(follower)
+        try:
+            yield follower
+        finally:
+            if follower in self._followers:
+                self._followers.discard(follower)
+                await follower.aclose()
 
     async def _ready(self, *, create_missing: bool = False) -> tuple[Executor, Statements]:
         loop = asyncio.get_running_loop()
@@ -567,11 +715,17 @@ class MySQLLockStore(JobControlOnDocuments):
             await executor.close()
             raise
         self._executor, self._sql, self._loop = executor, sql, loop
+        if self._notify_releases:
+            self._lines = Lines(executor, self._follower_connections)
+            if self._lines.beacon:
+                self._beacon = Beacon(self._lines, self._namespace, repr(self))
         return executor, sql
 
     async def _check_server(self, executor: Executor, *, create: bool) -> Statements:
         rows = await executor.fetch(SERVER_SQL, self._server_args())
         version, database = _text(rows[0][0]), rows[0][1]
+        # named locks are one namespace per server: the database tells stores apart
+        self._namespace = f"{self._schema or _text(database)}.{self._table_name}"
         missing = _missing(rows[0])
         if self._schema is None and database is None:
             raise LockStoreError(
