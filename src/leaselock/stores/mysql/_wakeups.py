@@ -338,7 +338,10 @@ class Beacon:
                 self._kick.set()
                 continue
             if failures:
-                _log.info("%s holds its wake-up names again", self._store)
+                _log.info(
+                    "%s holds the named locks (GET_LOCK) that wake other processes again",
+                    self._store,
+                )
                 failures = 0
             self._arm()
 
