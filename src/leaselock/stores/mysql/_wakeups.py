@@ -662,11 +662,13 @@ class _Following:
             (self._name, WAIT_S, self._name),
             WAIT_S + STATEMENT_TIMEOUT_S,
         )
-        if answer == WOKE:
+        # a name let go after the last read found the key free already is the tail of that
+        # release, heard then (its holder lets go after the release): not heard again; a later
+        # release changes the key's token, which the next read hears
+        if answer == WOKE and self._seen is not None and self._seen[1]:
             self._heard(self._key)
-            if self._seen is not None:
-                # that release is heard: the next read must not hear it again
-                self._seen = (self._seen[0], False)
+            # that release is heard: the next read must not hear it again
+            self._seen = (self._seen[0], False)
         elif answer == KILLED:
             # cut short (KILL QUERY): a release meanwhile shows at the next read
             await asyncio.sleep(FIRST_LOOK_PAUSE_S)  # noqa: TID251 -- no spinning
