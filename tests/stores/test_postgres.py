@@ -607,6 +607,97 @@ async def test_cancelled_calls_never_strand_the_stores_connections(scratch: Scra
     assert isinstance(after, Acquired)
 
 
+PREPARED_HERE = "SELECT statement FROM pg_prepared_statements"
+
+
+async def test_every_connection_of_the_pool_runs_the_warm_ups_before_it_serves_a_call(
+    scratch: Scratch,
+) -> None:
+    warm_up = "SELECT CAST($1 AS text) AS warmed_up"
+    executor = ConnectionsExecutor(
+        lambda: asyncpg.connect(scratch.url), refused_statement, min_size=1, max_size=3
+    )
+    try:
+        await executor.fill()
+        await executor.warm([(warm_up, ("",))])
+        # three at once: the one kept since fill(), and two opened for these calls
+        seen = await asyncio.gather(*(executor.fetch(PREPARED_HERE, ()) for _ in range(3)))
+        sessions = await asyncio.gather(
+            *(executor.fetchrow("SELECT pg_backend_pid()", ()) for _ in range(3))
+        )
+    finally:
+        await executor.close()
+    assert len({row[0] for row in sessions if row is not None}) == 3
+    assert all(warm_up in [row[0] for row in rows] for rows in seen)
+
+
+async def test_the_stores_warm_ups_change_no_lock_and_wake_nobody(scratch: Scratch) -> None:
+    table, sequence = scratch.names("warm")
+    holder = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    late = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    spy = await asyncpg.connect(scratch.url)
+    on_the_wire: asyncio.Queue[str] = asyncio.Queue()
+    # the warm-ups release and renew the key "" for the owner ""; here "" is held by another
+    held = await holder.acquire("", "holder", 60_000)
+    other = unique_key("other")
+    try:
+        await spy.add_listener(
+            key_channel(f"{table}_released", ""), lambda *_: on_the_wire.put_nowait("")
+        )
+        await spy.add_listener(
+            key_channel(f"{table}_released", other), lambda *_: on_the_wire.put_nowait(other)
+        )
+        async with (
+            holder.follow_releases(lambda _key: None) as follower,
+            follower.following(""),
+            follower.following(other),
+        ):
+            tokens_before = await spy.fetchval(f'SELECT last_value FROM "{sequence}"')
+            await late.open()
+            assert late._executor is not None
+            prepared = [row[0] for row in await late._executor.fetch(PREPARED_HERE, ())]
+            assert late._sql.lines.step in prepared
+            assert await spy.fetchval(f'SELECT last_value FROM "{sequence}"') == tokens_before
+            still = await holder.read_lock("")
+            assert isinstance(held, Acquired)
+            assert still is not None
+            assert (still.owner, still.fencing_token) == ("holder", held.fencing_token)
+            # notifications arrive in commit order: one from the warm-ups would come first
+            await late.acquire(other, "late", 60_000)
+            assert await late.release(other, "late")
+            assert await asyncio.wait_for(on_the_wire.get(), 5) == other
+    finally:
+        await spy.close()
+        await holder.aclose()
+        await late.aclose()
+
+
+async def test_a_server_that_refuses_the_warm_ups_still_serves_reads(scratch: Scratch) -> None:
+    table, sequence = scratch.names("read_only")
+    writer = PostgresLockStore.from_url(scratch.url, table=table, sequence=sequence)
+    separator = "&" if "?" in scratch.url else "?"
+    # every transaction read-only, as on a replica or for a role without writes
+    reader = PostgresLockStore.from_url(
+        f"{scratch.url}{separator}default_transaction_read_only=on",
+        table=table,
+        sequence=sequence,
+        create_schema=False,
+    )
+    key = unique_key("read")
+    try:
+        acquired = await writer.acquire(key, "writer", 60_000)
+        await reader.open()
+        seen = await reader.read_lock(key)
+        with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
+            await reader.acquire(unique_key("refused"), "reader", 60_000)
+    finally:
+        await writer.aclose()
+        await reader.aclose()
+    assert isinstance(acquired, Acquired)
+    assert seen is not None
+    assert (seen.owner, seen.fencing_token) == ("writer", acquired.fencing_token)
+
+
 async def test_a_call_given_up_while_its_connection_opens_leaks_nothing_and_pools_it(
     scratch: Scratch,
 ) -> None:

@@ -660,6 +660,7 @@ class PostgresLockStore:
             # an engine or a pool given to the store connects here, at its first statement
             await self._ensure_schema(executor, create=create)
             await self._say_replication(executor)
+            await executor.warm(self._warm_ups())
         except LockStoreError:
             await executor.close()
             raise
@@ -718,6 +719,25 @@ class PostgresLockStore:
             return await executor.fetch(sql, args)
         except Exception as error:
             raise self._explained(error) from error
+
+    def _warm_ups(self) -> tuple[tuple[str, tuple[object, ...]], ...]:
+        """A release and renewals of a key no lock has (``""``): they change nothing.
+
+        A step-down's release on a connection that never ran one paid 2 to 3 ms more (the line
+        function's compile, the statement's parse): the release an election's standby waits for.
+        """
+        if self._lines:
+            release: tuple[str, tuple[object, ...]] = (
+                self._sql.lines.step,
+                ("release", "", "", None, None, None, None),
+            )
+        else:
+            release = (self._sql.release, ("", ""))
+        return (
+            release,
+            (self._sql.renew, ("", "", 1)),
+            (self._sql.renew_many, ([], [], [])),
+        )
 
     async def _has_lines(self) -> bool:
         """Whether the schema has the waiting lines; opens the store first if needed."""
