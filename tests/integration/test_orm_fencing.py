@@ -182,6 +182,31 @@ async def test_a_pooled_connection_that_served_a_fenced_transaction_takes_no_fen
             await engine.dispose()
 
 
+@pytest.mark.parametrize("driver", DRIVERS)
+async def test_a_fence_told_on_a_bind_other_than_the_sessions_own_ends_with_its_transaction(
+    driver, request, tmp_path
+):
+    url = url_of(driver, request, tmp_path)
+    async with opened_shop(url) as (made, _):
+        # the fenced tables' engine is one fenced() has not seen: it is not the session's bind,
+        # only the bind of its fenced tables; one connection, so the plain session below gets
+        # the one the opt-out used
+        tables_engine = create_async_engine(url, pool_size=1, max_overflow=0)
+        default_engine = create_async_engine(url)
+        binds = {made.product: tables_engine, made.note: tables_engine}
+        try:
+            async with AsyncSession(default_engine, binds=binds) as session, unfenced(session):
+                session.add(made.note(id=1, body="a data fix"))
+                await session.commit()
+            async with AsyncSession(tables_engine) as session:
+                session.add(made.note(id=2, body="no lock"))
+                with pytest.raises(sa.exc.DBAPIError, match="outside fenced"):
+                    await session.commit()
+        finally:
+            await tables_engine.dispose()
+            await default_engine.dispose()
+
+
 @pytest.mark.parametrize("driver", ["sqlite", pytest.param("psycopg", marks=pytest.mark.postgres)])
 def test_the_sync_twins_fence_a_sync_session(driver, request, tmp_path):
     server = (

@@ -156,7 +156,13 @@ def bound(session: Session, fence: Fence) -> Iterator[set[sa.Connection]]:
 
 
 def tell(connection: sa.Connection, fence: Fence) -> None:
-    """Give the database ``fence`` for the transaction of ``connection``: one statement at most."""
+    """Give the database ``fence`` for the transaction of ``connection``: one statement at most.
+
+    The engine of ``connection`` is watched from then on, so the fence ends with the transaction.
+    """
+    # a session's other binds (the engine of its fenced tables need not be the session's own)
+    # begin transactions that are told too: unwatched, their fence would outlive them
+    _watch(connection.engine)
     name = connection.dialect.name
     if name == "postgresql":
         connection.execute(_POSTGRES_FENCE, {"key": fence.key, "token": str(fence.token)})
