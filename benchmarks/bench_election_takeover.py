@@ -11,8 +11,11 @@ Terminate, the server's backend exiting) held up the standby's loop.
 The floor is what a takeover cannot do without, timed the same way: the store's bare
 notification heard by another connection, and then the standby's acquiring write. PostgreSQL:
 a ``NOTIFY`` until a ``LISTEN`` hears it, then an ``UPDATE`` committed durably (as an acquire
-is). Redis: a ``PUBLISH`` until a subscriber hears it, then a ``SET NX PX``. It prints p50 and
-max of each, the bare notification alone, and the takeover's ratio to the floor.
+is). Redis: a ``PUBLISH`` until a subscriber hears it, then a ``SET NX PX``. Both after the
+same idle pause as a takeover's round: the machine and the server cool down in it (here the
+floor took 0.7 ms on PostgreSQL and 1.0 ms on Redis without the pause, 1.4 and 2.0 ms after
+it). It prints p50 and max of each, the bare notification alone, and the takeover's ratio to the
+floor.
 
 Run: .venv/bin/python benchmarks/bench_election_takeover.py [--stores redis,postgres]
      [--rounds 20] [--postgres-url URL] [--redis-url URL]
@@ -125,6 +128,7 @@ async def redis_floor_s(url: str, channel: str, key: str) -> tuple[float, float]
         await pubsub.subscribe(channel)
         await pubsub.get_message(timeout=5)  # the subscribe confirmation
         await standby.ping()
+        await asyncio.sleep(SETTLE_S)  # idle as long as a takeover's round before it
         sent = time.perf_counter()
         await client.publish(channel, "released")
         while (await pubsub.get_message(timeout=5)) is None:
@@ -149,6 +153,7 @@ async def postgres_floor_s(url: str, channel: str, table: str) -> tuple[float, f
         )
         update = f'UPDATE "{table}" SET holder = $1 WHERE id = 1'  # noqa: S608 -- our own table
         await writer.execute(update, "warm")
+        await asyncio.sleep(SETTLE_S)  # idle as long as a takeover's round before it
         sent = time.perf_counter()
         await notifier.execute(f"NOTIFY \"{channel}\", 'released'")
         heard_at = await asyncio.wait_for(heard, 5)
