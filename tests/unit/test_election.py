@@ -8,10 +8,10 @@ from typing import Self
 import pytest
 
 import leaselock
-from helpers import LocksOnlyStore, SlowlyToldStore
+from helpers import SlowlyToldStore
 from leaselock import Event, Lock, Locks, LocksConfigurationError, current_lock
 from leaselock.stores import Acquired, AcquireResult, InMemoryLockStore
-from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
+from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
 
 @leaselock.leader_election("inventory:warehouse-feed")
@@ -97,50 +97,6 @@ async def test_a_leader_that_shuts_down_hands_over_at_once(store, clock):
         assert cluster.leaders()[0] in {"instance-1", "instance-2"}
         released = [e for e in cluster.events if e.type == "leadership-lost"]
         assert [e.reason for e in released] == ["released"]  # type: ignore[union-attr]
-
-
-async def test_a_standby_stands_in_the_keys_line_and_the_leaders_release_hands_it_the_key(clock):
-    store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
-    async with Cluster(store, [clock] * 2) as cluster:
-        # the standby's first campaign was a try; the next, due at once, stands in line
-        await clock.advance(0)
-        assert [call.method for call in store.calls][-1] == "queue"
-        released_at = len(store.calls)
-        await cluster.locks[0].aclose()
-        await wait_all_tasks_blocked()
-        assert cluster.leaders() == ["instance-1"]
-        after = [call.method for call in store.calls[released_at:]]
-        # the release handed it the key: no campaign raced for it afterwards
-        assert after[:2] == ["release", "grant"]
-        assert "acquire" not in after
-        assert cluster.feeds[1].log == [("acquired", cluster.feeds[0].log[0][1] + 1)]
-        assert clock.now_ms() == 0
-
-
-async def test_a_standby_on_a_store_without_lines_campaigns_when_it_hears_the_release(clock):
-    store = FaultyStore(LocksOnlyStore(InMemoryLockStore(clock=clock)), clock=clock)
-    async with Cluster(store, [clock] * 2) as cluster:
-        await clock.advance(0)
-        released_at = len(store.calls)
-        await cluster.locks[0].aclose()
-        await wait_all_tasks_blocked()
-        assert cluster.leaders() == ["instance-1"]
-        assert [call.method for call in store.calls[released_at:]] == ["release", "acquire"]
-        assert "queue" not in [call.method for call in store.calls]
-
-
-async def test_a_standby_that_shuts_down_leaves_the_line_and_is_handed_nothing(clock):
-    store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
-    async with Cluster(store, [clock] * 2) as cluster:
-        await clock.advance(0)
-        await cluster.locks[1].aclose()
-        assert [call.method for call in store.calls][-1] == "leave"
-        await cluster.locks[0].aclose()
-        await wait_all_tasks_blocked()
-        assert "grant" not in [call.method for call in store.calls]
-        assert cluster.feeds[1].log == []
-        # the key is free: nobody stands in its line any more
-        assert isinstance(await store.acquire("inventory:warehouse-feed", "next", 1_000), Acquired)
 
 
 async def test_a_standby_finds_a_release_made_before_its_following_was_in_place(clock):

@@ -153,11 +153,6 @@ class LockEngine:
         """Return the leases held now."""
         return frozenset(self._held)
 
-    @property
-    def keeps_lines(self) -> bool:
-        """Whether waits stand in the store's lines, where a release hands the key to the first."""
-        return self._line is not None
-
     async def start(self) -> None:
         """Get ready to wait in the store's lines, and to hear of releases elsewhere.
 

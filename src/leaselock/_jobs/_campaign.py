@@ -2,10 +2,7 @@
 
 From start, every instance campaigns every ``ttl / 3``, and at once when the key is released
 (a leader stepping down: here at once, elsewhere where the store tells); the leader's lease is
-renewed by the engine like any lock. On a store that keeps waiting lines, a campaign after the
-first stands in the key's line for ``ttl / 3``, and the next one starts as it ends: a leader's
-release hands the key to the standby first in line in the release's own write, instead of
-telling the standbys to race for it. A term of leadership runs in a task of its own: the
+renewed by the engine like any lock. A term of leadership runs in a task of its own: the
 acquired hook (or the duty function) gets the lease, and the lost hook runs when the lease is
 lost or the instance steps down (shutdown, the acquired hook raised, or the duty returned).
 """
@@ -56,7 +53,6 @@ class Campaign:
         "_term",
         "_timer",
         "_ttl_ms",
-        "_waiting",
         "_yielding",
     )
 
@@ -93,8 +89,6 @@ class Campaign:
         self._hearing = ExitStack()
         # after stepping down, leave the key to the others until the next timed campaign
         self._yielding = False
-        # the campaign standing in the key's line, which stop() ends
-        self._waiting: asyncio.Task[Any] | None = None
 
     @property
     def leading(self) -> bool:
@@ -104,8 +98,7 @@ class Campaign:
     async def start(self) -> None:
         """Campaign once now, then every ``ttl / 3`` and at each release of the key."""
         self._hearing.enter_context(self._engine.hearing_releases(self._spec.key, self._released))
-        # a try only: start() returns without waiting for the key
-        await self._campaign(stand_in_line=False)
+        await self._campaign()
 
     def _released(self) -> None:
         if self._campaigning() and self._lock is None and not self._yielding:
@@ -113,27 +106,18 @@ class Campaign:
 
     async def _timed_campaign(self) -> None:
         self._yielding = False
-        await self._campaign_from_timer()
+        await self._campaign()
 
-    async def _campaign_from_timer(self) -> None:
-        if self._engine.keeps_lines:
-            # in a task of its own: it stands in line for ttl / 3, and a timer's callback must
-            # end soon (a ManualClock's advance() waits for it)
-            self._spawn(self._campaign())
-        else:
-            await self._campaign()
-
-    async def _campaign(self, *, stand_in_line: bool = True) -> None:
+    async def _campaign(self) -> None:
         if self._stopped:
             return
         if self._in_campaign:
             self._again = True
             return
         self._in_campaign = True
-        in_line_again = False
         try:
             if not self._yielding:
-                in_line_again = await self._try_to_lead(stand_in_line=stand_in_line)
+                await self._try_to_lead()
         finally:
             self._in_campaign = False
         if self._campaigning():
@@ -142,45 +126,26 @@ class Campaign:
             now_ms = self._clock.now_ms()
             # a release heard meanwhile may have freed the key the campaign found held; a look
             # again is no timed campaign, so a step-down meanwhile still leaves the key alone
-            if (self._again or in_line_again) and not self._yielding:
-                self._timer = self._clock.call_at(now_ms, self._campaign_from_timer)
+            if self._again and not self._yielding:
+                self._timer = self._clock.call_at(now_ms, self._campaign)
             else:
                 interval_ms = renew_interval_ms(self._ttl_ms)
                 self._timer = self._clock.call_at(now_ms + interval_ms, self._timed_campaign)
             self._again = False
 
-    async def _try_to_lead(self, *, stand_in_line: bool) -> bool:
-        """Try to lead, standing in the key's line if asked and kept; whether to stand again.
-
-        Again at once when the store keeps lines and the key stayed held: this standby's place
-        is what the leader's release hands the key to.
-        """
+    async def _try_to_lead(self) -> None:
         if self._lock is not None or self._between_terms:
-            return False
-        in_line = stand_in_line and self._engine.keeps_lines
-        wait_ms = renew_interval_ms(self._ttl_ms) if in_line else 0
-        give_up_at_ms = self._clock.now_ms() + wait_ms
-        if in_line:
-            self._waiting = asyncio.current_task()
+            return
         try:
-            lease = await self._engine.acquire(self._spec.key, self._ttl_ms, wait_ms, None)
+            lease = await self._engine.acquire(self._spec.key, self._ttl_ms, 0, None)
         except LockStoreError as error:
             _log.warning("Campaign for %r failed; next try soon: %s", self._spec.key, error)
-            return False
-        finally:
-            if in_line:
-                self._waiting = None
-        if lease is None:
-            # a first try, or a wait in line that lasted its whole time; one that ended early
-            # (the engine closing) is left to the timed campaign, never a loop
-            return self._engine.keeps_lines and (
-                not in_line or self._clock.now_ms() >= give_up_at_ms
-            )
-        if self._campaigning():
-            self._lead(lease)
-        else:
-            await release_logged(self._engine.lock(lease))
-        return False
+            return
+        if lease is not None:
+            if self._campaigning():
+                self._lead(lease)
+            else:
+                await release_logged(self._engine.lock(lease))
 
     def _campaigning(self) -> bool:
         # a method, not the attribute: stop() may run while a campaign awaits the store
@@ -268,11 +233,6 @@ class Campaign:
         self._hearing.close()
         if self._timer is not None:
             self._timer.cancel()
-        waiting = self._waiting
-        if waiting is not None and waiting is not asyncio.current_task():
-            # out of the line before stepping down: a place of its own would be handed the key
-            waiting.cancel()
-            await asyncio.gather(waiting, return_exceptions=True)
         lock = self._lock
         if lock is not None:
             await self._step_down(lock)
