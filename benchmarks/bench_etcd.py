@@ -33,12 +33,11 @@ import os
 import secrets
 import statistics
 import sys
-import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+from _turns import Cycle, median_ratio, rates_of, take_turns
 
 from leaselock import Lock, Locks
 from leaselock.stores.etcd import EtcdLockStore
@@ -52,16 +51,6 @@ HELD = 1_000
 ACQUIRE_BATCH = 50
 RENEWAL_TTL = "6s"
 RENEWAL_INTERVALS = 4
-
-Cycle = Callable[[], Awaitable[None]]
-
-
-async def timed_slice(cycle: Cycle) -> float:
-    """Run ``cycle`` SLICE_CYCLES times back to back; return cycles per second."""
-    started = time.perf_counter()
-    for _ in range(SLICE_CYCLES):
-        await cycle()
-    return SLICE_CYCLES / (time.perf_counter() - started)
 
 
 async def raw_cycle(client: httpx.AsyncClient, url: str, prefix: str, *, keep_alive: bool) -> Cycle:
@@ -108,15 +97,10 @@ def locks_cycle(locks: Locks) -> Cycle:
 
 async def measure(variants: dict[str, Cycle], seconds: float) -> dict[str, list[float]]:
     """Let the variants take turns, a slice each, until about ``seconds`` of each has run."""
-    for cycle in variants.values():  # connections, leases
-        for _ in range(WARM_UP_SLICES):
-            await timed_slice(cycle)
-    rates: dict[str, list[float]] = {name: [] for name in variants}
-    deadline = time.perf_counter() + seconds * len(variants)
-    while time.perf_counter() < deadline:
-        for name, cycle in variants.items():
-            rates[name].append(await timed_slice(cycle))
-    return rates
+    slices = await take_turns(
+        variants, seconds, slice_cycles=SLICE_CYCLES, warm_up_slices=WARM_UP_SLICES
+    )
+    return rates_of(slices)
 
 
 def report(url: str, rates: dict[str, list[float]]) -> None:
@@ -127,7 +111,7 @@ def report(url: str, rates: dict[str, list[float]]) -> None:
         median = statistics.median(rate)
         print(f"  {name:<30} {median:>8,.0f} cycles/s  {1e6 / median:7.1f} us/cycle")
     for name in names[1:]:
-        ratio = statistics.median(r / f for r, f in zip(rates[name], floor, strict=True))
+        ratio = median_ratio(rates[name], floor)
         target = "   (target >= 0.90)" if name.startswith("(c)") else ""
         print(f"  {name[:3]}/(a) = {ratio:.2f}{target}")
 

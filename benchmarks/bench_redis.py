@@ -38,6 +38,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import redis.asyncio
+from _turns import Cycle, median_ratio, rates_of, take_turns
 
 from leaselock import Locks
 from leaselock.stores import AcquireResult
@@ -60,16 +61,6 @@ SLICE_CYCLES = 100
 WARM_UP_SLICES = 5
 COMMANDS = 5_000
 IN_FLIGHT = 64
-
-Cycle = Callable[[], Awaitable[None]]
-
-
-async def timed_slice(cycle: Cycle) -> float:
-    """Run ``cycle`` SLICE_CYCLES times back to back; return cycles per second."""
-    started = time.perf_counter()
-    for _ in range(SLICE_CYCLES):
-        await cycle()
-    return SLICE_CYCLES / (time.perf_counter() - started)
 
 
 def minimal_cycle(client: redis.asyncio.Redis, prefix: str, compare_and_delete: str) -> Cycle:
@@ -237,15 +228,10 @@ async def main(url: str, seconds: float) -> None:
 
 async def measure(variants: dict[str, Cycle], seconds: float) -> dict[str, list[float]]:
     """Let the variants take turns, a slice each, until about ``seconds`` of each has run."""
-    for cycle in variants.values():  # connections, scripts, caches
-        for _ in range(WARM_UP_SLICES):
-            await timed_slice(cycle)
-    rates: dict[str, list[float]] = {name: [] for name in variants}
-    deadline = time.perf_counter() + seconds * len(variants)
-    while time.perf_counter() < deadline:
-        for name, cycle in variants.items():
-            rates[name].append(await timed_slice(cycle))
-    return rates
+    slices = await take_turns(
+        variants, seconds, slice_cycles=SLICE_CYCLES, warm_up_slices=WARM_UP_SLICES
+    )
+    return rates_of(slices)
 
 
 def report(url: str, rates: dict[str, list[float]]) -> None:
@@ -258,11 +244,11 @@ def report(url: str, rates: dict[str, list[float]]) -> None:
         print(f"  {name:<30} {median:>8,.0f} cycles/s  {1e6 / median:7.1f} us/cycle")
     pipelined = next(rate for name, rate in rates.items() if name.startswith("(m)"))
     for name in names[1:]:
-        ratio = statistics.median(r / f for r, f in zip(rates[name], floor, strict=True))
+        ratio = median_ratio(rates[name], floor)
         target = "   (target >= 0.90)" if name.startswith("(c)") else ""
         versus_pipe = ""
         if not name.startswith("(m)"):
-            ratio_m = statistics.median(r / f for r, f in zip(rates[name], pipelined, strict=True))
+            ratio_m = median_ratio(rates[name], pipelined)
             versus_pipe = f"   {name[:3]}/(m) = {ratio_m:.2f}"
         print(f"  {name[:3]}/(a) = {ratio:.2f}{target}{versus_pipe}")
 

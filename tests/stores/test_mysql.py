@@ -1180,6 +1180,42 @@ async def test_a_release_of_a_key_whose_name_was_not_held_is_heard_at_the_next_r
         assert heard.empty()
 
 
+class SlowReleases:
+    """An executor whose release statements answer ``delay_ms`` late: a slow round trip."""
+
+    def __init__(self, inner: Any, release_sql: str, delay_ms: int) -> None:
+        self._inner = inner
+        self._release_sql = release_sql
+        self._delay_ms = delay_ms
+
+    async def write(self, sql: str, args: Sequence[object]) -> Any:
+        written = await self._inner.write(sql, args)
+        if sql == self._release_sql:
+            await wait_for_real(self._delay_ms)
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+async def test_a_key_released_at_once_takes_no_name_however_long_its_release_takes(
+    holder_and_waiter: tuple[MySQLLockStore, MySQLLockStore],
+) -> None:
+    holder, waiter = holder_and_waiter
+    key = unique_key("slow-release")
+    assert holder._sql is not None
+    holder._executor = SlowReleases(holder._executor, holder._sql.release, delay_ms=200)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    async with waiter.follow_releases(heard.put_nowait) as follower, follower.following(key):
+        assert isinstance(await holder.acquire(key, "holder", 60_000), Acquired)
+        # its release starts within the beacon's delay: the name is never taken, nor its
+        # connection opened, while the release's answer is on its way (200 ms)
+        assert await holder.release(key, "holder")
+        assert holder._beacon is not None
+        assert holder._beacon._connection is None
+        assert await asyncio.wait_for(heard.get(), 10) == key
+
+
 async def test_without_notify_releases_nothing_is_held_or_followed(scratch: Scratch) -> None:
     table, key = scratch.table("quiet"), unique_key("quiet")
     store = MySQLLockStore.from_url(scratch.url, table=table, notify_releases=False)

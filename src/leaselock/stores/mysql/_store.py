@@ -350,6 +350,9 @@ class MySQLLockStore(JobControlOnDocuments):
         """
         sql = await self._statements()
         try:
+            if self._beacon is not None:
+                # a key held under the beacon's delay takes no name while it is being released
+                self._beacon.releasing(key, owner)
             return (await self._write(sql.release, (key, owner))).insert_id != 0
         finally:
             # freed, or not held, or unknown (the statement failed): waiters look either way

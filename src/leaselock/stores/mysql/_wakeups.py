@@ -55,8 +55,10 @@ __all__ = [
 
 _log = logging.getLogger("leaselock.stores.mysql")
 
-# a key held for less than this never takes its name: an uncontended acquire and release cost
-# no beacon statement (a follower of such a key hears the release at its next read instead)
+# a key held for less than this (from its acquire to the start of its release) never takes its
+# name: an uncontended acquire and release cost no beacon statement (a follower of such a key
+# hears the release at its next read instead), and no timer stays armed through the release's
+# round trip (Beacon.releasing: a loop that waits with a timer armed spends more client CPU)
 BEACON_DELAY_S: Final = 0.002
 # how long a follower's GET_LOCK waits before it reads the row again: it bounds how long a
 # connection that went silent (no RST from a host that vanished) goes unnoticed
@@ -261,6 +263,25 @@ class Beacon:
         held = self._held.get(key)
         if held is not None and held.owner == owner:
             held.until = self._loop.time() + ttl_ms / 1000
+
+    def releasing(self, key: str, owner: str) -> None:
+        """``owner`` starts releasing ``key``: a take of its name not yet due is dropped now.
+
+        :meth:`gave_up` follows the release whatever it answers, and would drop it then; a name
+        taken meanwhile would be let go of at once. A name already taken, or a take already
+        due (on its way), is left to :meth:`gave_up`, after the durable release.
+        """
+        held = self._held.get(key)
+        if held is None or held.owner != owner:
+            return
+        when = self._pending.get(key)
+        if when is None or when <= self._loop.time():
+            return
+        del self._pending[key]
+        if not self._pending and not self._taken and self._timer is not None:
+            # what would wake the beacon now is nothing: its timer goes (as in gave_up)
+            self._timer.cancel()
+            self._timer = None
 
     def gave_up(self, key: str, owner: str | None) -> None:
         """``owner`` (anyone, for ``None``) no longer holds ``key``: let go of its name."""
