@@ -12,6 +12,7 @@ import asyncio
 import importlib.util
 import os
 import signal
+import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -429,6 +430,44 @@ async def reconciling(*arguments: str) -> AsyncIterator[Worker]:
         await process.wait()
 
 
+def stopped(pid: int) -> None:
+    """Return once ``pid`` is stopped: a SIGSTOP lands when the kernel next schedules it."""
+    stat = Path(f"/proc/{pid}/stat")
+    if not stat.exists():
+        return
+    # the state is the field after the command's closing parenthesis
+    while stat.read_text().rpartition(")")[2].split()[0] != "T":
+        os.sched_yield()
+
+
+def pause_outside_its_store_calls(pid: int, locks_file: str) -> None:
+    """SIGSTOP ``pid`` at a moment it holds no write lock on the SQLite lock file.
+
+    Paused inside a renewal's transaction (every third of its 1 s ttl), it would hold the
+    file's write lock for as long as it is paused, and no other process could take a lock: a
+    SQLite store's limit, not this test's subject. Stopped holding it, it is let go on until
+    the lock is free (SQLite's busy handler waits for it), and stopped again.
+    """
+    probe = sqlite3.connect(locks_file, isolation_level=None)
+    try:
+        while True:
+            os.kill(pid, signal.SIGSTOP)
+            stopped(pid)
+            probe.execute("PRAGMA busy_timeout = 0")
+            try:
+                probe.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:
+                os.kill(pid, signal.SIGCONT)
+                probe.execute("PRAGMA busy_timeout = 60000")
+                probe.execute("BEGIN IMMEDIATE")
+                probe.execute("ROLLBACK")
+                continue
+            probe.execute("ROLLBACK")
+            return
+    finally:
+        probe.close()
+
+
 @pytest.mark.parametrize(
     "driver",
     [
@@ -448,7 +487,7 @@ async def test_a_process_paused_past_its_lease_has_its_orm_commit_refused(
         async with reconciling(url, suffix, locks_file, key, "12") as first:
             stale = int((await first.line()).removeprefix("held "))
             assert await first.line() == "ready"
-            os.kill(first.process.pid, signal.SIGSTOP)
+            pause_outside_its_store_calls(first.process.pid, locks_file)
             # the second waits at the store until the first's lease ends there
             async with reconciling(url, suffix, locks_file, key, "9") as second:
                 fresh = int((await second.line()).removeprefix("held "))
