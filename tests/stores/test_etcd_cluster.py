@@ -13,7 +13,7 @@ import asyncio
 import base64
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime
 
 import httpx
@@ -22,7 +22,7 @@ import pytest
 from etcd_cluster import EtcdCluster, etcd_cluster
 from helpers import wait_for_real
 from leaselock import Locks, LockStoreError
-from leaselock.stores import Acquired, JobPause, NotAcquired, OpenRun, RunStart
+from leaselock.stores import Acquired, JobPause, NotAcquired, OpenRun, Renewal, RunStart
 from leaselock.stores.etcd import EtcdLockStore
 from servers import ServerUnavailable
 
@@ -86,6 +86,29 @@ async def gone_from(cluster: EtcdCluster, key: str) -> bool:
 # --- a lock held across changes of leader ---------------------------------------------------
 
 
+class RenewalsSeen:
+    """An etcd store that sets :attr:`renewed` at each renewal it confirms; the rest as is."""
+
+    def __init__(self, store: EtcdLockStore) -> None:
+        self._store = store
+        self.renewed = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        renewed = await self._store.renew(key, owner, ttl_ms)
+        if renewed:
+            self.renewed.set()
+        return renewed
+
+    async def renew_many(self, renewals: Sequence[Renewal]) -> Sequence[bool]:
+        answers = await self._store.renew_many(renewals)
+        if any(answers):
+            self.renewed.set()
+        return answers
+
+
 async def test_a_lock_held_through_leader_kills_that_outlast_its_ttl_is_never_lost(
     cluster: EtcdCluster, prefix: str
 ) -> None:
@@ -96,17 +119,21 @@ async def test_a_lock_held_through_leader_kills_that_outlast_its_ttl_is_never_lo
     # the store talks to the leader first: its keep-alives die with it
     endpoints = [cluster.client_urls[leader], *others(cluster, leader)]
     lost: list[object] = []
-    async with Locks(store=EtcdLockStore(endpoints, prefix=prefix), ttl=f"{ttl_ms}ms") as locks:
+    store = RenewalsSeen(EtcdLockStore(endpoints, prefix=prefix))
+    async with Locks(store=store, ttl=f"{ttl_ms}ms") as locks:
         locks.events.subscribe(lost.append, "lock-lost")
         lock = await locks.acquire("k")
         assert lock is not None
         # changes of leader, each an election and a restart, until together they outlast the
-        # ttl: the lock lives only if renewals got through between them
+        # ttl; after each, the next waits for a renewal to get through (within a ttl, or the
+        # lock would be lost), however long the election took on a loaded machine
         loop = asyncio.get_running_loop()
         kills, started = 0, loop.time()
         while kills < 2 or loop.time() - started < ttl_ms / 1000:
             await asyncio.to_thread(cluster.kill_leader_and_restart)
             kills += 1
+            store.renewed.clear()
+            await asyncio.wait_for(store.renewed.wait(), ttl_ms / 1000)
         # a lock none of whose renewals got through since the last change is lost by now
         await wait_for_real(ttl_ms + 500)
         assert lock.held
