@@ -725,7 +725,10 @@ class PostgresLockStore:
             raise self._explained(error) from error
 
     def _warm_ups(self) -> tuple[tuple[str, tuple[object, ...]], ...]:
-        """A release and renewals of a key no lock has (``""``): they change nothing.
+        """A release and renewals of the key ``""`` for the owner ``""``: they change nothing.
+
+        No owner of leaselock's is ``""`` (owner ids are ``<32 hex>@<label>``), so they match
+        no row, whatever holds the key.
 
         A step-down's release on a connection that never ran one paid 2 to 3 ms more (the line
         function's compile, the statement's parse): the release an election's standby waits for.
