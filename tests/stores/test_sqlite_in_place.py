@@ -12,6 +12,8 @@ import itertools
 import multiprocessing
 import sqlite3
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 
@@ -67,20 +69,29 @@ def worker_thread(store: SQLiteLockStore) -> int:
     return ident
 
 
-async def test_an_uncontended_call_runs_on_the_caller_s_thread(path: Path) -> None:
+@asynccontextmanager
+async def noted_store(
+    path: Path, **options: str
+) -> AsyncIterator[tuple[SQLiteLockStore, ThreadNotingClock]]:
+    """An opened store whose clock notes each transaction's thread, the schema's forgotten."""
     clock = ThreadNotingClock()
-    store = SQLiteLockStore(path, clock=clock)  # type: ignore[arg-type]
+    store = SQLiteLockStore(path, clock=clock, **options)  # type: ignore[arg-type]
     await store.open()
     clock.taken()  # the schema's, at open
     try:
+        yield store, clock
+    finally:
+        await store.aclose()
+
+
+async def test_an_uncontended_call_runs_on_the_caller_s_thread(path: Path) -> None:
+    async with noted_store(path) as (store, clock):
         key = unique_key("in-place")
         assert isinstance(await store.acquire(key, "owner", LONG_TTL_MS), Acquired)
         assert await store.renew(key, "owner", LONG_TTL_MS)
         assert await store.release(key, "owner")
         here = threading.get_ident()
         assert clock.taken() == [here, here, here]
-    finally:
-        await store.aclose()
 
 
 async def test_a_call_in_place_still_lets_the_loop_run_other_callbacks(path: Path) -> None:
@@ -115,48 +126,44 @@ def write_until_told(path: str, key: str, holding: EventType, go: EventType) -> 
 async def test_a_call_that_finds_another_process_writing_waits_on_the_worker_not_the_loop(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = ThreadNotingClock()
-    # a busy timeout the test would never outlast: a loop blocked for it would hang the test
-    store = SQLiteLockStore(path, clock=clock, busy_timeout="10m")  # type: ignore[arg-type]
-    await store.open()
-    clock.taken()  # the schema's, at open
     key = unique_key("busy")
     monkeypatch.syspath_prepend(str(Path(__file__).parents[2]))
     context = multiprocessing.get_context("spawn")
     holding, go = context.Event(), context.Event()
     child = context.Process(target=write_until_told, args=(str(path), key, holding, go))
-    child.start()
-    try:
-        assert await asyncio.to_thread(holding.wait, CHILD_TIMEOUT_S)
-        acquiring = asyncio.create_task(store.acquire(key, "here", LONG_TTL_MS))
-        # the loop is free: this task runs while the acquire waits for the write lock
-        await wait_all_tasks_blocked()
-        assert not acquiring.done()
-        assert clock.taken() == []  # no transaction got as far as reading the time
-        go.set()
-        # the acquire read the file after the other process's commit: the key is held
-        assert await asyncio.wait_for(acquiring, CHILD_TIMEOUT_S) == NotAcquired(holder="blocker")
-        assert clock.taken() == [worker_thread(store)]
-        # the lock is free again: the next call runs in place
-        assert isinstance(await store.acquire(unique_key("after"), "here", LONG_TTL_MS), Acquired)
-        assert clock.taken() == [threading.get_ident()]
-    finally:
-        go.set()
-        await asyncio.to_thread(child.join, CHILD_TIMEOUT_S)
-        await store.aclose()
+    # a busy timeout the test would never outlast: a loop blocked for it would hang the test
+    async with noted_store(path, busy_timeout="10m") as (store, clock):
+        child.start()
+        try:
+            assert await asyncio.to_thread(holding.wait, CHILD_TIMEOUT_S)
+            acquiring = asyncio.create_task(store.acquire(key, "here", LONG_TTL_MS))
+            # the loop is free: this task runs while the acquire waits for the write lock
+            await wait_all_tasks_blocked()
+            assert not acquiring.done()
+            assert clock.taken() == []  # no transaction got as far as reading the time
+            go.set()
+            # the acquire read the file after the other process's commit: the key is held
+            assert await asyncio.wait_for(acquiring, CHILD_TIMEOUT_S) == NotAcquired(
+                holder="blocker"
+            )
+            assert clock.taken() == [worker_thread(store)]
+            # the lock is free again: the next call runs in place
+            assert isinstance(
+                await store.acquire(unique_key("after"), "here", LONG_TTL_MS), Acquired
+            )
+            assert clock.taken() == [threading.get_ident()]
+        finally:
+            go.set()
+            await asyncio.to_thread(child.join, CHILD_TIMEOUT_S)
     assert child.exitcode == 0
 
 
 async def test_a_slow_transaction_sends_calls_to_the_worker_until_quick_ones_there(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = ThreadNotingClock()
-    store = SQLiteLockStore(path, clock=clock)  # type: ignore[arg-type]
-    await store.open()
-    clock.taken()  # the schema's, at open
-    key = unique_key("slow")
-    here = threading.get_ident()
-    try:
+    async with noted_store(path) as (store, clock):
+        key = unique_key("slow")
+        here = threading.get_ident()
         # every transaction counts as slow: the first ran in place, the next ones go to the worker
         monkeypatch.setattr(_store, "SLOW_IN_PLACE_S", -1.0)
         assert isinstance(await store.acquire(key, "owner", LONG_TTL_MS), Acquired)
@@ -168,16 +175,10 @@ async def test_a_slow_transaction_sends_calls_to_the_worker_until_quick_ones_the
             assert await store.renew(key, "owner", LONG_TTL_MS)
         there = worker_thread(store)
         assert clock.taken() == [there] * _store.QUICK_CALLS_TO_RETURN + [here]
-    finally:
-        await store.aclose()
 
 
 async def test_a_large_batch_of_renewals_runs_on_the_worker(path: Path) -> None:
-    clock = ThreadNotingClock()
-    store = SQLiteLockStore(path, clock=clock)  # type: ignore[arg-type]
-    await store.open()
-    clock.taken()  # the schema's, at open
-    try:
+    async with noted_store(path) as (store, clock):
         keys = [unique_key(f"batch-{n}") for n in range(_store.IN_PLACE_RENEWALS + 1)]
         for key in keys:
             assert isinstance(await store.acquire(key, "owner", LONG_TTL_MS), Acquired)
@@ -186,8 +187,6 @@ async def test_a_large_batch_of_renewals_runs_on_the_worker(path: Path) -> None:
         assert await store.renew_many(renewals[:-1]) == [True] * len(keys[:-1])
         assert await store.renew_many(renewals) == [True] * len(keys)
         assert clock.taken() == [threading.get_ident(), worker_thread(store)]
-    finally:
-        await store.aclose()
 
 
 async def test_a_locks_and_a_sync_locks_sharing_one_store_exclude_each_other(path: Path) -> None:
