@@ -62,7 +62,11 @@ class StoreCallBounds:
         return self._clock
 
     def until(self, deadline_ms: int) -> bounded:
-        """Return a bound for ``async with``: cancel its task's work at ``deadline_ms``."""
+        """Return a bound for ``with``: cancel its task's work at ``deadline_ms``.
+
+        A plain ``with``, not ``async with``: arming and disarming await nothing, and two
+        coroutines less a store call is time off every lock cycle.
+        """
         return bounded(self, deadline_ms)
 
     def close(self) -> None:
@@ -114,7 +118,7 @@ class StoreCallBounds:
 
 
 @final
-class bounded:  # noqa: N801 -- used as `async with bounds.until(...)`, like asyncio.timeout
+class bounded:  # noqa: N801 -- read as a phrase: `with bounds.until(...)`
     """Cancel the current task's work at a deadline; raise StoreCallTimeoutError.
 
     It follows :func:`asyncio.timeout`: a cancellation from anywhere else passes through
@@ -136,7 +140,7 @@ class bounded:  # noqa: N801 -- used as `async with bounds.until(...)`, like asy
         """Whether the bounded work is neither answered nor expired yet."""
         return self._state is _State.WAITING
 
-    async def __aenter__(self) -> bounded:
+    def __enter__(self) -> bounded:
         """Arm the bound for the current task."""
         task = asyncio.current_task()
         if task is None:
@@ -153,7 +157,7 @@ class bounded:  # noqa: N801 -- used as `async with bounds.until(...)`, like asy
             self._state = _State.EXPIRING
             self._task.cancel()
 
-    async def __aexit__(
+    def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,

@@ -308,7 +308,7 @@ class LockEngine:
         bound_ms = min(ttl_ms, max(give_up_at_ms - sent_at_ms, ATTEMPT_FLOOR_MS))
         self._acquiring += 1
         try:
-            async with self._bounds.until(sent_at_ms + bound_ms):
+            with self._bounds.until(sent_at_ms + bound_ms):
                 if acquire is None:
                     result = await self.store.acquire(key, owner, ttl_ms)
                 else:
@@ -428,7 +428,7 @@ class LockEngine:
             LockStoreError: the store failed, or did not answer in time.
         """
         try:
-            async with self._bounds.until(self._clock.now_ms() + RELEASE_BOUND_MS):
+            with self._bounds.until(self._clock.now_ms() + RELEASE_BOUND_MS):
                 released = await self.store.release(key, owner)
         except StoreCallTimeoutError:
             raise LockStoreError(
@@ -525,7 +525,7 @@ class LockEngine:
             )
         )
         try:
-            async with self._bounds.until(self._clock.now_ms() + RELEASE_BOUND_MS):
+            with self._bounds.until(self._clock.now_ms() + RELEASE_BOUND_MS):
                 await self.store.renew(lease.key, lease.owner, keep_ms)
         except (LockStoreError, StoreCallTimeoutError) as error:
             _log.warning(
