@@ -374,14 +374,8 @@ class LockEngine:
                     key=key, fencing_token=won.fencing_token, owner=won.owner, ttl_ms=ttl_ms
                 )
             )
-        # tracked once the caller has its lease: the first renewal is a third of a ttl away,
-        # and a handoff's waiter holds the key ~20 us sooner
-        asyncio.get_running_loop().call_soon(self._track, lease)
+        self._renewal.track(lease)
         return lease
-
-    def _track(self, lease: Lease) -> None:
-        if lease.state is LeaseState.HELD and not self._closed:
-            self._renewal.track(lease)
 
     async def release(self, lease: Lease) -> bool:
         """Hand ``lease`` back to the store.
@@ -472,6 +466,7 @@ class LockEngine:
             self.release_in_background(lease.key, lease.owner)
 
     def _stop_holding(self, lease: Lease) -> None:
+        self._renewal.forget(lease)
         if lease in self._held:
             del self._held[lease]
             if self.telemetry is not None:
