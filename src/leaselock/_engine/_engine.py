@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import secrets
+import os
+import random
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from typing import Any, final
@@ -63,13 +64,22 @@ ATTEMPT_FLOOR_MS = 1000
 RELEASE_BOUND_MS = 2000
 
 
+# owner ids need to be unique, not secret (every reader of the store sees them): a generator
+# seeded by the OS costs a third of a system call's random bytes per acquire. Its own, not the
+# random module's, which an application may seed alike in every process; reseeded in a forked
+# child, which would otherwise draw its parent's ids again
+_OWNER_BITS = random.Random()  # noqa: S311 -- uniqueness, not secrecy (see above)
+os.register_at_fork(after_in_child=_OWNER_BITS.seed)
+
+
 def new_owner(instance: str) -> str:
     """Return a fresh owner id: 128 random bits as 32 hex digits, ``@``, the instance's label.
 
-    Stores keep the owner id as it is, so whoever reads a lock (``leaselock locks``, a skip
-    line) can name the instance that holds it.
+    The bits come from a generator seeded by the operating system at import, and again in
+    every forked child. Stores keep the owner id as it is, so whoever reads a lock
+    (``leaselock locks``, a skip line) can name the instance that holds it.
     """
-    return f"{secrets.token_hex(16)}@{instance}"
+    return f"{_OWNER_BITS.getrandbits(128):032x}@{instance}"
 
 
 @final
