@@ -205,18 +205,16 @@ class LockEngine:
         """
         if signal is not None:
             signal.raise_if_aborted()
-        if self.telemetry is None:
-            return await self._acquire(key, ttl_ms, wait_ms, signal)
         called_at_ms = self._clock.now_ms()
-        lease = await self._acquire(key, ttl_ms, wait_ms, signal)
-        waited_s = (self._clock.now_ms() - called_at_ms) / 1000
-        self.telemetry.acquire_answered(waited_s, acquired=lease is not None)
+        lease = await self._acquire(key, ttl_ms, wait_ms, called_at_ms + wait_ms, signal)
+        if self.telemetry is not None:
+            waited_s = (self._clock.now_ms() - called_at_ms) / 1000
+            self.telemetry.acquire_answered(waited_s, acquired=lease is not None)
         return lease
 
     async def _acquire(
-        self, key: str, ttl_ms: int, wait_ms: int, signal: LockSignal | None
+        self, key: str, ttl_ms: int, wait_ms: int, give_up_at_ms: int, signal: LockSignal | None
     ) -> Lease | None:
-        give_up_at_ms = self._clock.now_ms() + wait_ms
         if wait_ms > 0 and self._line is not None and not self._closed:
             return await self._wait_in_line(key, ttl_ms, give_up_at_ms, signal, self._line)
         first = await self.attempt(key, ttl_ms, give_up_at_ms)
@@ -401,7 +399,8 @@ class LockEngine:
             LockStoreError: the store failed or did not answer within
                 :data:`RELEASE_BOUND_MS`; the lease is no longer renewed and expires.
         """
-        if lease.deadline_passed():
+        now_ms = self._clock.now_ms()
+        if lease.state is LeaseState.HELD and now_ms >= lease.deadline_ms:
             self.lose(lease, "deadline")
         if lease.state is not LeaseState.HELD:
             return False
@@ -412,7 +411,9 @@ class LockEngine:
                 LockReleased(key=lease.key, fencing_token=lease.fencing_token, owner=lease.owner)
             )
         try:
-            released = await self._release_bounded(lease.key, lease.owner)
+            released = await self._release_bounded(
+                lease.key, lease.owner, now_ms + RELEASE_BOUND_MS
+            )
         except asyncio.CancelledError:
             self.release_in_background(lease.key, lease.owner)
             raise
@@ -425,14 +426,14 @@ class LockEngine:
             )
         return released
 
-    async def _release_bounded(self, key: str, owner: str) -> bool:
-        """Release at the store within :data:`RELEASE_BOUND_MS`; wake waiters here on success.
+    async def _release_bounded(self, key: str, owner: str, bound_at_ms: int) -> bool:
+        """Release at the store by ``bound_at_ms``; wake waiters here on success.
 
         Raises:
             LockStoreError: the store failed, or did not answer in time.
         """
         try:
-            with self._bounds.until(self._clock.now_ms() + RELEASE_BOUND_MS):
+            with self._bounds.until(bound_at_ms):
                 released = await self.store.release(key, owner)
         except StoreCallTimeoutError:
             raise LockStoreError(
@@ -545,7 +546,7 @@ class LockEngine:
 
     async def _release_quietly(self, key: str, owner: str) -> None:
         try:
-            await self._release_bounded(key, owner)
+            await self._release_bounded(key, owner, self._clock.now_ms() + RELEASE_BOUND_MS)
         except LockStoreError as error:
             _log.info('Could not hand back "%s"; it expires on its own: %s', key, error)
 
