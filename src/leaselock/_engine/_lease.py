@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import threading
 from dataclasses import dataclass, field
 from typing import final
 
@@ -12,6 +13,8 @@ from ..stores._common._protocol import Renewal
 from ._signal import Abort, LockSignal, new_signal
 
 __all__ = ["Lease", "LeaseState"]
+
+_MAKING_SIGNALS = threading.Lock()
 
 
 class LeaseState(enum.Enum):
@@ -29,6 +32,9 @@ class Lease:
 
     ``deadline_ms`` is the holder's own deadline: ``ttl_ms`` after the send time of the last
     acquire or renewal the store confirmed. Renewal is due at ``next_renew_ms``.
+
+    The signal and the renewal are made when first asked for: most leases of a busy lock are
+    released before anyone looks at their signal, or before their first renewal.
     """
 
     key: str
@@ -38,25 +44,43 @@ class Lease:
     deadline_ms: int
     next_renew_ms: int
     clock: Clock
-    signal: LockSignal = field(init=False)
-    # what a batch renewal sends for it, built once: its key, owner and ttl never change
-    renewal: Renewal = field(init=False, repr=False)
-    _abort: Abort = field(init=False, repr=False)
     state: LeaseState = LeaseState.HELD
     renewing: bool = False
     # bumped at each reschedule: renewal-heap entries carrying an older value are stale
     schedule_version: int = 0
+    _signal: LockSignal | None = field(default=None, init=False, repr=False)
+    _abort: Abort | None = field(default=None, init=False, repr=False)
+    _renewal: Renewal | None = field(default=None, init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        """Give the lease its signal, which also reads the deadline straight from the clock."""
-        self.renewal = Renewal(self.key, self.owner, self.ttl_ms)
-        self.signal, self._abort = new_signal(
-            self.key, self.fencing_token, deadline_passed=self.deadline_passed
-        )
+    @property
+    def signal(self) -> LockSignal:
+        """The signal that aborts when the lease is lost; it reads the deadline from the clock."""
+        signal = self._signal
+        return self._make_signal() if signal is None else signal
+
+    @property
+    def renewal(self) -> Renewal:
+        """What a batch renewal sends for it, made once: its key, owner and ttl never change."""
+        renewal = self._renewal
+        if renewal is None:
+            renewal = self._renewal = Renewal(self.key, self.owner, self.ttl_ms)
+        return renewal
 
     def abort(self, detected_by: DetectedBy) -> LockLostError:
         """Abort the lease's signal with ``detected_by`` (once); return its reason."""
+        if self._abort is None:
+            self._make_signal()
+        assert self._abort is not None  # noqa: S101 -- set with the signal
         return self._abort(detected_by)
+
+    def _make_signal(self) -> LockSignal:
+        # a worker thread may ask for the signal as the loop aborts it: both must get one signal
+        with _MAKING_SIGNALS:
+            if self._signal is None:
+                self._signal, self._abort = new_signal(
+                    self.key, self.fencing_token, deadline_passed=self.deadline_passed
+                )
+            return self._signal
 
     @property
     def held(self) -> bool:
