@@ -37,6 +37,13 @@ class _State(enum.Enum):
     DONE = "done"
 
 
+# as module names: reading a member off its enum class costs a descriptor call on Python 3.11,
+# and every store call reads these five times
+_WAITING = _State.WAITING
+_EXPIRING = _State.EXPIRING
+_DONE = _State.DONE
+
+
 @final
 class StoreCallBounds:
     """Deadlines for store calls on one clock, watched by a single timer."""
@@ -131,14 +138,14 @@ class bounded:  # noqa: N801 -- read as a phrase: `with bounds.until(...)`
         """Prepare a bound at ``deadline_ms`` on the clock of ``bounds``."""
         self._bounds = bounds
         self.deadline_ms = deadline_ms
-        self._state = _State.WAITING
+        self._state = _WAITING
         self._task: asyncio.Task[object] | None = None
         self._cancelling = 0
 
     @property
     def waiting(self) -> bool:
         """Whether the bounded work is neither answered nor expired yet."""
-        return self._state is _State.WAITING
+        return self._state is _WAITING
 
     def __enter__(self) -> bounded:
         """Arm the bound for the current task."""
@@ -153,8 +160,8 @@ class bounded:  # noqa: N801 -- read as a phrase: `with bounds.until(...)`
 
     def expire(self) -> None:
         """Cancel the bounded work: its deadline has come (called by the watcher)."""
-        if self._state is _State.WAITING and self._task is not None:
-            self._state = _State.EXPIRING
+        if self._state is _WAITING and self._task is not None:
+            self._state = _EXPIRING
             self._task.cancel()
 
     def __exit__(
@@ -170,10 +177,10 @@ class bounded:  # noqa: N801 -- read as a phrase: `with bounds.until(...)`
         returns an answer that lands with a cancellation, and redis-py sends every command
         through it when a socket timeout is set).
         """
-        expired = self._state is _State.EXPIRING
-        if self._state is _State.WAITING:
+        expired = self._state is _EXPIRING
+        if self._state is _WAITING:
             self._bounds._answered_call()  # noqa: SLF001 -- a bound and its watcher are one concept
-        self._state = _State.DONE
+        self._state = _DONE
         if not expired or self._task is None:
             return
         # take back our cancellation whether or not the work saw it (it may have just ended)

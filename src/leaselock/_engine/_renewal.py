@@ -27,7 +27,7 @@ from .._errors import DetectedBy, LockStoreError
 from .._telemetry import Telemetry
 from ._bounded import StoreCallBounds, StoreCallTimeoutError
 from ._checked_store import CheckedStore
-from ._lease import Lease, LeaseState
+from ._lease import HELD, Lease
 
 __all__ = ["RenewalScheduler"]
 
@@ -142,7 +142,7 @@ class RenewalScheduler:
 
     def _file_arrivals(self) -> None:
         arriving, self._arriving = self._arriving, []
-        held = LeaseState.HELD  # a local: this loop runs once per lease taken
+        held = HELD  # a local: this loop runs once per lease taken
         for lease in arriving:
             if lease.state is held:
                 self._schedule(lease)
@@ -204,7 +204,7 @@ class RenewalScheduler:
         self._file_arrivals()
         now_ms = self._clock.now_ms()
         due: list[Lease] = []
-        held = LeaseState.HELD  # a local: these loops run once per lease due
+        held = HELD  # a local: these loops run once per lease due
         while self._times and self._times[0] <= now_ms:
             _, bucket, watches = self._pop_time()
             for batch in watches:
@@ -236,7 +236,7 @@ class RenewalScheduler:
         """Warn of a slow unanswered batch; lose its leases past their deadlines, watch the rest."""
         if batch.answered:
             return
-        waiting = [lease for lease in batch.leases if lease.state is LeaseState.HELD]
+        waiting = [lease for lease in batch.leases if lease.state is HELD]
         if waiting and not batch.warned:
             self._warn_if_slow(batch, now_ms - batch.sent_at_ms, answered=False)
         for lease in waiting:
@@ -263,7 +263,7 @@ class RenewalScheduler:
             kept: list[tuple[int, Lease]] = []
             for entry in bucket:
                 version, lease = entry
-                if version != lease.schedule_version or lease.state is not LeaseState.HELD:
+                if version != lease.schedule_version or lease.state is not HELD:
                     continue
                 if due_ms - now_ms > early_renewal_ms(lease.ttl_ms):
                     kept.append(entry)
@@ -302,7 +302,7 @@ class RenewalScheduler:
         # leases of one ttl renewed together share their next renewal time, so their bucket
         ttl_ms = next_ms = deadline_ms = -1
         bucket: list[tuple[int, Lease]] = []
-        held = LeaseState.HELD  # a local: this loop runs once per lease of the batch
+        held = HELD  # a local: this loop runs once per lease of the batch
         for lease, result in zip(leases, results, strict=True):
             lease.renewing = False
             if result is True and lease.state is held and confirmed_at_ms < lease.deadline_ms:
@@ -354,7 +354,7 @@ class RenewalScheduler:
 
     def _settle(self, lease: Lease, result: bool | LockStoreError, confirmed_at_ms: int) -> None:
         """Settle a renewal that did not simply succeed in time (that path is in _renew)."""
-        if lease.state is not LeaseState.HELD:
+        if lease.state is not HELD:
             return
         if isinstance(result, LockStoreError):
             self._on_failing(lease, result, lease.deadline_ms - confirmed_at_ms)
@@ -383,4 +383,4 @@ class _Batch:
 
 def _is_stale(entry: tuple[int, Lease]) -> bool:
     version, lease = entry
-    return lease.state is not LeaseState.HELD or version != lease.schedule_version
+    return lease.state is not HELD or version != lease.schedule_version
