@@ -37,7 +37,7 @@ from ..stores._common._protocol import (
 )
 from ._bounded import StoreCallBounds, StoreCallTimeoutError
 from ._checked_store import AcquireCall, CheckedLine, CheckedStore
-from ._lease import Lease, LeaseState
+from ._lease import HELD, LOST, RELEASED, Lease
 from ._lock import Lock
 from ._operator_store import OperatorStore
 from ._queued_wait import QueuedWait
@@ -206,24 +206,35 @@ class LockEngine:
         if signal is not None:
             signal.raise_if_aborted()
         called_at_ms = self._clock.now_ms()
-        lease = await self._acquire(key, ttl_ms, wait_ms, called_at_ms + wait_ms, signal)
+        give_up_at_ms = called_at_ms + wait_ms
+        # the common case in this one coroutine: each frame between the caller and the store
+        # is resumed again at every answer the store awaits
+        lease: Lease | None
+        if wait_ms > 0 and self._line is not None and not self._closed:
+            lease = await self._wait_in_line(key, ttl_ms, give_up_at_ms, signal, self._line)
+        else:
+            first = await self.attempt(key, ttl_ms, give_up_at_ms)
+            if isinstance(first, Won):
+                lease = self._adopt(key, ttl_ms, first)
+            elif wait_ms == 0 or self._closed:
+                if first.error is not None and wait_ms == 0:
+                    raise first.error
+                lease = None
+            else:
+                lease = await self._wait(key, ttl_ms, give_up_at_ms, signal, first.error)
         if self.telemetry is not None:
             waited_s = (self._clock.now_ms() - called_at_ms) / 1000
             self.telemetry.acquire_answered(waited_s, acquired=lease is not None)
         return lease
 
-    async def _acquire(
-        self, key: str, ttl_ms: int, wait_ms: int, give_up_at_ms: int, signal: LockSignal | None
+    async def _wait(
+        self,
+        key: str,
+        ttl_ms: int,
+        give_up_at_ms: int,
+        signal: LockSignal | None,
+        last_error: LockStoreError | None,
     ) -> Lease | None:
-        if wait_ms > 0 and self._line is not None and not self._closed:
-            return await self._wait_in_line(key, ttl_ms, give_up_at_ms, signal, self._line)
-        first = await self.attempt(key, ttl_ms, give_up_at_ms)
-        if isinstance(first, Won):
-            return self._adopt(key, ttl_ms, first)
-        if wait_ms == 0 or self._closed:
-            if first.error is not None and wait_ms == 0:
-                raise first.error
-            return None
         waiter = Waiter(
             key,
             attempt=functools.partial(self.attempt, key, ttl_ms, give_up_at_ms),
@@ -231,7 +242,7 @@ class LockEngine:
             spawn=self.spawn,
             clock=self._clock,
             give_up_at_ms=give_up_at_ms,
-            last_error=first.error,
+            last_error=last_error,
             hear_releases=self.hearing_releases,
         )
         self._waiters[waiter] = None
@@ -400,23 +411,27 @@ class LockEngine:
                 :data:`RELEASE_BOUND_MS`; the lease is no longer renewed and expires.
         """
         now_ms = self._clock.now_ms()
-        if lease.state is LeaseState.HELD and now_ms >= lease.deadline_ms:
+        if lease.state is HELD and now_ms >= lease.deadline_ms:
             self.lose(lease, "deadline")
-        if lease.state is not LeaseState.HELD:
+        if lease.state is not HELD:
             return False
-        lease.state = LeaseState.RELEASED
+        lease.state = RELEASED
         self._stop_holding(lease)
         if self._events.heard(LockReleased.level):
             self._events.emit(
                 LockReleased(key=lease.key, fencing_token=lease.fencing_token, owner=lease.owner)
             )
+        # bounded here, not through _release_bounded: one frame less to resume at the answer
         try:
-            released = await self._release_bounded(
-                lease.key, lease.owner, now_ms + RELEASE_BOUND_MS
-            )
+            with self._bounds.until(now_ms + RELEASE_BOUND_MS):
+                released = await self.store.release(lease.key, lease.owner)
+        except StoreCallTimeoutError:
+            raise self._release_unanswered(lease.key) from None
         except asyncio.CancelledError:
             self.release_in_background(lease.key, lease.owner)
             raise
+        if released:
+            WAKEUPS.notify(self.store.inner, lease.key)
         if not released:
             _log.warning(
                 'Released "%s" (fencing token %d), but the store no longer held it for this '
@@ -436,19 +451,22 @@ class LockEngine:
             with self._bounds.until(bound_at_ms):
                 released = await self.store.release(key, owner)
         except StoreCallTimeoutError:
-            raise LockStoreError(
-                f"{self.store.inner!r} did not answer release({key!r}) within "
-                f"{RELEASE_BOUND_MS} ms; the lock expires on its own after its ttl"
-            ) from None
+            raise self._release_unanswered(key) from None
         if released:
             WAKEUPS.notify(self.store.inner, key)
         return released
 
+    def _release_unanswered(self, key: str) -> LockStoreError:
+        return LockStoreError(
+            f"{self.store.inner!r} did not answer release({key!r}) within "
+            f"{RELEASE_BOUND_MS} ms; the lock expires on its own after its ttl"
+        )
+
     def lose(self, lease: Lease, detected_by: DetectedBy) -> None:
         """Mark ``lease`` lost, abort its signal and report it; once per lease."""
-        if lease.state is not LeaseState.HELD:
+        if lease.state is not HELD:
             return
-        lease.state = LeaseState.LOST
+        lease.state = LOST
         self._stop_holding(lease)
         lease.abort(detected_by)
         if detected_by == "shutdown":
@@ -496,7 +514,7 @@ class LockEngine:
 
     def give_up(self, lease: Lease, detected_by: DetectedBy) -> None:
         """Lose ``lease`` on purpose and hand it back, whatever ``detected_by`` says."""
-        was_held = lease.state is LeaseState.HELD
+        was_held = lease.state is HELD
         self.lose(lease, detected_by)
         if was_held and detected_by == "renewal":
             self.release_in_background(lease.key, lease.owner)
@@ -509,7 +527,7 @@ class LockEngine:
         """
         if lease.deadline_passed():
             self.lose(lease, "deadline")
-        if lease.state is not LeaseState.HELD:
+        if lease.state is not HELD:
             return
         if keep_ms <= 0 or lease.renewing:
             # a full-ttl renewal in flight could land after a short one: release instead
@@ -520,7 +538,7 @@ class LockEngine:
                     'Could not hand back "%s"; it expires on its own: %s', lease.key, error
                 )
             return
-        lease.state = LeaseState.RELEASED
+        lease.state = RELEASED
         self._stop_holding(lease)
         self._events.emit(
             LockReleased(
