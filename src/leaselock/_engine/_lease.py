@@ -63,7 +63,7 @@ class Lease:
     def signal(self) -> LockSignal:
         """The signal that aborts when the lease is lost; it reads the deadline from the clock."""
         signal = self._signal
-        return self._make_signal() if signal is None else signal
+        return self._make_signal()[0] if signal is None else signal
 
     @property
     def renewal(self) -> Renewal:
@@ -75,19 +75,19 @@ class Lease:
 
     def abort(self, detected_by: DetectedBy) -> LockLostError:
         """Abort the lease's signal with ``detected_by`` (once); return its reason."""
-        if self._abort is None:
-            self._make_signal()
-        assert self._abort is not None  # noqa: S101 -- set with the signal
-        return self._abort(detected_by)
+        abort = self._abort
+        if abort is None:
+            abort = self._make_signal()[1]
+        return abort(detected_by)
 
-    def _make_signal(self) -> LockSignal:
+    def _make_signal(self) -> tuple[LockSignal, Abort]:
         # a worker thread may ask for the signal as the loop aborts it: both must get one signal
         with _MAKING_SIGNALS:
-            if self._signal is None:
+            if self._signal is None or self._abort is None:
                 self._signal, self._abort = new_signal(
                     self.key, self.fencing_token, deadline_passed=self.deadline_passed
                 )
-            return self._signal
+            return self._signal, self._abort
 
     @property
     def held(self) -> bool:
