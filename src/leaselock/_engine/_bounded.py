@@ -95,9 +95,6 @@ class StoreCallBounds:
         if self._armed_at_ms is None or deadline_ms < self._armed_at_ms:
             self._arm(deadline_ms)
 
-    def _answered_call(self) -> None:
-        self._answered += 1
-
     def _sweep(self) -> None:
         self._entries = [entry for entry in self._entries if entry[2].waiting]
         heapq.heapify(self._entries)
@@ -179,7 +176,7 @@ class bounded:  # noqa: N801 -- read as a phrase: `with bounds.until(...)`
         """
         expired = self._state is _EXPIRING
         if self._state is _WAITING:
-            self._bounds._answered_call()  # noqa: SLF001 -- a bound and its watcher are one concept
+            self._bounds._answered += 1  # noqa: SLF001 -- a bound and its watcher are one concept
         self._state = _DONE
         if not expired or self._task is None:
             return

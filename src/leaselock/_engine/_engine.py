@@ -351,7 +351,8 @@ class LockEngine:
             raise
         finally:
             self._acquiring -= 1
-            if not self._acquiring:
+            if not self._acquiring and self._closed:
+                # only close() waits for it, and it sets _closed before it looks
                 self._acquires_done.set()
         if not isinstance(result, Acquired):
             return NotWon(None, result.holder)
