@@ -102,6 +102,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	@touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_redis.py
 	$(BIN)/python benchmarks/bench_postgres.py
 	$(BIN)/python benchmarks/bench_postgres_renew_batches.py
