@@ -65,9 +65,9 @@ RELEASE_BOUND_MS = 2000
 
 
 # owner ids need to be unique, not secret (every reader of the store sees them): a generator
-# seeded by the OS costs a third of a system call's random bytes per acquire. Its own, not the
-# random module's, which an application may seed alike in every process; reseeded in a forked
-# child, which would otherwise draw its parent's ids again
+# seeded by the OS draws one in a third of the time of a getrandom() system call. Its own, not
+# the random module's, which an application may seed alike in every process; reseeded in a
+# forked child, which would otherwise draw its parent's ids again
 _OWNER_BITS = random.Random()  # noqa: S311 -- uniqueness, not secrecy (see above)
 os.register_at_fork(after_in_child=_OWNER_BITS.seed)
 
