@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
-import random
+import secrets
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from typing import Any, final
@@ -37,7 +36,7 @@ from ..stores._common._protocol import (
 )
 from ._bounded import StoreCallBounds, StoreCallTimeoutError
 from ._checked_store import AcquireCall, CheckedLine, CheckedStore
-from ._lease import HELD, LOST, RELEASED, Lease
+from ._lease import Lease, LeaseState
 from ._lock import Lock
 from ._operator_store import OperatorStore
 from ._queued_wait import QueuedWait
@@ -64,22 +63,13 @@ ATTEMPT_FLOOR_MS = 1000
 RELEASE_BOUND_MS = 2000
 
 
-# owner ids need to be unique, not secret (every reader of the store sees them): a generator
-# seeded by the OS draws one in a third of the time of a getrandom() system call. Its own, not
-# the random module's, which an application may seed alike in every process; reseeded in a
-# forked child, which would otherwise draw its parent's ids again
-_OWNER_BITS = random.Random()  # noqa: S311 -- uniqueness, not secrecy (see above)
-os.register_at_fork(after_in_child=_OWNER_BITS.seed)
-
-
 def new_owner(instance: str) -> str:
     """Return a fresh owner id: 128 random bits as 32 hex digits, ``@``, the instance's label.
 
-    The bits come from a generator seeded by the operating system at import, and again in
-    every forked child. Stores keep the owner id as it is, so whoever reads a lock
-    (``leaselock locks``, a skip line) can name the instance that holds it.
+    Stores keep the owner id as it is, so whoever reads a lock (``leaselock locks``, a skip
+    line) can name the instance that holds it.
     """
-    return f"{_OWNER_BITS.getrandbits(128):032x}@{instance}"
+    return f"{secrets.token_hex(16)}@{instance}"
 
 
 @final
@@ -205,36 +195,27 @@ class LockEngine:
         """
         if signal is not None:
             signal.raise_if_aborted()
+        if self.telemetry is None:
+            return await self._acquire(key, ttl_ms, wait_ms, signal)
         called_at_ms = self._clock.now_ms()
-        give_up_at_ms = called_at_ms + wait_ms
-        # the common case in this one coroutine: each frame between the caller and the store
-        # is resumed again at every answer the store awaits
-        lease: Lease | None
-        if wait_ms > 0 and self._line is not None and not self._closed:
-            lease = await self._wait_in_line(key, ttl_ms, give_up_at_ms, signal, self._line)
-        else:
-            first = await self.attempt(key, ttl_ms, give_up_at_ms)
-            if isinstance(first, Won):
-                lease = self._adopt(key, ttl_ms, first)
-            elif wait_ms == 0 or self._closed:
-                if first.error is not None and wait_ms == 0:
-                    raise first.error
-                lease = None
-            else:
-                lease = await self._wait(key, ttl_ms, give_up_at_ms, signal, first.error)
-        if self.telemetry is not None:
-            waited_s = (self._clock.now_ms() - called_at_ms) / 1000
-            self.telemetry.acquire_answered(waited_s, acquired=lease is not None)
+        lease = await self._acquire(key, ttl_ms, wait_ms, signal)
+        waited_s = (self._clock.now_ms() - called_at_ms) / 1000
+        self.telemetry.acquire_answered(waited_s, acquired=lease is not None)
         return lease
 
-    async def _wait(
-        self,
-        key: str,
-        ttl_ms: int,
-        give_up_at_ms: int,
-        signal: LockSignal | None,
-        last_error: LockStoreError | None,
+    async def _acquire(
+        self, key: str, ttl_ms: int, wait_ms: int, signal: LockSignal | None
     ) -> Lease | None:
+        give_up_at_ms = self._clock.now_ms() + wait_ms
+        if wait_ms > 0 and self._line is not None and not self._closed:
+            return await self._wait_in_line(key, ttl_ms, give_up_at_ms, signal, self._line)
+        first = await self.attempt(key, ttl_ms, give_up_at_ms)
+        if isinstance(first, Won):
+            return self._adopt(key, ttl_ms, first)
+        if wait_ms == 0 or self._closed:
+            if first.error is not None and wait_ms == 0:
+                raise first.error
+            return None
         waiter = Waiter(
             key,
             attempt=functools.partial(self.attempt, key, ttl_ms, give_up_at_ms),
@@ -242,7 +223,7 @@ class LockEngine:
             spawn=self.spawn,
             clock=self._clock,
             give_up_at_ms=give_up_at_ms,
-            last_error=last_error,
+            last_error=first.error,
             hear_releases=self.hearing_releases,
         )
         self._waiters[waiter] = None
@@ -327,7 +308,7 @@ class LockEngine:
         bound_ms = min(ttl_ms, max(give_up_at_ms - sent_at_ms, ATTEMPT_FLOOR_MS))
         self._acquiring += 1
         try:
-            with self._bounds.until(sent_at_ms + bound_ms):
+            async with self._bounds.until(sent_at_ms + bound_ms):
                 if acquire is None:
                     result = await self.store.acquire(key, owner, ttl_ms)
                 else:
@@ -351,8 +332,7 @@ class LockEngine:
             raise
         finally:
             self._acquiring -= 1
-            if not self._acquiring and self._closed:
-                # only close() waits for it, and it sets _closed before it looks
+            if not self._acquiring:
                 self._acquires_done.set()
         if not isinstance(result, Acquired):
             return NotWon(None, result.holder)
@@ -394,8 +374,14 @@ class LockEngine:
                     key=key, fencing_token=won.fencing_token, owner=won.owner, ttl_ms=ttl_ms
                 )
             )
-        self._renewal.track(lease)
+        # tracked once the caller has its lease: the first renewal is a third of a ttl away,
+        # and a handoff's waiter holds the key ~20 us sooner
+        asyncio.get_running_loop().call_soon(self._track, lease)
         return lease
+
+    def _track(self, lease: Lease) -> None:
+        if lease.state is LeaseState.HELD and not self._closed:
+            self._renewal.track(lease)
 
     async def release(self, lease: Lease) -> bool:
         """Hand ``lease`` back to the store.
@@ -411,28 +397,21 @@ class LockEngine:
             LockStoreError: the store failed or did not answer within
                 :data:`RELEASE_BOUND_MS`; the lease is no longer renewed and expires.
         """
-        now_ms = self._clock.now_ms()
-        if lease.state is HELD and now_ms >= lease.deadline_ms:
+        if lease.deadline_passed():
             self.lose(lease, "deadline")
-        if lease.state is not HELD:
+        if lease.state is not LeaseState.HELD:
             return False
-        lease.state = RELEASED
+        lease.state = LeaseState.RELEASED
         self._stop_holding(lease)
         if self._events.heard(LockReleased.level):
             self._events.emit(
                 LockReleased(key=lease.key, fencing_token=lease.fencing_token, owner=lease.owner)
             )
-        # bounded here, not through _release_bounded: one frame less to resume at the answer
         try:
-            with self._bounds.until(now_ms + RELEASE_BOUND_MS):
-                released = await self.store.release(lease.key, lease.owner)
-        except StoreCallTimeoutError:
-            raise self._release_unanswered(lease.key) from None
+            released = await self._release_bounded(lease.key, lease.owner)
         except asyncio.CancelledError:
             self.release_in_background(lease.key, lease.owner)
             raise
-        if released:
-            WAKEUPS.notify(self.store.inner, lease.key)
         if not released:
             _log.warning(
                 'Released "%s" (fencing token %d), but the store no longer held it for this '
@@ -442,32 +421,29 @@ class LockEngine:
             )
         return released
 
-    async def _release_bounded(self, key: str, owner: str, bound_at_ms: int) -> bool:
-        """Release at the store by ``bound_at_ms``; wake waiters here on success.
+    async def _release_bounded(self, key: str, owner: str) -> bool:
+        """Release at the store within :data:`RELEASE_BOUND_MS`; wake waiters here on success.
 
         Raises:
             LockStoreError: the store failed, or did not answer in time.
         """
         try:
-            with self._bounds.until(bound_at_ms):
+            async with self._bounds.until(self._clock.now_ms() + RELEASE_BOUND_MS):
                 released = await self.store.release(key, owner)
         except StoreCallTimeoutError:
-            raise self._release_unanswered(key) from None
+            raise LockStoreError(
+                f"{self.store.inner!r} did not answer release({key!r}) within "
+                f"{RELEASE_BOUND_MS} ms; the lock expires on its own after its ttl"
+            ) from None
         if released:
             WAKEUPS.notify(self.store.inner, key)
         return released
 
-    def _release_unanswered(self, key: str) -> LockStoreError:
-        return LockStoreError(
-            f"{self.store.inner!r} did not answer release({key!r}) within "
-            f"{RELEASE_BOUND_MS} ms; the lock expires on its own after its ttl"
-        )
-
     def lose(self, lease: Lease, detected_by: DetectedBy) -> None:
         """Mark ``lease`` lost, abort its signal and report it; once per lease."""
-        if lease.state is not HELD:
+        if lease.state is not LeaseState.HELD:
             return
-        lease.state = LOST
+        lease.state = LeaseState.LOST
         self._stop_holding(lease)
         lease.abort(detected_by)
         if detected_by == "shutdown":
@@ -496,7 +472,6 @@ class LockEngine:
             self.release_in_background(lease.key, lease.owner)
 
     def _stop_holding(self, lease: Lease) -> None:
-        self._renewal.forget(lease)
         if lease in self._held:
             del self._held[lease]
             if self.telemetry is not None:
@@ -515,7 +490,7 @@ class LockEngine:
 
     def give_up(self, lease: Lease, detected_by: DetectedBy) -> None:
         """Lose ``lease`` on purpose and hand it back, whatever ``detected_by`` says."""
-        was_held = lease.state is HELD
+        was_held = lease.state is LeaseState.HELD
         self.lose(lease, detected_by)
         if was_held and detected_by == "renewal":
             self.release_in_background(lease.key, lease.owner)
@@ -528,7 +503,7 @@ class LockEngine:
         """
         if lease.deadline_passed():
             self.lose(lease, "deadline")
-        if lease.state is not HELD:
+        if lease.state is not LeaseState.HELD:
             return
         if keep_ms <= 0 or lease.renewing:
             # a full-ttl renewal in flight could land after a short one: release instead
@@ -539,7 +514,7 @@ class LockEngine:
                     'Could not hand back "%s"; it expires on its own: %s', lease.key, error
                 )
             return
-        lease.state = RELEASED
+        lease.state = LeaseState.RELEASED
         self._stop_holding(lease)
         self._events.emit(
             LockReleased(
@@ -550,7 +525,7 @@ class LockEngine:
             )
         )
         try:
-            with self._bounds.until(self._clock.now_ms() + RELEASE_BOUND_MS):
+            async with self._bounds.until(self._clock.now_ms() + RELEASE_BOUND_MS):
                 await self.store.renew(lease.key, lease.owner, keep_ms)
         except (LockStoreError, StoreCallTimeoutError) as error:
             _log.warning(
@@ -565,7 +540,7 @@ class LockEngine:
 
     async def _release_quietly(self, key: str, owner: str) -> None:
         try:
-            await self._release_bounded(key, owner, self._clock.now_ms() + RELEASE_BOUND_MS)
+            await self._release_bounded(key, owner)
         except LockStoreError as error:
             _log.info('Could not hand back "%s"; it expires on its own: %s', key, error)
 
