@@ -167,7 +167,7 @@ class JobRuns:
         run = await self._begin_or_skip(spec, trigger, tick)
         skipped = self._last_skip.get(spec.key)
         if run is None and skipped is not None and run_again is not None:
-            self.follow_ups.after_skip(spec, skipped, run_again)
+            self.follow_ups.after_skip(spec, trigger, skipped, run_again)
         return run
 
     async def _begin_or_skip(

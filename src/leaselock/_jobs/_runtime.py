@@ -78,6 +78,10 @@ class _When:
 
 
 _NOW: Final = _When()
+
+# the triggers whose skipped tick may be looked at again: a scheduled tick, and a follow-up's
+# own run refused by the dead holder's still-live lock
+_LOOKED_AGAIN: Final = frozenset({"schedule", "catch-up", "recover"})
 """The tick that fires now: a scheduler's call."""
 
 
@@ -378,7 +382,7 @@ class JobRuntime:
         *,
         when: _When = _NOW,
     ) -> T | None:
-        again = self._again(spec, function, args, kwargs) if trigger == "schedule" else None
+        again = self._again(spec, function, args, kwargs) if trigger in _LOOKED_AGAIN else None
         run = await self._begin_from_any_loop(spec, trigger, again, when)
         if run is None:
             return None
@@ -442,7 +446,7 @@ class JobRuntime:
                 "this Locks' loop; make the job async, or run it in a worker thread "
                 "(asyncio.to_thread; APScheduler does this for sync jobs)"
             )
-        again = self._again(spec, function, args, kwargs) if trigger == "schedule" else None
+        again = self._again(spec, function, args, kwargs) if trigger in _LOOKED_AGAIN else None
         run = call_in_loop(loop, self._begin(spec, trigger, again, when))
         if run is None:
             return None

@@ -482,6 +482,105 @@ async def test_recover_runs_a_dead_instances_run_again_at_once_with_its_token(
     assert recovered == [("recover", 1, 1)]
 
 
+async def test_catch_up_and_recover_still_run_when_the_store_keeps_the_dead_owners_locks_late(
+    clock: ManualClock,
+):
+    # the store's clock stands still for a while: it keeps the dead instance's lease and run
+    # lock past their ttl on the instances' clocks, as etcd's whole-second leases do
+    store_clock = ManualClock()
+    inner = InMemoryLockStore(clock=store_clock)
+    dying = FaultyStore(inner, clock=clock)
+    hold_open = asyncio.Event()
+    ran: list[tuple[str, str]] = []
+
+    class Jobs:
+        def __init__(self, label: str, holds: bool) -> None:
+            self.label, self.holds = label, holds
+
+        @leaselock.on_one_instance(key="feed:poll", catch_up="latest", catch_up_window="5m")
+        async def poll(self) -> None:
+            run = current_run()
+            assert run is not None
+            ran.append((self.label, run.trigger))
+
+        @leaselock.without_overlapping(key="stock:count", recover=True)
+        async def count(self) -> None:
+            run = current_run()
+            assert run is not None
+            if self.holds:
+                await hold_open.wait()
+            ran.append((self.label, run.trigger))
+
+    dead, alive = Jobs("shop-1", holds=True), Jobs("shop-2", holds=False)
+    async with (
+        Locks(store=dying, clock=clock, instance="shop-1", ttl="30s") as first,
+        Locks(store=inner, clock=clock, instance="shop-2", ttl="30s") as second,
+    ):
+        first.register(dead)
+        second.register(alive)
+        await dead.poll()
+        stuck = asyncio.create_task(dead.count())
+        await wait_all_tasks_blocked()
+        # a later tick, which the dead owner of the poll's lease never starts
+        await store_clock.advance("20s")
+        await clock.advance("20s")
+        dying.hang()
+        assert await alive.poll() is None
+        assert await alive.count() is None
+        # the second looks come while the store still holds both locks: they are refused
+        await store_clock.advance("29s")
+        await clock.advance("31s")
+        await wait_all_tasks_blocked()
+        refused = list(ran)
+        # the store lets them expire 1.5 s late; the refused runs look again meanwhile
+        await store_clock.advance("1500ms")
+        await clock.advance("1500ms")
+        await wait_all_tasks_blocked()
+        stuck.cancel()
+        dying.heal()
+
+    assert refused == [("shop-1", "schedule")]
+    assert sorted(ran[1:]) == [("shop-2", "catch-up"), ("shop-2", "recover")]
+
+
+async def test_a_live_holders_long_run_costs_a_recover_job_a_few_looks_a_skipped_tick(
+    store: InMemoryLockStore, clock: ManualClock
+):
+    hold_open = asyncio.Event()
+    survivor_store = FaultyStore(store, clock=clock)
+
+    class Count:
+        def __init__(self, holds: bool) -> None:
+            self.holds, self.runs = holds, 0
+
+        @leaselock.without_overlapping(key="stock:count", recover=True)
+        async def run(self) -> None:
+            self.runs += 1
+            if self.holds:
+                await hold_open.wait()
+
+    working, waiting = Count(holds=True), Count(holds=False)
+    async with (
+        Locks(store=store, clock=clock, instance="shop-1", ttl="30s") as first,
+        Locks(store=survivor_store, clock=clock, instance="shop-2", ttl="30s") as second,
+    ):
+        first.register(working)
+        second.register(waiting)
+        running = asyncio.create_task(working.run())
+        await wait_all_tasks_blocked()
+        assert await waiting.run() is None
+        for _ in range(12):
+            await clock.advance("10s")
+            await wait_all_tasks_blocked()
+        hold_open.set()
+        await running
+
+    looks = [c.method for c in survivor_store.calls].count("job_states")
+    # the first look, then one each RETRY_EVERY_MS (500 ms) for LATE_EXPIRY_MS (2 s), not more
+    assert 1 < looks <= 5
+    assert waiting.runs == 0
+
+
 async def test_catch_up_and_recover_are_checked_at_start(clock: ManualClock):
     @leaselock.on_one_instance(key="feed:poll", catch_up="latest")
     async def poll() -> None:
