@@ -56,6 +56,10 @@ class _Phase(enum.Enum):
     CLOSING = "closing"
     CLOSED = "closed"
 
+    # by identity, as equality is: Enum's own hash is a Python call, and every call of a
+    # Locks looks its phase up in _USABLE
+    __hash__ = object.__hash__
+
 
 # calls are served while started, and while closing: runs in progress may still take locks
 _USABLE = frozenset({_Phase.STARTED, _Phase.CLOSING})

@@ -112,19 +112,25 @@ def _instruments() -> _Instruments:
 class Telemetry:
     """What one ``Locks`` records: the shared instruments, with its instance label."""
 
-    __slots__ = ("_attributes", "_instance", "_made")
+    __slots__ = ("_acquired", "_attributes", "_instance", "_made", "_not_acquired")
 
     def __init__(self, instance: str) -> None:
         """Record as ``instance``."""
         self._made = _instruments()
         self._instance = instance
         self._attributes = {"leaselock.instance": instance}
+        # made once: every acquire records one of the two
+        self._acquired: dict[str, str | bool] = {**self._attributes, "leaselock.acquired": True}
+        self._not_acquired: dict[str, str | bool] = {
+            **self._attributes,
+            "leaselock.acquired": False,
+        }
 
     # --- locks ------------------------------------------------------------------------------
 
     def acquire_answered(self, seconds: float, *, acquired: bool) -> None:
         """An acquire (with its wait) ended after ``seconds``."""
-        self._made.acquire.record(seconds, {**self._attributes, "leaselock.acquired": acquired})
+        self._made.acquire.record(seconds, self._acquired if acquired else self._not_acquired)
 
     def held_changed(self, by: int) -> None:
         """``by`` leases more (or fewer) are held."""

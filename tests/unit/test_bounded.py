@@ -17,12 +17,12 @@ async def answered(bounds: StoreCallBounds, deadline_ms: int) -> str:
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[str] = loop.create_future()
     loop.call_soon(answer.set_result, "answered")
-    async with bounds.until(deadline_ms):
+    with bounds.until(deadline_ms):
         return await answer
 
 
 async def hung(bounds: StoreCallBounds, deadline_ms: int) -> None:
-    async with bounds.until(deadline_ms):
+    with bounds.until(deadline_ms):
         await asyncio.Event().wait()
 
 

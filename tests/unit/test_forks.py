@@ -12,6 +12,7 @@ from multiprocessing.connection import Connection
 import pytest
 
 from leaselock import Locks, SyncLocks
+from leaselock._engine import new_owner
 from leaselock.stores import InMemoryLockStore
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="this platform cannot fork")
@@ -93,3 +94,13 @@ def test_a_sync_locks_made_but_not_started_before_the_fork_starts_in_the_child()
             return f"token {lock.fencing_token}"
 
     assert in_forked_child(start_in_child) == "token 1"
+
+
+def test_a_forked_child_draws_owner_ids_of_its_own():
+    # the child's first ids against the parent's next: without a reseed at the fork, the two
+    # would draw the same ids, and one could release what the other acquired
+    said = in_forked_child(lambda: " ".join(new_owner("child") for _ in range(3)))
+    in_child = {owner.split("@")[0] for owner in said.split()}
+    in_parent = {new_owner("parent").split("@")[0] for _ in range(3)}
+    assert len(in_child) == 3, said
+    assert not in_child & in_parent

@@ -10,7 +10,7 @@ from leaselock._engine import CheckedStore, LeaseState, LockEngine
 from leaselock._engine import RenewalScheduler as Scheduler
 from leaselock._events import Events, Publisher
 from leaselock.stores import AcquireResult, InMemoryLockStore, Renewal
-from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
+from leaselock.testing import FaultyStore, ManualClock
 
 
 def faulty(clock: ManualClock) -> FaultyStore:
@@ -74,8 +74,6 @@ async def test_one_timer_drives_the_renewals_of_every_held_lock(clock):
     async with Locks(store=store, ttl="30s", clock=clock) as locks:
         for n in range(100):
             assert await locks.acquire(f"k{n}") is not None
-        # a lease is filed for renewal on the loop's next turn, once its caller has it
-        await wait_all_tasks_blocked()
         assert renewal_timers(clock) == 1
         assert pending_timers(clock) <= 2, "and at most one watch on the store calls"
         await clock.advance("10s")
@@ -84,16 +82,36 @@ async def test_one_timer_drives_the_renewals_of_every_held_lock(clock):
         assert pending_timers(clock) <= 2
 
 
-async def test_a_lease_released_before_the_loops_next_turn_is_never_filed_for_renewal(clock):
+async def test_a_lease_released_before_its_first_renewal_is_never_renewed_nor_timed(clock):
     store = faulty(clock)
     async with Locks(store=store, ttl="30s", clock=clock) as locks:
-        lock = await locks.acquire("k")
-        assert lock is not None
-        await lock.release()
-        await wait_all_tasks_blocked()
+        for _ in range(1000):
+            lock = await locks.acquire("k")
+            assert lock is not None
+            await lock.release()
+        # the timer armed for the first lease's renewal fires once, finds nothing, and stays off
+        assert renewal_timers(clock) == 1
+        await clock.advance("10s")
         assert renewal_timers(clock) == 0
         await clock.advance("1m")
         assert renewals(store) == []
+
+
+async def test_leases_released_out_of_order_leave_the_held_ones_renewed_on_time(clock):
+    store = BatchingStore(clock)
+    async with Locks(store=store, ttl="30s", clock=clock) as locks:
+        taken = [await locks.acquire(f"k{n}") for n in range(2000)]
+        # every other one released in the order taken: none is the last one in when released
+        for lock in taken[::2]:
+            assert lock is not None
+            assert await lock.release()
+        await clock.advance("10s")
+        assert store.batches == [1000]
+        assert store.single_renewals == 0
+        assert all(lock is not None and lock.held for lock in taken[1::2])
+        assert all(lock is not None and not lock.held for lock in taken[::2])
+        await clock.advance("10s")
+        assert store.batches == [1000, 1000]
 
 
 async def test_a_lease_taken_as_its_locks_closes_is_never_filed_for_renewal(clock):

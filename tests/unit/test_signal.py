@@ -67,6 +67,20 @@ async def test_callbacks_run_once_on_loss_and_at_once_when_added_after(locks, st
     assert after == ["k"]
 
 
+async def test_a_signal_first_asked_for_after_the_loss_is_aborted_with_its_reason(
+    locks, store, clock
+):
+    lock = await locks.acquire("k")
+    assert lock is not None
+    await lose(store, clock, "k")
+    reason = lock.signal.reason
+    assert reason is not None
+    assert (reason.key, reason.detected_by) == ("k", "renewal")
+    told: list[str] = []
+    lock.signal.add_callback(lambda lost: told.append(lost.detected_by))
+    assert told == ["renewal"]
+
+
 async def test_a_failing_callback_is_logged_and_the_others_still_run(
     locks, store, clock, caplog: pytest.LogCaptureFixture
 ):

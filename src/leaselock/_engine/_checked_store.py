@@ -93,7 +93,13 @@ class CheckedStore:
         Raises:
             LockStoreError: the store raised, or returned something the contract does not allow.
         """
-        return await self.checked_acquire("acquire", self.inner.acquire(key, owner, ttl_ms))
+        try:
+            result = await self.inner.acquire(key, owner, ttl_ms)
+        except (asyncio.CancelledError, LockStoreError):
+            raise
+        except Exception as error:
+            raise self._failed("acquire", error) from error
+        return self._acquire_answer("acquire", result)
 
     async def checked_acquire(
         self, method: str, call: Awaitable[Acquired | NotAcquired]
@@ -109,6 +115,9 @@ class CheckedStore:
             raise
         except Exception as error:
             raise self._failed(method, error) from error
+        return self._acquire_answer(method, result)
+
+    def _acquire_answer(self, method: str, result: object) -> Acquired | NotAcquired:
         if isinstance(result, NotAcquired):
             # the holder is for messages only: one of another type is dropped, not trusted
             return (

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import secrets
+import os
+import random
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from typing import Any, final
@@ -36,7 +37,7 @@ from ..stores._common._protocol import (
 )
 from ._bounded import StoreCallBounds, StoreCallTimeoutError
 from ._checked_store import AcquireCall, CheckedLine, CheckedStore
-from ._lease import Lease, LeaseState
+from ._lease import HELD, LOST, RELEASED, Lease
 from ._lock import Lock
 from ._operator_store import OperatorStore
 from ._queued_wait import QueuedWait
@@ -63,13 +64,22 @@ ATTEMPT_FLOOR_MS = 1000
 RELEASE_BOUND_MS = 2000
 
 
+# owner ids need to be unique, not secret (every reader of the store sees them): a generator
+# seeded by the OS draws one in a third of the time of a getrandom() system call. Its own, not
+# the random module's, which an application may seed alike in every process; reseeded in a
+# forked child, which would otherwise draw its parent's ids again
+_OWNER_BITS = random.Random()  # noqa: S311 -- uniqueness, not secrecy (see above)
+os.register_at_fork(after_in_child=_OWNER_BITS.seed)
+
+
 def new_owner(instance: str) -> str:
     """Return a fresh owner id: 128 random bits as 32 hex digits, ``@``, the instance's label.
 
-    Stores keep the owner id as it is, so whoever reads a lock (``leaselock locks``, a skip
-    line) can name the instance that holds it.
+    The bits come from a generator seeded by the operating system at import, and again in
+    every forked child. Stores keep the owner id as it is, so whoever reads a lock
+    (``leaselock locks``, a skip line) can name the instance that holds it.
     """
-    return f"{secrets.token_hex(16)}@{instance}"
+    return f"{_OWNER_BITS.getrandbits(128):032x}@{instance}"
 
 
 @final
@@ -195,27 +205,36 @@ class LockEngine:
         """
         if signal is not None:
             signal.raise_if_aborted()
-        if self.telemetry is None:
-            return await self._acquire(key, ttl_ms, wait_ms, signal)
         called_at_ms = self._clock.now_ms()
-        lease = await self._acquire(key, ttl_ms, wait_ms, signal)
-        waited_s = (self._clock.now_ms() - called_at_ms) / 1000
-        self.telemetry.acquire_answered(waited_s, acquired=lease is not None)
+        give_up_at_ms = called_at_ms + wait_ms
+        # the common case in this one coroutine: each frame between the caller and the store
+        # is resumed again at every answer the store awaits
+        lease: Lease | None
+        if wait_ms > 0 and self._line is not None and not self._closed:
+            lease = await self._wait_in_line(key, ttl_ms, give_up_at_ms, signal, self._line)
+        else:
+            first = await self.attempt(key, ttl_ms, give_up_at_ms)
+            if isinstance(first, Won):
+                lease = self._adopt(key, ttl_ms, first)
+            elif wait_ms == 0 or self._closed:
+                if first.error is not None and wait_ms == 0:
+                    raise first.error
+                lease = None
+            else:
+                lease = await self._wait(key, ttl_ms, give_up_at_ms, signal, first.error)
+        if self.telemetry is not None:
+            waited_s = (self._clock.now_ms() - called_at_ms) / 1000
+            self.telemetry.acquire_answered(waited_s, acquired=lease is not None)
         return lease
 
-    async def _acquire(
-        self, key: str, ttl_ms: int, wait_ms: int, signal: LockSignal | None
+    async def _wait(
+        self,
+        key: str,
+        ttl_ms: int,
+        give_up_at_ms: int,
+        signal: LockSignal | None,
+        last_error: LockStoreError | None,
     ) -> Lease | None:
-        give_up_at_ms = self._clock.now_ms() + wait_ms
-        if wait_ms > 0 and self._line is not None and not self._closed:
-            return await self._wait_in_line(key, ttl_ms, give_up_at_ms, signal, self._line)
-        first = await self.attempt(key, ttl_ms, give_up_at_ms)
-        if isinstance(first, Won):
-            return self._adopt(key, ttl_ms, first)
-        if wait_ms == 0 or self._closed:
-            if first.error is not None and wait_ms == 0:
-                raise first.error
-            return None
         waiter = Waiter(
             key,
             attempt=functools.partial(self.attempt, key, ttl_ms, give_up_at_ms),
@@ -223,7 +242,7 @@ class LockEngine:
             spawn=self.spawn,
             clock=self._clock,
             give_up_at_ms=give_up_at_ms,
-            last_error=first.error,
+            last_error=last_error,
             hear_releases=self.hearing_releases,
         )
         self._waiters[waiter] = None
@@ -308,7 +327,7 @@ class LockEngine:
         bound_ms = min(ttl_ms, max(give_up_at_ms - sent_at_ms, ATTEMPT_FLOOR_MS))
         self._acquiring += 1
         try:
-            async with self._bounds.until(sent_at_ms + bound_ms):
+            with self._bounds.until(sent_at_ms + bound_ms):
                 if acquire is None:
                     result = await self.store.acquire(key, owner, ttl_ms)
                 else:
@@ -332,7 +351,8 @@ class LockEngine:
             raise
         finally:
             self._acquiring -= 1
-            if not self._acquiring:
+            if not self._acquiring and self._closed:
+                # only close() waits for it, and it sets _closed before it looks
                 self._acquires_done.set()
         if not isinstance(result, Acquired):
             return NotWon(None, result.holder)
@@ -374,14 +394,8 @@ class LockEngine:
                     key=key, fencing_token=won.fencing_token, owner=won.owner, ttl_ms=ttl_ms
                 )
             )
-        # tracked once the caller has its lease: the first renewal is a third of a ttl away,
-        # and a handoff's waiter holds the key ~20 us sooner
-        asyncio.get_running_loop().call_soon(self._track, lease)
+        self._renewal.track(lease)
         return lease
-
-    def _track(self, lease: Lease) -> None:
-        if lease.state is LeaseState.HELD and not self._closed:
-            self._renewal.track(lease)
 
     async def release(self, lease: Lease) -> bool:
         """Hand ``lease`` back to the store.
@@ -397,21 +411,28 @@ class LockEngine:
             LockStoreError: the store failed or did not answer within
                 :data:`RELEASE_BOUND_MS`; the lease is no longer renewed and expires.
         """
-        if lease.deadline_passed():
+        now_ms = self._clock.now_ms()
+        if lease.state is HELD and now_ms >= lease.deadline_ms:
             self.lose(lease, "deadline")
-        if lease.state is not LeaseState.HELD:
+        if lease.state is not HELD:
             return False
-        lease.state = LeaseState.RELEASED
+        lease.state = RELEASED
         self._stop_holding(lease)
         if self._events.heard(LockReleased.level):
             self._events.emit(
                 LockReleased(key=lease.key, fencing_token=lease.fencing_token, owner=lease.owner)
             )
+        # bounded here, not through _release_bounded: one frame less to resume at the answer
         try:
-            released = await self._release_bounded(lease.key, lease.owner)
+            with self._bounds.until(now_ms + RELEASE_BOUND_MS):
+                released = await self.store.release(lease.key, lease.owner)
+        except StoreCallTimeoutError:
+            raise self._release_unanswered(lease.key) from None
         except asyncio.CancelledError:
             self.release_in_background(lease.key, lease.owner)
             raise
+        if released:
+            WAKEUPS.notify(self.store.inner, lease.key)
         if not released:
             _log.warning(
                 'Released "%s" (fencing token %d), but the store no longer held it for this '
@@ -421,29 +442,32 @@ class LockEngine:
             )
         return released
 
-    async def _release_bounded(self, key: str, owner: str) -> bool:
-        """Release at the store within :data:`RELEASE_BOUND_MS`; wake waiters here on success.
+    async def _release_bounded(self, key: str, owner: str, bound_at_ms: int) -> bool:
+        """Release at the store by ``bound_at_ms``; wake waiters here on success.
 
         Raises:
             LockStoreError: the store failed, or did not answer in time.
         """
         try:
-            async with self._bounds.until(self._clock.now_ms() + RELEASE_BOUND_MS):
+            with self._bounds.until(bound_at_ms):
                 released = await self.store.release(key, owner)
         except StoreCallTimeoutError:
-            raise LockStoreError(
-                f"{self.store.inner!r} did not answer release({key!r}) within "
-                f"{RELEASE_BOUND_MS} ms; the lock expires on its own after its ttl"
-            ) from None
+            raise self._release_unanswered(key) from None
         if released:
             WAKEUPS.notify(self.store.inner, key)
         return released
 
+    def _release_unanswered(self, key: str) -> LockStoreError:
+        return LockStoreError(
+            f"{self.store.inner!r} did not answer release({key!r}) within "
+            f"{RELEASE_BOUND_MS} ms; the lock expires on its own after its ttl"
+        )
+
     def lose(self, lease: Lease, detected_by: DetectedBy) -> None:
         """Mark ``lease`` lost, abort its signal and report it; once per lease."""
-        if lease.state is not LeaseState.HELD:
+        if lease.state is not HELD:
             return
-        lease.state = LeaseState.LOST
+        lease.state = LOST
         self._stop_holding(lease)
         lease.abort(detected_by)
         if detected_by == "shutdown":
@@ -472,6 +496,7 @@ class LockEngine:
             self.release_in_background(lease.key, lease.owner)
 
     def _stop_holding(self, lease: Lease) -> None:
+        self._renewal.forget(lease)
         if lease in self._held:
             del self._held[lease]
             if self.telemetry is not None:
@@ -490,7 +515,7 @@ class LockEngine:
 
     def give_up(self, lease: Lease, detected_by: DetectedBy) -> None:
         """Lose ``lease`` on purpose and hand it back, whatever ``detected_by`` says."""
-        was_held = lease.state is LeaseState.HELD
+        was_held = lease.state is HELD
         self.lose(lease, detected_by)
         if was_held and detected_by == "renewal":
             self.release_in_background(lease.key, lease.owner)
@@ -503,7 +528,7 @@ class LockEngine:
         """
         if lease.deadline_passed():
             self.lose(lease, "deadline")
-        if lease.state is not LeaseState.HELD:
+        if lease.state is not HELD:
             return
         if keep_ms <= 0 or lease.renewing:
             # a full-ttl renewal in flight could land after a short one: release instead
@@ -514,7 +539,7 @@ class LockEngine:
                     'Could not hand back "%s"; it expires on its own: %s', lease.key, error
                 )
             return
-        lease.state = LeaseState.RELEASED
+        lease.state = RELEASED
         self._stop_holding(lease)
         self._events.emit(
             LockReleased(
@@ -525,7 +550,7 @@ class LockEngine:
             )
         )
         try:
-            async with self._bounds.until(self._clock.now_ms() + RELEASE_BOUND_MS):
+            with self._bounds.until(self._clock.now_ms() + RELEASE_BOUND_MS):
                 await self.store.renew(lease.key, lease.owner, keep_ms)
         except (LockStoreError, StoreCallTimeoutError) as error:
             _log.warning(
@@ -540,7 +565,7 @@ class LockEngine:
 
     async def _release_quietly(self, key: str, owner: str) -> None:
         try:
-            await self._release_bounded(key, owner)
+            await self._release_bounded(key, owner, self._clock.now_ms() + RELEASE_BOUND_MS)
         except LockStoreError as error:
             _log.info('Could not hand back "%s"; it expires on its own: %s', key, error)
 

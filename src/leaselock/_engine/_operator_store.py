@@ -278,7 +278,7 @@ class OperatorStore:
 
     async def _call(self, method: str, work: Callable[[], Awaitable[T]]) -> T:
         try:
-            async with self._bounds.until(self._clock.now_ms() + OPERATOR_BOUND_MS):
+            with self._bounds.until(self._clock.now_ms() + OPERATOR_BOUND_MS):
                 return await work()
         except StoreCallTimeoutError:
             raise LockStoreError(

@@ -267,7 +267,7 @@ class QueuedWait:
         # never past the place's time: min(place, max(left, floor)) <= min(place, left + grace)
         bound_ms = min(self._place_ms, max(self._give_up_at_ms - sent_at_ms, _CALL_FLOOR_MS))
         try:
-            async with self._bounds.until(sent_at_ms + bound_ms):
+            with self._bounds.until(sent_at_ms + bound_ms):
                 answer = await self._line.queue(
                     self.key, self.owner, self._ttl_ms, queue_ms, ticket
                 )
@@ -303,7 +303,7 @@ class QueuedWait:
             return
         try:
             # past the place's end nothing of this wait lives at the store: the leave's bound
-            async with self._bounds.until(self._place_ends_by_ms):
+            with self._bounds.until(self._place_ends_by_ms):
                 await self._line.leave(self.key, self.owner)
         except StoreCallTimeoutError:
             _log.info(

@@ -8,6 +8,11 @@ renewed together once, leases of one ttl stay in step, so a process holding thou
 renews them in one or two round trips per interval instead of one per moment they were taken.
 Leases renewed in one batch share their next times, hence their buckets: the heap holds a few
 times, not an entry per lease, and a tick costs a few steps per lease.
+
+A lease just taken is not filed at once: it waits in a list until the next tick (or until the
+list is long), since most leases of a busy lock are released long before their first renewal,
+and a lease released at once, the last one in, leaves the list again. Taking and releasing a
+lock then costs the scheduler an append and a pop, not a bucket and a heap entry.
 """
 
 from __future__ import annotations
@@ -22,11 +27,15 @@ from .._errors import DetectedBy, LockStoreError
 from .._telemetry import Telemetry
 from ._bounded import StoreCallBounds, StoreCallTimeoutError
 from ._checked_store import CheckedStore
-from ._lease import Lease, LeaseState
+from ._lease import HELD, Lease
 
 __all__ = ["RenewalScheduler"]
 
 _log = logging.getLogger("leaselock.renewal")
+
+# leases taken since the last tick that are filed at once: the list stays short where many
+# tasks take and release out of order (each release pops only the last lease taken)
+_FILE_ARRIVALS_AT = 256
 
 
 def renew_interval_ms(ttl_ms: int) -> int:
@@ -60,6 +69,7 @@ class RenewalScheduler:
 
     __slots__ = (
         "_armed_at_ms",
+        "_arriving",
         "_bounds",
         "_buckets",
         "_clock",
@@ -99,11 +109,25 @@ class RenewalScheduler:
         self._times: list[int] = []
         self._timer: TimerHandle | None = None
         self._armed_at_ms: int | None = None
+        # leases taken since the last tick, not filed in a bucket yet; the timer is armed no
+        # later than the earliest renewal due among them
+        self._arriving: list[Lease] = []
 
     def track(self, lease: Lease) -> None:
         """Start renewing ``lease``; it stays tracked until it is no longer HELD."""
-        self._schedule(lease)
-        self._arm()
+        arriving = self._arriving
+        arriving.append(lease)
+        if len(arriving) > _FILE_ARRIVALS_AT:
+            self._file_arrivals()
+        due_ms = min(lease.next_renew_ms, lease.deadline_ms)
+        if self._armed_at_ms is None or due_ms < self._armed_at_ms:
+            self._arm_at(due_ms)
+
+    def forget(self, lease: Lease) -> None:
+        """Drop ``lease``, no longer HELD, if it is the last one taken (cheap; else it waits)."""
+        arriving = self._arriving
+        if arriving and arriving[-1] is lease:
+            arriving.pop()
 
     def close(self) -> None:
         """Stop the timer; held leases are left to the caller."""
@@ -111,9 +135,17 @@ class RenewalScheduler:
             self._timer.cancel()
         self._timer = None
         self._armed_at_ms = None
+        self._arriving.clear()
         self._buckets.clear()
         self._watches.clear()
         self._times.clear()
+
+    def _file_arrivals(self) -> None:
+        arriving, self._arriving = self._arriving, []
+        held = HELD  # a local: this loop runs once per lease taken
+        for lease in arriving:
+            if lease.state is held:
+                self._schedule(lease)
 
     def _schedule(self, lease: Lease) -> None:
         lease.schedule_version += 1
@@ -143,6 +175,9 @@ class RenewalScheduler:
         due_ms = self._times[0]
         if self._armed_at_ms is not None and self._armed_at_ms <= due_ms:
             return
+        self._arm_at(due_ms)
+
+    def _arm_at(self, due_ms: int) -> None:
         if self._timer is not None:
             self._timer.cancel()
         self._armed_at_ms = due_ms
@@ -166,9 +201,10 @@ class RenewalScheduler:
     async def _tick(self) -> None:
         self._timer = None
         self._armed_at_ms = None
+        self._file_arrivals()
         now_ms = self._clock.now_ms()
         due: list[Lease] = []
-        held = LeaseState.HELD  # a local: these loops run once per lease due
+        held = HELD  # a local: these loops run once per lease due
         while self._times and self._times[0] <= now_ms:
             _, bucket, watches = self._pop_time()
             for batch in watches:
@@ -200,7 +236,7 @@ class RenewalScheduler:
         """Warn of a slow unanswered batch; lose its leases past their deadlines, watch the rest."""
         if batch.answered:
             return
-        waiting = [lease for lease in batch.leases if lease.state is LeaseState.HELD]
+        waiting = [lease for lease in batch.leases if lease.state is HELD]
         if waiting and not batch.warned:
             self._warn_if_slow(batch, now_ms - batch.sent_at_ms, answered=False)
         for lease in waiting:
@@ -227,7 +263,7 @@ class RenewalScheduler:
             kept: list[tuple[int, Lease]] = []
             for entry in bucket:
                 version, lease = entry
-                if version != lease.schedule_version or lease.state is not LeaseState.HELD:
+                if version != lease.schedule_version or lease.state is not HELD:
                     continue
                 if due_ms - now_ms > early_renewal_ms(lease.ttl_ms):
                     kept.append(entry)
@@ -250,7 +286,7 @@ class RenewalScheduler:
         bound_ms = max(lease.deadline_ms for lease in leases)
         results: list[bool | LockStoreError]
         try:
-            async with self._bounds.until(bound_ms):
+            with self._bounds.until(bound_ms):
                 results = await self._store.renew_many([lease.renewal for lease in leases])
         except StoreCallTimeoutError:
             unanswered = LockStoreError(
@@ -266,7 +302,7 @@ class RenewalScheduler:
         # leases of one ttl renewed together share their next renewal time, so their bucket
         ttl_ms = next_ms = deadline_ms = -1
         bucket: list[tuple[int, Lease]] = []
-        held = LeaseState.HELD  # a local: this loop runs once per lease of the batch
+        held = HELD  # a local: this loop runs once per lease of the batch
         for lease, result in zip(leases, results, strict=True):
             lease.renewing = False
             if result is True and lease.state is held and confirmed_at_ms < lease.deadline_ms:
@@ -318,7 +354,7 @@ class RenewalScheduler:
 
     def _settle(self, lease: Lease, result: bool | LockStoreError, confirmed_at_ms: int) -> None:
         """Settle a renewal that did not simply succeed in time (that path is in _renew)."""
-        if lease.state is not LeaseState.HELD:
+        if lease.state is not HELD:
             return
         if isinstance(result, LockStoreError):
             self._on_failing(lease, result, lease.deadline_ms - confirmed_at_ms)
@@ -347,4 +383,4 @@ class _Batch:
 
 def _is_stale(entry: tuple[int, Lease]) -> bool:
     version, lease = entry
-    return lease.state is not LeaseState.HELD or version != lease.schedule_version
+    return lease.state is not HELD or version != lease.schedule_version
