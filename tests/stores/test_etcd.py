@@ -253,6 +253,35 @@ async def test_locks_of_one_ttl_share_one_lease_and_renew_in_two_calls_however_m
 
 
 @pytest.mark.etcd
+async def test_an_acquire_joining_an_earlier_lease_sends_its_keep_alive_beside_its_transaction(
+    etcd_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the second acquire joins the first's lease however long a loaded machine takes between
+    monkeypatch.setattr("leaselock.stores.etcd._leases.JOIN_WINDOW_S", 3_600.0)
+    seen: list[tuple[str, str]] = []
+
+    async def sent(request: httpx.Request) -> None:
+        seen.append(("sent", request.url.path))
+
+    async def answered(response: httpx.Response) -> None:
+        seen.append(("answered", response.request.url.path))
+
+    hooks = {"request": [sent], "response": [answered]}
+    async with (
+        httpx.AsyncClient(trust_env=False, event_hooks=hooks) as client,
+        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
+    ):
+        assert isinstance(await store.acquire("first", "owner-1", ONE_MINUTE_MS), Acquired)
+        seen.clear()
+        assert isinstance(await store.acquire("second", "owner-2", ONE_MINUTE_MS), Acquired)
+
+    # both on their way before either answered: the acquire waits about one round trip
+    assert sorted(seen[:2]) == [("sent", "/v3/kv/txn"), ("sent", "/v3/lease/keepalive")]
+    assert sorted(seen[2:]) == [("answered", "/v3/kv/txn"), ("answered", "/v3/lease/keepalive")]
+    assert len({kv["lease"] for kv in await lock_kvs(etcd_url, prefix)}) == 1
+
+
+@pytest.mark.etcd
 async def test_a_lock_not_renewed_expires_though_its_lease_mates_are_renewed(
     etcd_url: str, prefix: str
 ) -> None:

@@ -262,8 +262,10 @@ class EtcdLockStore(JobControlOnDocuments):
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         """Take ``key`` for ``owner`` for ``ttl_ms`` if no live lock holds it.
 
-        One transaction when the key is held; one more call (a lease grant before, or a
-        keep-alive after) when it is taken. A transaction whose answer was lost (its member
+        One transaction, and where the lease it joins was not granted for it, a keep-alive of
+        that lease sent beside it (answered in about one round trip, not two; a refused
+        attempt's keep-alive only renews the lease's young keys early), or a lease grant
+        before it. A transaction whose answer was lost (its member
         died, or held it for a leader that died) is sent again to the next member; if the
         first had been applied, the second finds the key held by this very owner, and the
         acquire answers the token the first created.
@@ -273,6 +275,9 @@ class EtcdLockStore(JobControlOnDocuments):
         for _ in range(2):
             since = loop.time()
             cohort = await self._cohort(lease_seconds(ttl_ms), since)
+            # sent now, it makes the lease last its ttl from the acquire's start on, as one sent
+            # once the key joined would: the key joins a young lease, whose keys it may renew
+            refreshing = self._refreshing(cohort, since)
             put = self._book.putting(cohort, key, owner)
             try:
                 answer, resent = await gateway.resent_call(
@@ -303,7 +308,7 @@ class EtcdLockStore(JobControlOnDocuments):
                 token = self._checked_token(as_int(kv.get("create_revision")))
             self._book.applied(put)
             self._book.joined(cohort, key, owner, loop.time())
-            if await self._refreshed(cohort, since):
+            if refreshing is None or await asyncio.shield(refreshing):
                 return Acquired(token)
             # the lease expired between the put and its keep-alive, and took the key along
         raise LockStoreError(
@@ -558,8 +563,18 @@ class EtcdLockStore(JobControlOnDocuments):
         A grant or keep-alive sent at ``since`` or later already does; concurrent callers
         share one keep-alive.
         """
+        refreshing = self._refreshing(cohort, since)
+        return refreshing is None or await asyncio.shield(refreshing)
+
+    def _refreshing(self, cohort: Cohort, since: float) -> asyncio.Future[bool] | None:
+        """Return the keep-alive that makes the lease last its ttl from ``since`` on.
+
+        Sent now, or shared with another caller's sent since then; ``None`` where a grant or
+        keep-alive sent at ``since`` or later already did. It answers ``False`` if the lease
+        is gone.
+        """
         if cohort.sent_at >= since:
-            return True
+            return None
         pending = cohort.refreshing
         if pending is None or pending[0] < since:
             loop = asyncio.get_running_loop()
@@ -567,7 +582,7 @@ class EtcdLockStore(JobControlOnDocuments):
             task = loop.create_task(self._keep_alive(cohort, sent_at))
             task.add_done_callback(_retrieve)
             pending = cohort.refreshing = (sent_at, task)
-        return await asyncio.shield(pending[1])
+        return pending[1]
 
     async def _keep_alive(self, cohort: Cohort, sent_at: float) -> bool:
         answer = await self._ready().call("lease/keepalive", {"ID": str(cohort.lease_id)})
