@@ -282,6 +282,30 @@ async def test_an_acquire_joining_an_earlier_lease_sends_its_keep_alive_beside_i
 
 
 @pytest.mark.etcd
+async def test_a_refused_acquire_returns_once_the_keep_alive_sent_beside_it_is_answered(
+    etcd_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("leaselock.stores.etcd._leases.JOIN_WINDOW_S", 3_600.0)
+    answered: list[str] = []
+
+    async def note(response: httpx.Response) -> None:
+        answered.append(response.request.url.path)
+
+    async with (
+        httpx.AsyncClient(trust_env=False, event_hooks={"response": [note]}) as client,
+        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
+    ):
+        assert isinstance(await store.acquire("taken", "owner-1", ONE_MINUTE_MS), Acquired)
+        answered.clear()
+        refused = await store.acquire("taken", "owner-2", ONE_MINUTE_MS)
+        # nothing of the refused call is left in flight to outlive it (or its client)
+        seen_on_return = sorted(answered)
+
+    assert refused == NotAcquired(holder="owner-1")
+    assert seen_on_return == ["/v3/kv/txn", "/v3/lease/keepalive"]
+
+
+@pytest.mark.etcd
 async def test_a_lock_not_renewed_expires_though_its_lease_mates_are_renewed(
     etcd_url: str, prefix: str
 ) -> None:

@@ -264,11 +264,11 @@ class EtcdLockStore(JobControlOnDocuments):
 
         One transaction, and where the lease it joins was not granted for it, a keep-alive of
         that lease sent beside it (answered in about one round trip, not two; a refused
-        attempt's keep-alive only renews the lease's young keys early), or a lease grant
-        before it. A transaction whose answer was lost (its member
-        died, or held it for a leader that died) is sent again to the next member; if the
-        first had been applied, the second finds the key held by this very owner, and the
-        acquire answers the token the first created.
+        attempt's keep-alive only renews the lease's young keys early, and is waited for too),
+        or a lease grant before it. A transaction whose answer was lost (its member died, or
+        held it for a leader that died) is sent again to the next member; if the first had
+        been applied, the second finds the key held by this very owner, and the acquire
+        answers the token the first created.
         """
         gateway = self._ready()
         loop = asyncio.get_running_loop()
@@ -284,12 +284,15 @@ class EtcdLockStore(JobControlOnDocuments):
                     "kv/txn", acquire_txn(self._key_prefix + key, owner, cohort.lease_id)
                 )
             except LeaseGoneError:
+                await _settled(refreshing)
                 self._book.forget(cohort)
                 continue
-            except BaseException:
+            except BaseException as failure:
                 # the put may still be applied: no new key joins a lease with one in doubt,
                 # so the doubt leaves with the lease
                 self._book.close(cohort)
+                if isinstance(failure, Exception):
+                    await _settled(refreshing)
                 raise
             if answer.get("succeeded"):
                 token = self._token(answer)
@@ -297,10 +300,9 @@ class EtcdLockStore(JobControlOnDocuments):
                 kv = _ranged(answer)
                 if kv is None or not (resent and _written_by(kv, owner, cohort.lease_id)):
                     self._book.refused(cohort, key, put)
-                if kv is None:
-                    return NotAcquired(holder=None)
-                if not (resent and _written_by(kv, owner, cohort.lease_id)):
-                    return NotAcquired(holder=decoded(kv.get("value")))
+                    # its keep-alive is answered too: no call of this acquire outlives it
+                    await _settled(refreshing)
+                    return NotAcquired(holder=None if kv is None else decoded(kv.get("value")))
                 # the gateway sent the txn again after an attempt whose answer was lost, and
                 # that attempt had been applied (the engine's owners are fresh for every
                 # acquire, but a caller asking twice is refused: hence `resent`): the key is
@@ -886,6 +888,12 @@ def _chunks(renewals: Sequence[Renewal], indexes: Sequence[int]) -> list[list[in
         else:
             chunks.append(([index], {key}))
     return [chunk for chunk, _ in chunks]
+
+
+async def _settled(refreshing: asyncio.Future[bool] | None) -> None:
+    """Wait until a keep-alive is answered or failed (its outcome is retrieved elsewhere)."""
+    if refreshing is not None:
+        await asyncio.wait([refreshing])
 
 
 def _retrieve(task: asyncio.Task[bool]) -> None:
