@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -22,7 +24,7 @@ from leaselock import (
     current_lock,
     current_run,
 )
-from leaselock.stores import InMemoryLockStore
+from leaselock.stores import InMemoryLockStore, LockStore
 from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
 
 
@@ -54,6 +56,20 @@ class Reports:
         return "invoices"
 
 
+@asynccontextmanager
+async def two_shops(
+    clock: ManualClock, stores: tuple[LockStore, LockStore], jobs: tuple[object, object]
+) -> AsyncIterator[tuple[Locks, Locks]]:
+    """Instances shop-1 and shop-2 (ttl 30 s), each on its store, with its jobs registered."""
+    async with (
+        Locks(store=stores[0], clock=clock, instance="shop-1") as first,
+        Locks(store=stores[1], clock=clock, instance="shop-2") as second,
+    ):
+        first.register(jobs[0])
+        second.register(jobs[1])
+        yield first, second
+
+
 def skips_of(events: list[Event]) -> list[tuple[str, str, str | None, str | None]]:
     return [(e.job, e.reason, e.holder, e.note) for e in events if isinstance(e, TickSkipped)]
 
@@ -64,12 +80,7 @@ async def test_a_paused_prefix_skips_its_jobs_everywhere_at_one_round_trip_and_r
     store = FaultyStore(InMemoryLockStore(clock=clock), clock=clock)
     here, there = Reports(), Reports()
     events: list[Event] = []
-    async with (
-        Locks(store=store, clock=clock, instance="shop-1") as first,
-        Locks(store=store, clock=clock, instance="shop-2") as second,
-    ):
-        first.register(here)
-        second.register(there)
+    async with two_shops(clock, (store, store), (here, there)) as (first, second):
         second.events.subscribe(events.append, "tick-skipped")
         assert await there.weekly() == "weekly"
         pause = await first.pause("reports:*", note="stock-taking", by="ops@alice")
@@ -290,12 +301,7 @@ async def test_a_tick_the_dead_owner_never_started_is_found_missed_by_the_next_o
     dying = FaultyStore(inner, clock=clock)
     missed: list[Event] = []
     reports_here, reports_there = Reports(), Reports()
-    async with (
-        Locks(store=dying, clock=clock, instance="shop-1", ttl="30s") as first,
-        Locks(store=inner, clock=clock, instance="shop-2", ttl="30s") as second,
-    ):
-        first.register(reports_here)
-        second.register(reports_there)
+    async with two_shops(clock, (dying, inner), (reports_here, reports_there)) as (_, second):
         second.events.subscribe(missed.append, "job-missed")
         assert await reports_here.weekly() == "weekly"
         await clock.advance("10s")
@@ -383,12 +389,7 @@ async def test_catch_up_runs_the_latest_tick_a_dead_owner_missed_once_after_its_
             return run.trigger
 
     owner, survivor = Feed(), Feed()
-    async with (
-        Locks(store=dying, clock=clock, instance="shop-1", ttl="30s") as first,
-        Locks(store=inner, clock=clock, instance="shop-2", ttl="30s") as second,
-    ):
-        first.register(owner)
-        second.register(survivor)
+    async with two_shops(clock, (dying, inner), (owner, survivor)) as (_, second):
         second.events.subscribe(seen.append, "job-missed", "run-started")
         assert await owner.poll() == "schedule"
         await clock.advance("1m")
@@ -417,12 +418,7 @@ async def test_catch_up_leaves_a_tick_the_living_owner_ran(
             self.runs += 1
 
     owner, other = Feed(), Feed()
-    async with (
-        Locks(store=store, clock=clock, instance="shop-1", ttl="30s") as first,
-        Locks(store=store, clock=clock, instance="shop-2", ttl="30s") as second,
-    ):
-        first.register(owner)
-        second.register(other)
+    async with two_shops(clock, (store, store), (owner, other)):
         await owner.poll()
         assert await other.poll() is None
         await clock.advance("40s")
@@ -464,12 +460,7 @@ async def test_recover_runs_a_dead_instances_run_again_at_once_with_its_token(
             )
 
     dead, alive = Count(holds=True), Count(holds=False)
-    async with (
-        Locks(store=dying, clock=clock, instance="shop-1", ttl="30s") as first,
-        Locks(store=inner, clock=clock, instance="shop-2", ttl="30s") as second,
-    ):
-        first.register(dead)
-        second.register(alive)
+    async with two_shops(clock, (dying, inner), (dead, alive)):
         stuck = asyncio.create_task(dead.run())
         await wait_all_tasks_blocked()
         dying.hang()
@@ -512,12 +503,7 @@ async def test_catch_up_and_recover_still_run_when_the_store_keeps_the_dead_owne
             ran.append((self.label, run.trigger))
 
     dead, alive = Jobs("shop-1", holds=True), Jobs("shop-2", holds=False)
-    async with (
-        Locks(store=dying, clock=clock, instance="shop-1", ttl="30s") as first,
-        Locks(store=inner, clock=clock, instance="shop-2", ttl="30s") as second,
-    ):
-        first.register(dead)
-        second.register(alive)
+    async with two_shops(clock, (dying, inner), (dead, alive)):
         await dead.poll()
         stuck = asyncio.create_task(dead.count())
         await wait_all_tasks_blocked()
@@ -560,12 +546,7 @@ async def test_a_live_holders_long_run_costs_a_recover_job_a_few_looks_a_skipped
                 await hold_open.wait()
 
     working, waiting = Count(holds=True), Count(holds=False)
-    async with (
-        Locks(store=store, clock=clock, instance="shop-1", ttl="30s") as first,
-        Locks(store=survivor_store, clock=clock, instance="shop-2", ttl="30s") as second,
-    ):
-        first.register(working)
-        second.register(waiting)
+    async with two_shops(clock, (store, survivor_store), (working, waiting)):
         running = asyncio.create_task(working.run())
         await wait_all_tasks_blocked()
         assert await waiting.run() is None
