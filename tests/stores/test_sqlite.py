@@ -26,6 +26,7 @@ from leaselock._durations import MAX_TTL_MS
 from leaselock.stores import (
     Acquired,
     AcquireResult,
+    Grant,
     JobState,
     LockInfo,
     NotAcquired,
@@ -403,6 +404,111 @@ async def test_two_tables_in_one_file_keep_their_locks_apart(
     assert await reports.acquire("shared-name", "b", LONG_TTL_MS) == Acquired(1)
     await jobs.aclose()
     await reports.aclose()
+
+
+# --- what a commit syncs to disk -------------------------------------------------------------
+
+# PRAGMA synchronous's values: FULL syncs every commit, NORMAL (in WAL mode) leaves it to the next
+# synced commit or checkpoint
+SYNCED, UNSYNCED = 2, 1
+
+
+class CommitsSeen:
+    """Follows the store's connection: for each transaction's end, whether it synced to disk.
+
+    Read from the statements the connection ran (``set_trace_callback``); ``check()`` compares
+    the setting that reading leaves with what the connection itself says.
+    """
+
+    def __init__(self, store: SQLiteLockStore) -> None:
+        worker = store._worker
+        assert worker is not None
+        assert worker._connection is not None
+        self.db = worker._connection
+        self.setting: int = self.db.execute("PRAGMA synchronous").fetchone()[0]
+        self.ends: list[str] = []
+        self.db.set_trace_callback(self.saw)
+
+    def saw(self, statement: str) -> None:
+        if statement == "PRAGMA synchronous = FULL":
+            self.setting = SYNCED
+        elif statement == "PRAGMA synchronous = NORMAL":
+            self.setting = UNSYNCED
+        elif statement == "COMMIT":
+            self.ends.append("synced" if self.setting == SYNCED else "unsynced")
+        elif statement == "ROLLBACK":
+            self.ends.append("rolled back")
+
+    def taken(self) -> list[str]:
+        """The transactions' ends since the last call, checked against the connection."""
+        self.db.set_trace_callback(None)
+        assert self.db.execute("PRAGMA synchronous").fetchone()[0] == self.setting
+        self.db.set_trace_callback(self.saw)
+        ends, self.ends = self.ends, []
+        return ends
+
+
+async def test_a_token_and_a_run_are_synced_and_a_renewal_and_a_release_to_nobody_are_not(
+    path: Path, clock: ManualClock
+) -> None:
+    store = SQLiteLockStore(path, clock=clock)
+    await store.open()
+    try:
+        commits = CommitsSeen(store)
+        key, job = unique_key("synced"), unique_key("job")
+        assert commits.taken() == []
+
+        assert isinstance(await store.acquire(key, "holder", LONG_TTL_MS), Acquired)
+        assert commits.taken() == ["synced"]
+        assert await store.renew(key, "holder", LONG_TTL_MS)
+        assert await store.renew_many([(key, "holder", LONG_TTL_MS)]) == [True]
+        assert await store.release(key, "holder")
+        assert commits.taken() == ["unsynced", "unsynced", "unsynced"]
+        # the setting is put back before the next token: a power cut can't take it back
+        assert await store.acquire(key, "holder", LONG_TTL_MS) == Acquired(2)
+        assert commits.taken() == ["synced"]
+
+        run = OpenRun("shop-3001", None, datetime.now(UTC))
+        assert (await store.start_run(RunStart(job, run, tick=TICK))).started
+        started = datetime.now(UTC)
+        await store.end_run(RunRecord(job, "shop-3001", None, started, started, "ok", None))
+        assert await store.renew(key, "holder", LONG_TTL_MS)
+        await store.record_run(RunRecord(job, "shop-3001", None, started, started, "ok", None))
+        assert commits.taken() == ["synced", "synced", "unsynced", "synced"]
+    finally:
+        await store.aclose()
+
+
+async def test_a_release_that_hands_the_key_on_is_rolled_back_and_committed_synced(
+    path: Path, clock: ManualClock
+) -> None:
+    store = SQLiteLockStore(path, clock=clock)
+    key = unique_key("handed-on")
+    grants: list[Grant] = []
+    granted = asyncio.Event()
+
+    def on_grant(grant: Grant) -> None:
+        grants.append(grant)
+        granted.set()
+
+    await store.open()
+    try:
+        async with store.wait_in_line(on_grant) as line:
+            assert line is not None
+            assert await store.acquire(key, "holder", LONG_TTL_MS) == Acquired(1)
+            assert isinstance(await line.queue(key, "waiter", LONG_TTL_MS, 3000, 1), Queued)
+            commits = CommitsSeen(store)
+
+            assert await store.release(key, "holder")
+            # begun unsynced as a release, it found a waiter: the grant is a token
+            assert commits.taken() == ["rolled back", "synced"]
+            assert read_row(path, key)[:2] == ("waiter", 2)
+            await asyncio.wait_for(granted.wait(), BARRIER_TIMEOUT_S)
+            assert [(grant.key, grant.owner, grant.fencing_token) for grant in grants] == [
+                (key, "waiter", 2)
+            ]
+    finally:
+        await store.aclose()
 
 
 # --- busy file -----------------------------------------------------------------------------

@@ -77,6 +77,11 @@ WAL_SWITCH_ATTEMPTS: Final = 5
 # -> nothing; every commit reaches the disk before it returns, so a power cut can't take back a
 # fencing token already handed out (NORMAL would lose the last commits)
 SYNCHRONOUS_FULL: Final = "PRAGMA synchronous = FULL"
+# -> nothing; the commits after it skip their fsync: the WAL is one log, so the next synced
+# commit, of any process, syncs them too, and a power cut loses only the commits after the last
+# synced one. Used for what dies with every holder of the host anyway: a renewal, a release
+# that hands the key to nobody (never changed inside a transaction: SQLite refuses that)
+SYNCHRONOUS_NORMAL: Final = "PRAGMA synchronous = NORMAL"
 
 # takes the write lock now, waiting up to the busy timeout; a deferred BEGIN would read first
 # and could then fail to upgrade without waiting at all
@@ -266,6 +271,16 @@ class _Busy:
         self.error = error
 
 
+@final
+class _SyncNeeded:
+    """A transaction begun unsynced, rolled back: its answer says its commit must be synced."""
+
+    __slots__ = ()
+
+
+_SYNC_NEEDED: Final = _SyncNeeded()
+
+
 # workers a forked child inherited: SQLite forbids using (even closing) a connection across a
 # fork, so the child keeps them unreachable but alive rather than let them be collected
 _INHERITED_WORKERS: list[SQLiteWorker] = []
@@ -292,8 +307,11 @@ class SQLiteLockStore:
     - Tokens come from one counter, and the key's own row is their floor: a released lock keeps
       its row (owner cleared), and the next token is ``max(counter + 1, row token + 1)``, so a
       file restored from an older copy can't hand a key an old token.
-    - Every commit is synced to disk (``synchronous = FULL``): a power cut can't take a token
-      back.
+    - Every commit that hands out a token or records a job's run is synced to disk
+      (``synchronous = FULL``): a power cut can't take a token back, nor a run. A renewal and
+      a release that hands the key to nobody skip the fsync: a power cut that loses one also
+      ends every process of the host, so no holder is left to rely on it; the key comes back
+      held by its dead owner, and frees at its ttl.
 
     A release wakes the waiters on its key in every process of the host at once, by a Unix
     datagram to each socket that follows the key (:meth:`follow_releases`); nothing is written
@@ -325,6 +343,7 @@ class SQLiteLockStore:
         "_table_names",
         "_tables_grown",
         "_taken_row_sql",
+        "_unsynced",
         "_users",
         "_wakeups",
         "_worker",
@@ -455,6 +474,9 @@ class SQLiteLockStore:
         # > 0: a transaction was slow (see SLOW_IN_PLACE_S), and calls go to the worker until
         # this many more run quick there; changed only by the thread using the connection
         self._in_place_refused = 0
+        # the connection set to skip its commits' fsync (SYNCHRONOUS_NORMAL), if one is: by
+        # identity, so that a forked child's new connection is never taken for it
+        self._unsynced: sqlite3.Connection | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -506,7 +528,9 @@ class SQLiteLockStore:
     async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
         """Move the expiry to ``ttl_ms`` from now if ``owner`` holds a live lock on ``key``."""
         return await self._call(
-            "renew", lambda db, now_ms: self._renew(db, now_ms, key, owner, ttl_ms)
+            "renew",
+            lambda db, now_ms: self._renew(db, now_ms, key, owner, ttl_ms),
+            unsynced_if=_always,
         )
 
     async def renew_many(self, renewals: Sequence[Renewal]) -> list[bool]:
@@ -515,6 +539,7 @@ class SQLiteLockStore:
             "renew_many",
             lambda db, now_ms: [self._renew(db, now_ms, *renewal) for renewal in renewals],
             in_place=len(renewals) <= IN_PLACE_RENEWALS,
+            unsynced_if=_always,
         )
 
     async def release(self, key: str, owner: str) -> bool:
@@ -523,7 +548,9 @@ class SQLiteLockStore:
         After the commit, the key's followers on this host are told (:meth:`follow_releases`).
         """
         released, pending = await self._call(
-            "release", lambda db, now_ms: self._release_and_hand_on(db, now_ms, key, owner)
+            "release",
+            lambda db, now_ms: self._release_and_hand_on(db, now_ms, key, owner),
+            unsynced_if=_hands_on_nothing,
         )
         self._tell(key, released=released, pending=pending)
         return released
@@ -756,11 +783,14 @@ class SQLiteLockStore:
         body: Callable[[sqlite3.Connection, int], T],
         *,
         in_place: bool = True,
+        unsynced_if: Callable[[T], bool] | None = None,
     ) -> T:
         """Run ``body`` in one transaction: here if it need not wait, else on the worker.
 
         ``in_place=False`` for a call whose work grows with its arguments or the file (it would
         hold the caller's thread for that long): it always runs on the worker.
+        ``unsynced_if``: the commit skips its fsync if this says so of ``body``'s answer (see
+        :data:`SYNCHRONOUS_NORMAL`); without it, every commit is synced.
         """
         if in_place and not self._in_place_refused:
             # one yield per call, as a call queued to the thread gave: a task calling in a loop
@@ -768,12 +798,16 @@ class SQLiteLockStore:
             await asyncio.sleep(0)  # noqa: TID251 -- a yield to the loop, not a wait
             with self._guard:
                 worker = self._worker_locked()
-            answer = worker.run_here(lambda db: self._transaction_once(db, method, body))
+            answer = worker.run_here(
+                lambda db: self._transaction_once(db, method, body, unsynced_if=unsynced_if)
+            )
             if not isinstance(answer, NotRun | _Busy):
                 return answer
         with self._guard:
             # submitted under the guard: an aclose() can't shut the worker down in between
-            done = self._worker_locked().submit(lambda db: self._in_transaction(db, method, body))
+            done = self._worker_locked().submit(
+                lambda db: self._in_transaction(db, method, body, unsynced_if=unsynced_if)
+            )
         return await done
 
     def _in_transaction(
@@ -782,6 +816,7 @@ class SQLiteLockStore:
         method: str,
         body: Callable[[sqlite3.Connection, int], T],
         *,
+        unsynced_if: Callable[[T], bool] | None = None,
         timed: bool = True,
     ) -> T:
         """Run ``body`` in one transaction, waiting up to ``busy_timeout`` for the write lock.
@@ -792,7 +827,9 @@ class SQLiteLockStore:
         deadline_ns = time.monotonic_ns() + self._busy_timeout_ms * 1_000_000
         pause_s = BUSY_FIRST_PAUSE_S
         while True:
-            answer = self._transaction_once(db, method, body, worker=True, timed=timed)
+            answer = self._transaction_once(
+                db, method, body, unsynced_if=unsynced_if, worker=True, timed=timed
+            )
             if not isinstance(answer, _Busy):
                 return answer
             if time.monotonic_ns() >= deadline_ns:
@@ -807,6 +844,7 @@ class SQLiteLockStore:
         method: str,
         body: Callable[[sqlite3.Connection, int], T],
         *,
+        unsynced_if: Callable[[T], bool] | None = None,
         worker: bool = False,
         timed: bool = True,
     ) -> T | _Busy:
@@ -815,12 +853,39 @@ class SQLiteLockStore:
         A transaction that met a taken lock is rolled back whole, so running it again is safe.
         ``worker``: it runs on the worker thread, whose quick calls let calls in place again.
         """
+        answer = self._commit_once(db, method, body, unsynced_if, worker=worker, timed=timed)
+        while isinstance(answer, _SyncNeeded):
+            # once (a synced try is never rolled back for this); the write lock was let go, so
+            # it is a try of its own, which may find the lock taken
+            answer = self._commit_once(db, method, body, None, worker=worker, timed=timed)
+        return answer
+
+    def _commit_once(
+        self,
+        db: sqlite3.Connection,
+        method: str,
+        body: Callable[[sqlite3.Connection, int], T],
+        unsynced_if: Callable[[T], bool] | None,
+        *,
+        worker: bool,
+        timed: bool,
+    ) -> T | _Busy | _SyncNeeded:
+        """Try :meth:`_transaction_once` once.
+
+        Returns :class:`_SyncNeeded` if the transaction was rolled back because its commit,
+        begun unsynced, must be synced after all.
+        """
+        unsynced = unsynced_if is not None and not self._read_only
         started_ns = time.perf_counter_ns()
         try:
+            self._sync_commits(db, synced=not unsynced)
             db.execute(BEGIN_DEFERRED if self._read_only else BEGIN_IMMEDIATE)
             try:
                 # read after the write lock is ours: a wait for it can't make "now" stale
                 result = body(db, self._clock.now_ms())
+                if unsynced_if is not None and unsynced and not unsynced_if(result):
+                    db.execute(ROLLBACK)
+                    return _SYNC_NEEDED
                 db.execute(COMMIT)
             except BaseException:
                 if db.in_transaction:
@@ -837,6 +902,16 @@ class SQLiteLockStore:
         if timed:
             self._note_time(time.perf_counter_ns() - started_ns, worker=worker)
         return result
+
+    def _sync_commits(self, db: sqlite3.Connection, *, synced: bool) -> None:
+        """Set whether ``db``'s next commits are synced; outside a transaction, as SQLite asks."""
+        if synced:
+            if self._unsynced is db:
+                db.execute(SYNCHRONOUS_FULL)
+                self._unsynced = None
+        elif self._unsynced is not db:
+            db.execute(SYNCHRONOUS_NORMAL)
+            self._unsynced = db
 
     def _note_time(self, took_ns: int, *, worker: bool) -> None:
         """Count a committed transaction's time towards where the next calls run."""
@@ -982,6 +1057,15 @@ class _OperatorStatements:
 
 
 _LockRow: TypeAlias = tuple[str, str | None, int, int]
+
+
+def _always(_answer: object) -> bool:
+    return True
+
+
+def _hands_on_nothing(answer: tuple[bool, PendingGrant | None]) -> bool:
+    # a grant hands out a token, which must survive a power cut
+    return answer[1] is None
 
 
 def _lock_info(row: _LockRow | None, now_ms: int) -> LockInfo | None:
