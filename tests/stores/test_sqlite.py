@@ -479,7 +479,7 @@ async def test_a_token_and_a_run_are_synced_and_a_renewal_and_a_release_to_nobod
         await store.aclose()
 
 
-async def test_a_release_that_hands_the_key_on_is_rolled_back_and_committed_synced(
+async def test_a_release_that_hands_the_key_on_is_rolled_back_and_committed_synced_a_place_not(
     path: Path, clock: ManualClock
 ) -> None:
     store = SQLiteLockStore(path, clock=clock)
@@ -496,16 +496,24 @@ async def test_a_release_that_hands_the_key_on_is_rolled_back_and_committed_sync
         async with store.wait_in_line(on_grant) as line:
             assert line is not None
             assert await store.acquire(key, "holder", LONG_TTL_MS) == Acquired(1)
-            assert isinstance(await line.queue(key, "waiter", LONG_TTL_MS, 3000, 1), Queued)
             commits = CommitsSeen(store)
+            # a place dies with its waiter: keeping it, or leaving it, needs no fsync
+            assert isinstance(await line.queue(key, "leaver", LONG_TTL_MS, 3000, 1), Queued)
+            assert not await line.leave(key, "leaver")
+            assert isinstance(await line.queue(key, "waiter", LONG_TTL_MS, 3000, 1), Queued)
+            # taking a free key in line draws a token: begun as a place kept, it is rolled
+            # back and committed again, synced
+            free = unique_key("free")
+            assert await line.queue(free, "taker", LONG_TTL_MS, 3000, 1) == Acquired(2)
+            assert commits.taken() == ["unsynced"] * 3 + ["rolled back", "synced"]
 
             assert await store.release(key, "holder")
             # begun unsynced as a release, it found a waiter: the grant is a token
             assert commits.taken() == ["rolled back", "synced"]
-            assert read_row(path, key)[:2] == ("waiter", 2)
+            assert read_row(path, key)[:2] == ("waiter", 3)
             await asyncio.wait_for(granted.wait(), BARRIER_TIMEOUT_S)
             assert [(grant.key, grant.owner, grant.fencing_token) for grant in grants] == [
-                (key, "waiter", 2)
+                (key, "waiter", 3)
             ]
     finally:
         await store.aclose()

@@ -309,9 +309,10 @@ class SQLiteLockStore:
       file restored from an older copy can't hand a key an old token.
     - Every commit that hands out a token or records a job's run is synced to disk
       (``synchronous = FULL``): a power cut can't take a token back, nor a run. A renewal and
-      a release that hands the key to nobody skip the fsync: a power cut that loses one also
-      ends every process of the host, so no holder is left to rely on it; the key comes back
-      held by its dead owner, and frees at its ttl.
+      a release that hands the key to nobody (and a queue call that only keeps a place, or a
+      leave that hands nothing on) skip the fsync: a power cut that loses one also ends every
+      process of the host, so no holder is left to rely on it; the key comes back held by its
+      dead owner, and frees at its ttl.
 
     A release wakes the waiters on its key in every process of the host at once, by a Unix
     datagram to each socket that follows the key (:meth:`follow_releases`); nothing is written
@@ -592,11 +593,14 @@ class SQLiteLockStore:
                     ticket=ticket,
                     line=line,
                 ),
+                unsynced_if=_keeps_a_place_only,
             )
 
         async def leave_call(key: str, owner: str) -> tuple[bool, PendingGrant | None]:
             left, pending = await self._call(
-                "leave", lambda db, now_ms: lines.leave(db, now_ms, key, owner)
+                "leave",
+                lambda db, now_ms: lines.leave(db, now_ms, key, owner),
+                unsynced_if=_hands_on_nothing,
             )
             if left and pending is None:
                 self._announcer.announce(key)
@@ -1066,6 +1070,11 @@ def _always(_answer: object) -> bool:
 def _hands_on_nothing(answer: tuple[bool, PendingGrant | None]) -> bool:
     # a grant hands out a token, which must survive a power cut
     return answer[1] is None
+
+
+def _keeps_a_place_only(answer: tuple[Acquired | Queued, PendingGrant | None]) -> bool:
+    # a place dies with its waiter; taking the key, or handing it on, draws a token
+    return isinstance(answer[0], Queued) and answer[1] is None
 
 
 def _lock_info(row: _LockRow | None, now_ms: int) -> LockInfo | None:
