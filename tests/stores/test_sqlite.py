@@ -36,6 +36,7 @@ from leaselock.stores import (
     RunStart,
 )
 from leaselock.stores.sqlite import SQLiteLockStore
+from leaselock.stores.sqlite._line import SQLiteLines
 from leaselock.testing import ManualClock, wait_all_tasks_blocked
 
 LONG_TTL_MS = 60_000
@@ -479,8 +480,9 @@ async def test_a_token_and_a_run_are_synced_and_a_renewal_and_a_release_to_nobod
         await store.aclose()
 
 
-async def test_a_release_that_hands_the_key_on_is_rolled_back_and_committed_synced_a_place_not(
-    path: Path, clock: ManualClock
+@pytest.mark.parametrize("waiter_read", ["seen", "missed"])
+async def test_a_release_that_hands_the_key_on_commits_synced_and_keeping_a_place_not(
+    path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, waiter_read: str
 ) -> None:
     store = SQLiteLockStore(path, clock=clock)
     key = unique_key("handed-on")
@@ -507,9 +509,15 @@ async def test_a_release_that_hands_the_key_on_is_rolled_back_and_committed_sync
             assert await line.queue(free, "taker", LONG_TTL_MS, 3000, 1) == Acquired(2)
             assert commits.taken() == ["unsynced"] * 3 + ["rolled back", "synced"]
 
+            if waiter_read == "missed":
+                # the waiter queued between the release's first read and its transaction
+                monkeypatch.setattr(SQLiteLines, "waits", lambda *_args: False)
             assert await store.release(key, "holder")
-            # begun unsynced as a release, it found a waiter: the grant is a token
-            assert commits.taken() == ["rolled back", "synced"]
+            # the grant is a token: seen by the read before the transaction, it begins synced;
+            # else, begun unsynced, it is rolled back when it finds the waiter, and done again
+            assert commits.taken() == (
+                ["synced"] if waiter_read == "seen" else ["rolled back", "synced"]
+            )
             assert read_row(path, key)[:2] == ("waiter", 3)
             await asyncio.wait_for(granted.wait(), BARRIER_TIMEOUT_S)
             assert [(grant.key, grant.owner, grant.fencing_token) for grant in grants] == [

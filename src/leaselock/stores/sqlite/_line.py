@@ -67,6 +67,9 @@ SELECT owner, expires_at_ms, ticket, line FROM {line}
 WHERE key = :key AND expires_at_ms > :now_ms ORDER BY arrived LIMIT 1
 """
 
+# :key -> (1,) if the key's line has a place, live or not, else nothing
+ANY_PLACE: Final = "SELECT 1 FROM {line} WHERE key = :key LIMIT 1"
+
 # :key :owner -> nothing; owner's place leaves the line
 LEAVE: Final = "DELETE FROM {line} WHERE key = :key AND owner = :owner"
 
@@ -122,6 +125,7 @@ class SQLiteLines:
             for name, sql in {
                 "drop_dead": DROP_DEAD,
                 "first_live": FIRST_LIVE,
+                "any_place": ANY_PLACE,
                 "leave": LEAVE,
                 "keep_place": KEEP_PLACE,
                 "lock_row": LOCK_ROW,
@@ -130,6 +134,10 @@ class SQLiteLines:
         }
         self._take = take
         self._release = release
+
+    def waits(self, db: sqlite3.Connection, key: str) -> bool:
+        """Whether ``key``'s line has a place, live or not, as of this read (no clock read)."""
+        return db.execute(self._sql["any_place"], {"key": key}).fetchone() is not None
 
     def hand_on(self, db: sqlite3.Connection, now_ms: int, key: str) -> PendingGrant | None:
         """Give the freed ``key`` to the first live place of its line, if one waits."""

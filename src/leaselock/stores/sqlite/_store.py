@@ -24,7 +24,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Final, Protocol, TypeAlias, TypeVar, final
+from typing import Final, Generic, Protocol, TypeAlias, TypeVar, final
 
 from ..._clock import Clock
 from ..._durations import Duration, parse_duration
@@ -269,6 +269,24 @@ class _Busy:
 
     def __init__(self, error: sqlite3.Error) -> None:
         self.error = error
+
+
+_Read: TypeAlias = Callable[[sqlite3.Connection], bool]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Sync(Generic[T]):
+    """When a call's commit may skip its fsync (see :meth:`SQLiteLockStore._call`)."""
+
+    unsynced_if: Callable[[T], bool]
+    synced_if_read: _Read | None
+
+    def begun_unsynced_if(self, db: sqlite3.Connection) -> Callable[[T], bool] | None:
+        """The test of a transaction's answer, or ``None``: it begins synced (a likely sync)."""
+        if self.synced_if_read is not None and self.synced_if_read(db):
+            return None
+        return self.unsynced_if
 
 
 @final
@@ -552,6 +570,7 @@ class SQLiteLockStore:
             "release",
             lambda db, now_ms: self._release_and_hand_on(db, now_ms, key, owner),
             unsynced_if=_hands_on_nothing,
+            synced_if_read=lambda db: self._lines.waits(db, key),
         )
         self._tell(key, released=released, pending=pending)
         return released
@@ -788,29 +807,32 @@ class SQLiteLockStore:
         *,
         in_place: bool = True,
         unsynced_if: Callable[[T], bool] | None = None,
+        synced_if_read: _Read | None = None,
     ) -> T:
         """Run ``body`` in one transaction: here if it need not wait, else on the worker.
 
         ``in_place=False`` for a call whose work grows with its arguments or the file (it would
         hold the caller's thread for that long): it always runs on the worker.
         ``unsynced_if``: the commit skips its fsync if this says so of ``body``'s answer (see
-        :data:`SYNCHRONOUS_NORMAL`); without it, every commit is synced.
+        :data:`SYNCHRONOUS_NORMAL`); without it, every commit is synced. A transaction begun
+        unsynced whose answer says otherwise is rolled back and run again, synced; where
+        ``synced_if_read``, a read before the transaction (no write lock), says that is
+        likely, it begins synced.
         """
+        sync = None if unsynced_if is None else _Sync(unsynced_if, synced_if_read)
         if in_place and not self._in_place_refused:
             # one yield per call, as a call queued to the thread gave: a task calling in a loop
             # still lets the loop's other tasks run (and is cancelled here, before any write)
             await asyncio.sleep(0)  # noqa: TID251 -- a yield to the loop, not a wait
             with self._guard:
                 worker = self._worker_locked()
-            answer = worker.run_here(
-                lambda db: self._transaction_once(db, method, body, unsynced_if=unsynced_if)
-            )
+            answer = worker.run_here(lambda db: self._transaction_once(db, method, body, sync))
             if not isinstance(answer, NotRun | _Busy):
                 return answer
         with self._guard:
             # submitted under the guard: an aclose() can't shut the worker down in between
             done = self._worker_locked().submit(
-                lambda db: self._in_transaction(db, method, body, unsynced_if=unsynced_if)
+                lambda db: self._in_transaction(db, method, body, sync)
             )
         return await done
 
@@ -819,8 +841,8 @@ class SQLiteLockStore:
         db: sqlite3.Connection,
         method: str,
         body: Callable[[sqlite3.Connection, int], T],
+        sync: _Sync[T] | None = None,
         *,
-        unsynced_if: Callable[[T], bool] | None = None,
         timed: bool = True,
     ) -> T:
         """Run ``body`` in one transaction, waiting up to ``busy_timeout`` for the write lock.
@@ -831,9 +853,7 @@ class SQLiteLockStore:
         deadline_ns = time.monotonic_ns() + self._busy_timeout_ms * 1_000_000
         pause_s = BUSY_FIRST_PAUSE_S
         while True:
-            answer = self._transaction_once(
-                db, method, body, unsynced_if=unsynced_if, worker=True, timed=timed
-            )
+            answer = self._transaction_once(db, method, body, sync, worker=True, timed=timed)
             if not isinstance(answer, _Busy):
                 return answer
             if time.monotonic_ns() >= deadline_ns:
@@ -847,8 +867,8 @@ class SQLiteLockStore:
         db: sqlite3.Connection,
         method: str,
         body: Callable[[sqlite3.Connection, int], T],
+        sync: _Sync[T] | None = None,
         *,
-        unsynced_if: Callable[[T], bool] | None = None,
         worker: bool = False,
         timed: bool = True,
     ) -> T | _Busy:
@@ -857,7 +877,10 @@ class SQLiteLockStore:
         A transaction that met a taken lock is rolled back whole, so running it again is safe.
         ``worker``: it runs on the worker thread, whose quick calls let calls in place again.
         """
-        answer = self._commit_once(db, method, body, unsynced_if, worker=worker, timed=timed)
+        if self._read_only:
+            # it commits nothing
+            sync = None
+        answer = self._commit_once(db, method, body, sync, worker=worker, timed=timed)
         while isinstance(answer, _SyncNeeded):
             # once (a synced try is never rolled back for this); the write lock was let go, so
             # it is a try of its own, which may find the lock taken
@@ -869,7 +892,7 @@ class SQLiteLockStore:
         db: sqlite3.Connection,
         method: str,
         body: Callable[[sqlite3.Connection, int], T],
-        unsynced_if: Callable[[T], bool] | None,
+        sync: _Sync[T] | None,
         *,
         worker: bool,
         timed: bool,
@@ -879,15 +902,15 @@ class SQLiteLockStore:
         Returns :class:`_SyncNeeded` if the transaction was rolled back because its commit,
         begun unsynced, must be synced after all.
         """
-        unsynced = unsynced_if is not None and not self._read_only
         started_ns = time.perf_counter_ns()
         try:
-            self._sync_commits(db, synced=not unsynced)
+            unsynced_if = None if sync is None else sync.begun_unsynced_if(db)
+            self._sync_commits(db, synced=unsynced_if is None)
             db.execute(BEGIN_DEFERRED if self._read_only else BEGIN_IMMEDIATE)
             try:
                 # read after the write lock is ours: a wait for it can't make "now" stale
                 result = body(db, self._clock.now_ms())
-                if unsynced_if is not None and unsynced and not unsynced_if(result):
+                if unsynced_if is not None and not unsynced_if(result):
                     db.execute(ROLLBACK)
                     return _SYNC_NEEDED
                 db.execute(COMMIT)
