@@ -8,8 +8,11 @@ holds them for a while. It prints, for the keep-alive window after the last acqu
     and the floor: ``store.renew_many`` of all N leases once per interval, from a bare loop,
     for the same window, with its client CPU per second.
 
+With ``--sync`` the locks are taken and held through ``SyncLocks`` (from a thread of the
+benchmark's, its loop thread renewing), as a threaded application holds them.
+
 Run: .venv/bin/python benchmarks/bench_renewals.py [--stores redis,postgres] [--locks 1000,10000]
-     [--ttl 3] [--seconds 10]
+     [--ttl 3] [--seconds 10] [--sync]
 URLs default to LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL, else the machine's
 servers. It runs against earlier versions too (same public API), for before and after figures.
 """
@@ -28,7 +31,7 @@ from datetime import timedelta
 
 from _servers import add_server_arguments, delete_prefix, drop_store_tables
 
-from leaselock import Locks
+from leaselock import Locks, SyncLocks
 from leaselock.stores import AcquireResult, Renewal
 from leaselock.stores.postgres import PostgresLockStore
 from leaselock.stores.redis import RedisLockStore
@@ -94,6 +97,29 @@ async def keep_alive(
     return round_trips / (wall_s / (ttl_s / 3)), cpu_s / wall_s
 
 
+def keep_alive_sync(
+    make_store: Callable[[], PostgresLockStore | RedisLockStore],
+    locks_held: int,
+    ttl_s: float,
+    seconds: float,
+) -> tuple[float, float]:
+    """As :func:`keep_alive`, through SyncLocks; call it from a thread without an event loop."""
+    store = CountingStore(make_store())
+    run = uuid.uuid4().hex[:8]
+    with SyncLocks(store=store, ttl=timedelta(seconds=ttl_s)) as locks:
+        held = [locks.acquire(f"renewals:{run}:{n}") for n in range(locks_held)]
+        if any(lock is None for lock in held):
+            raise SystemExit("a key was not free: run on a quiet prefix")
+        batches, cpu, wall = store.batches, time.process_time(), time.perf_counter()
+        time.sleep(seconds)
+        cpu_s, wall_s = time.process_time() - cpu, time.perf_counter() - wall
+        round_trips = store.batches - batches
+        lost = sum(not lock.held for lock in held if lock is not None)
+        if lost:
+            raise SystemExit(f"{lost} of {locks_held} locks were lost while kept alive")
+    return round_trips / (wall_s / (ttl_s / 3)), cpu_s / wall_s
+
+
 async def floor(
     make_store: Callable[[], PostgresLockStore | RedisLockStore],
     locks_held: int,
@@ -134,9 +160,14 @@ async def measure(
     arguments: argparse.Namespace,
 ) -> None:
     for locks_held in (int(n) for n in arguments.locks.split(",")):
-        per_interval, cpu = await keep_alive(
-            make_store, locks_held, arguments.ttl, arguments.seconds
-        )
+        if arguments.sync:
+            per_interval, cpu = await asyncio.to_thread(
+                keep_alive_sync, make_store, locks_held, arguments.ttl, arguments.seconds
+            )
+        else:
+            per_interval, cpu = await keep_alive(
+                make_store, locks_held, arguments.ttl, arguments.seconds
+            )
         floor_cpu = await floor(make_store, locks_held, arguments.ttl, arguments.seconds)
         print(
             f"{name:<11} {locks_held:>6} locks: {per_interval:6.1f} round trips per renewal "
@@ -151,11 +182,15 @@ async def main() -> None:
     parser.add_argument("--locks", default="1000,10000")
     parser.add_argument("--ttl", type=float, default=3.0, help="seconds")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--sync", action="store_true", help="hold the locks through SyncLocks")
     add_server_arguments(parser)
     arguments = parser.parse_args()
     logging.getLogger("leaselock").setLevel(logging.ERROR)
     interval = arguments.ttl / 3
-    print(f"ttl {arguments.ttl:g} s (renewals every {interval:g} s), {arguments.seconds:g} s alive")
+    print(
+        f"ttl {arguments.ttl:g} s (renewals every {interval:g} s), {arguments.seconds:g} s alive, "
+        f"through {'SyncLocks' if arguments.sync else 'Locks'}"
+    )
     run = uuid.uuid4().hex[:8]
     chosen = arguments.stores.split(",")
     if "redis" in chosen:
