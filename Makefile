@@ -116,6 +116,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_contention.py
 	$(BIN)/python benchmarks/bench_contention.py --in-process
 	$(BIN)/python benchmarks/bench_renewals.py
+	$(BIN)/python benchmarks/bench_renewals.py --stores redis --sync
 	$(BIN)/python benchmarks/bench_election_takeover.py
 	$(BIN)/python benchmarks/fleet.py
 	$(BIN)/python benchmarks/bench_simulate.py --processes 2
