@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Protocol
 
 from _servers import add_server_arguments, delete_prefix, drop_store_tables
 
@@ -37,6 +38,13 @@ from leaselock.stores.postgres import PostgresLockStore
 from leaselock.stores.redis import RedisLockStore
 
 TAKEN_AT_ONCE = 100
+
+
+class Held(Protocol):
+    """A lock of Locks or SyncLocks: whether it is still held."""
+
+    @property
+    def held(self) -> bool: ...
 
 
 class CountingStore:
@@ -66,6 +74,25 @@ class CountingStore:
         await self.inner.aclose()
 
 
+class Window:
+    """The keep-alive window, from its start: the renewal calls, the CPU and the wall time."""
+
+    def __init__(self, store: CountingStore, held: Sequence[Held | None]) -> None:
+        if any(lock is None for lock in held):
+            raise SystemExit("a key was not free: run on a quiet prefix")
+        self.store, self.held = store, held
+        self.batches, self.cpu, self.wall = store.batches, time.process_time(), time.perf_counter()
+
+    def figures(self, ttl_s: float) -> tuple[float, float]:
+        """Round trips per renewal interval, and client CPU seconds per second, since the start."""
+        cpu_s, wall_s = time.process_time() - self.cpu, time.perf_counter() - self.wall
+        lost = sum(lock is not None and not lock.held for lock in self.held)
+        if lost:
+            raise SystemExit(f"{lost} of {len(self.held)} locks were lost while kept alive")
+        round_trips = self.store.batches - self.batches
+        return round_trips / (wall_s / (ttl_s / 3)), cpu_s / wall_s
+
+
 async def keep_alive(
     make_store: Callable[[], PostgresLockStore | RedisLockStore],
     locks_held: int,
@@ -85,16 +112,9 @@ async def keep_alive(
                 )
             )
             held.extend(taken)
-        if any(lock is None for lock in held):
-            raise SystemExit("a key was not free: run on a quiet prefix")
-        batches, cpu, wall = store.batches, time.process_time(), time.perf_counter()
+        window = Window(store, held)
         await asyncio.sleep(seconds)
-        cpu_s, wall_s = time.process_time() - cpu, time.perf_counter() - wall
-        round_trips = store.batches - batches
-        lost = sum(not lock.held for lock in held if lock is not None)
-        if lost:
-            raise SystemExit(f"{lost} of {locks_held} locks were lost while kept alive")
-    return round_trips / (wall_s / (ttl_s / 3)), cpu_s / wall_s
+        return window.figures(ttl_s)
 
 
 def keep_alive_sync(
@@ -108,16 +128,9 @@ def keep_alive_sync(
     run = uuid.uuid4().hex[:8]
     with SyncLocks(store=store, ttl=timedelta(seconds=ttl_s)) as locks:
         held = [locks.acquire(f"renewals:{run}:{n}") for n in range(locks_held)]
-        if any(lock is None for lock in held):
-            raise SystemExit("a key was not free: run on a quiet prefix")
-        batches, cpu, wall = store.batches, time.process_time(), time.perf_counter()
+        window = Window(store, held)
         time.sleep(seconds)
-        cpu_s, wall_s = time.process_time() - cpu, time.perf_counter() - wall
-        round_trips = store.batches - batches
-        lost = sum(not lock.held for lock in held if lock is not None)
-        if lost:
-            raise SystemExit(f"{lost} of {locks_held} locks were lost while kept alive")
-    return round_trips / (wall_s / (ttl_s / 3)), cpu_s / wall_s
+        return window.figures(ttl_s)
 
 
 async def floor(

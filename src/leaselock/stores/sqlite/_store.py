@@ -79,8 +79,9 @@ WAL_SWITCH_ATTEMPTS: Final = 5
 SYNCHRONOUS_FULL: Final = "PRAGMA synchronous = FULL"
 # -> nothing; the commits after it skip their fsync: the WAL is one log, so the next synced
 # commit, of any process, syncs them too, and a power cut loses only the commits after the last
-# synced one. Used for what dies with every holder of the host anyway: a renewal, a release
-# that hands the key to nobody (never changed inside a transaction: SQLite refuses that)
+# synced one. Used for what dies with the host's processes anyway (a renewal, a release to
+# nobody, a place kept: the class docstring lists them); set between transactions only, as
+# SQLite refuses a change inside one
 SYNCHRONOUS_NORMAL: Final = "PRAGMA synchronous = NORMAL"
 
 # takes the write lock now, waiting up to the busy timeout; a deferred BEGIN would read first
