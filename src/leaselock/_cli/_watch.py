@@ -12,17 +12,17 @@ import argparse
 import asyncio
 import contextlib
 import signal
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from .._durations import parse_wait
 from .._errors import LocksConfigurationError
-from .._locks import Locks
 from ..stores._common._capabilities import LockInfo
 from ._arguments import add_url_argument
 from ._operate import add_redis_prefix_argument, cli_locks, out
 
-__all__ = ["add_watch_command", "changes"]
+__all__ = ["Readings", "add_watch_command", "changes"]
 
 DEFAULT_EVERY: Final = "250ms"
 MIN_EVERY_MS: Final = 20
@@ -69,26 +69,55 @@ async def _watch(arguments: argparse.Namespace, every_ms: int) -> None:
     prefix: str = arguments.prefix
 
     async with cli_locks(arguments, read_only=True) as locks:
-        seen_at = loop.time()
-        seen = await _live(locks, prefix)
+
+        async def read() -> dict[str, LockInfo]:
+            return {info.key: info for info in await locks.inspect(prefix) if info.live}
+
+        readings = Readings(read, loop.time)
+        held = await readings.first()
         under = f"the locks under {prefix!r}" if prefix else "every lock"
         out(f"Watching {under} (Ctrl-C to stop)...", flush=True)
-        for line in describe_all(seen):
+        for line in held:
             out(line, flush=True)
         while not stop.is_set():
             await _sleep_until(stop, every_ms)
-            # a busy machine reads later than --every: what expired meanwhile is judged on
-            # the time that really passed, or it would read as released
-            now_at = loop.time()
-            now = await _live(locks, prefix)
-            for line in changes(seen, now, round((now_at - seen_at) * 1000)):
+            for line in await readings.next():
                 out(line, flush=True)
-            seen, seen_at = now, now_at
     out("Stopped watching.", flush=True)
 
 
-async def _live(locks: Locks, prefix: str) -> dict[str, LockInfo]:
-    return {info.key: info for info in await locks.inspect(prefix) if info.live}
+class Readings:
+    """Successive readings of the live locks, each told as what changed since the one before.
+
+    ``read`` returns the live locks by key; ``now`` is a monotonic clock in seconds.
+    """
+
+    def __init__(
+        self, read: Callable[[], Awaitable[dict[str, LockInfo]]], now: Callable[[], float]
+    ) -> None:
+        self._read = read
+        self._now = now
+        self._seen: dict[str, LockInfo] = {}
+        self._seen_from = now()
+
+    async def first(self) -> list[str]:
+        """Read the locks live now; the lines that list them."""
+        self._seen_from = self._now()
+        self._seen = await self._read()
+        return describe_all(self._seen)
+
+    async def next(self) -> list[str]:
+        """Read the locks again; the lines that tell what changed since the last reading."""
+        # the store measures a lock's time left somewhere inside each reading, and a busy
+        # machine can stretch a reading far past --every: only the span from the start of the
+        # last reading to the end of this one surely covers the time that passed, or a lock
+        # that expired would read as released
+        now_from = self._now()
+        now = await self._read()
+        between_ms = round((self._now() - self._seen_from) * 1000)
+        lines = changes(self._seen, now, between_ms)
+        self._seen, self._seen_from = now, now_from
+        return lines
 
 
 async def _sleep_until(stop: asyncio.Event, every_ms: int) -> None:
@@ -104,9 +133,10 @@ def describe_all(live: dict[str, LockInfo]) -> list[str]:
 def changes(before: dict[str, LockInfo], after: dict[str, LockInfo], between_ms: int) -> list[str]:
     """The lines that tell what changed between two readings of the live locks, by key.
 
-    ``between_ms`` is the time from the start of one reading to the start of the next. A lock
-    gone whose time left at the last reading was within that time (plus a margin) expired; one
-    gone sooner was released. One held by another owner was handed over: after an
+    ``between_ms`` is the time from the start of one reading to the end of the next: at least
+    the time that passed between the store's two measures of a lock. A lock gone whose time
+    left at the last reading was within that time (plus a margin) expired; one gone sooner was
+    released. One held by another owner was handed over: after an
     expiry, or a break, or a release and an acquisition between two readings.
     """
     lines = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leaselock._cli import main
-from leaselock._cli._watch import changes, describe_all
+from leaselock._cli._watch import Readings, changes, describe_all
 from leaselock.stores import LockInfo
 
 
@@ -45,6 +45,49 @@ def test_a_lock_gone_within_a_late_reading_is_told_as_expired_not_released():
     # the machine was busy: the next reading came a second later, past the lock's expiry
     assert words(changes(before, {}, between_ms=1000)) == [
         ["expired", "a", "by", "shop-1", "(token", "4)"]
+    ]
+
+
+async def test_a_lock_that_expired_inside_a_slow_reading_is_told_as_expired():
+    # the store measures time left at the start of the first reading and at the end of the
+    # second, which the busy machine stretched to 800 ms after it started
+    seconds = [0.0]
+    answers = [{"a": live("a", "shop-1", 4, 900)}, {}]
+
+    async def read() -> dict[str, LockInfo]:
+        answer = answers.pop(0)
+        if not answer:
+            seconds[0] += 0.8
+        return answer
+
+    readings = Readings(read, lambda: seconds[0])
+    assert words(await readings.first()) == [["held", "a", "by", "shop-1", "(token", "4)"]]
+    seconds[0] = 0.25
+    assert words(await readings.next()) == [["expired", "a", "by", "shop-1", "(token", "4)"]]
+
+
+async def test_each_reading_is_told_against_the_one_before():
+    seconds = [0.0]
+    answers = [
+        {},
+        {"a": live("a", "shop-1", 4, 20_000)},
+        {"a": live("a", "shop-1", 4, 19_750)},
+        {},
+    ]
+
+    async def read() -> dict[str, LockInfo]:
+        return answers.pop(0)
+
+    readings = Readings(read, lambda: seconds[0])
+    assert await readings.first() == []
+    told = []
+    for _ in range(3):
+        seconds[0] += 0.25
+        told.append(words(await readings.next()))
+    assert told == [
+        [["acquired", "a", "by", "shop-1", "(token", "4)"]],
+        [],
+        [["released", "a", "by", "shop-1", "(token", "4)"]],
     ]
 
 
