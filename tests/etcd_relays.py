@@ -111,7 +111,7 @@ class PeerRelays:
     async def _serve_all(self) -> None:
         for index, listener in enumerate(self._listeners):
             server = await asyncio.start_server(
-                functools.partial(self._serve, index), sock=listener
+                functools.partial(self._accept, index), sock=listener
             )
             self._servers.append(server)
 
@@ -127,14 +127,19 @@ class PeerRelays:
             end.transport.abort()
         await asyncio.gather(*(end.wait_closed() for end in self._ends), return_exceptions=True)
 
+    def _accept(
+        self, target: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        # called as the connection is made, so a connection whose relay has not begun when
+        # the relays close is still known, and aborted, instead of left open to warn later
+        self._ends.add(writer)
+        task = self._loop.create_task(self._serve(target, reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _serve(
         self, target: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        self._ends.add(writer)
         # closing the relays cancels this; it ends quietly, since asyncio's server asks a
         # cancelled handler for its exception (and logs the CancelledError it gets)
         with contextlib.suppress(asyncio.CancelledError):
