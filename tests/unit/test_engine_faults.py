@@ -12,7 +12,7 @@ import pytest
 from helpers import LocksOnlyStore
 from leaselock import Event, Lock, Locks, LockStoreError
 from leaselock._engine import ATTEMPT_FLOOR_MS, RELEASE_BOUND_MS
-from leaselock.stores import Acquired, InMemoryLockStore, NotAcquired
+from leaselock.stores import Acquired, AcquireResult, InMemoryLockStore, NotAcquired
 from leaselock.testing import FaultyStore, ManualClock, wait_all_tasks_blocked
 
 
@@ -248,3 +248,54 @@ async def test_a_release_whose_bound_is_swallowed_reports_the_timeout(faulty, cl
         with pytest.raises(LockStoreError, match="did not answer release"):
             await releasing
         assert not lock.held
+
+
+class LeaseMates(LocksOnlyStore):
+    """Answers every acquire as a store whose new lock joins a lease renewed ``age_ms`` before."""
+
+    def __init__(self, inner: FaultyStore, age_ms: int) -> None:
+        super().__init__(inner)
+        self.age_ms = age_ms
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        answer = await self.inner.acquire(key, owner, ttl_ms)
+        if isinstance(answer, Acquired):
+            return Acquired(answer.fencing_token, self.age_ms)
+        return answer
+
+
+async def test_a_lock_under_a_lease_renewed_before_counts_its_deadline_from_that_renewal(
+    faulty, clock
+):
+    async with Locks(store=LeaseMates(faulty, age_ms=600), ttl="3s", clock=clock) as locks:
+        lock = await locks.acquire("k")
+        assert lock is not None
+        faulty.hang("renew")
+        # its first renewal is due a third of the 2.4 s it has left, not of the ttl
+        await clock.advance("799ms")
+        assert [call.method for call in faulty.calls] == ["acquire"]
+        await clock.advance("1ms")
+        assert [call.method for call in faulty.calls] == ["acquire", "renew"]
+        await clock.advance("1599ms")
+        assert lock.held
+        await clock.advance("1ms")
+        reason = lock.signal.reason
+        assert reason is not None
+        assert reason.detected_by == "deadline"
+        faulty.heal()
+
+
+async def test_an_acquire_whose_lease_is_over_by_the_answer_is_not_acquired_and_handed_back(
+    faulty, clock
+):
+    stuck = faulty.hang("acquire", times=1)
+    async with Locks(store=LeaseMates(faulty, age_ms=600), ttl="3s", clock=clock) as locks:
+        attempt = asyncio.create_task(locks.acquire("k"))
+        await wait_all_tasks_blocked()
+        # answered 2.4 s after it was sent: the lease it joined, renewed 0.6 s before, is over
+        clock.jump("2400ms")
+        stuck.release()
+        assert await attempt is None
+        await clock.advance(0)
+        assert [call.method for call in faulty.calls] == ["acquire", "release"]
+        assert isinstance(await faulty.inner.acquire("k", "next", 1000), Acquired)

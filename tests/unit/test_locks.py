@@ -264,6 +264,27 @@ async def test_a_token_outside_the_contract_is_refused_and_no_lock_is_believed_h
         assert await store.inner.acquire("k", "someone", 1000) == Acquired(2)
 
 
+@pytest.mark.parametrize("age", [-1, 2.5, "10", True])
+async def test_a_lease_age_outside_the_contract_is_refused_and_no_lock_is_believed_held(
+    clock: ManualClock, age: object
+):
+    class BadAges(PassThrough):
+        async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+            answer = await self.inner.acquire(key, owner, ttl_ms)
+            assert isinstance(answer, Acquired)
+            return Acquired(answer.fencing_token, age)  # type: ignore[arg-type]
+
+    store = BadAges(clock)
+    async with Locks(store=store, clock=clock) as locks:
+        with pytest.raises(
+            LockStoreError,
+            match=rf"returned lease_age_ms={age!r}; return a whole number of milliseconds",
+        ):
+            await locks.acquire("k")
+        await wait_all_tasks_blocked()
+        assert await store.inner.acquire("k", "someone", 1000) == Acquired(2)
+
+
 async def test_a_store_answering_something_else_than_a_result_is_refused(clock: ManualClock):
     class Weird(PassThrough):
         async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:

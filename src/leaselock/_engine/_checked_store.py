@@ -131,6 +131,12 @@ class CheckedStore:
                 "leaselock.stores.Acquired(fencing_token) or leaselock.stores.NotAcquired()"
             )
         _check_token(self.inner, method, result.fencing_token)
+        age = result.lease_age_ms
+        if type(age) is not int or age < 0:
+            raise LockStoreError(
+                f"{self.inner!r}.{method} returned lease_age_ms={age!r}; return a whole number "
+                "of milliseconds, 0 or more (0: the lock's ttl counts from the call)"
+            )
         return result
 
     async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:

@@ -43,7 +43,7 @@ from ._operator_store import OperatorStore
 from ._queued_wait import QueuedWait
 from ._renewal import RenewalScheduler, renew_interval_ms
 from ._signal import LockSignal
-from ._waiter import NotWon, Waiter, Won
+from ._waiter import NotWon, Waiter, Won, won
 from ._wakeups import WAKEUPS, Hearing
 
 __all__ = [
@@ -356,19 +356,21 @@ class LockEngine:
                 self._acquires_done.set()
         if not isinstance(result, Acquired):
             return NotWon(None, result.holder)
+        attempt = won(result, owner, sent_at_ms, ttl_ms)
         answered_at_ms = self._clock.now_ms()
-        if answered_at_ms >= sent_at_ms + ttl_ms:
+        lives_ms = ttl_ms if attempt.lives_ms is None else attempt.lives_ms
+        if answered_at_ms >= sent_at_ms + lives_ms:
             # the store may already have expired it and given the key to someone else
             _log.info(
                 'The store answered acquire("%s") %d ms after it was sent, past the %d ms '
-                "ttl: not acquired, handed back",
+                "the lock lives: not acquired, handed back",
                 key,
                 answered_at_ms - sent_at_ms,
-                ttl_ms,
+                lives_ms,
             )
             self.release_in_background(key, owner)
             return NotWon(None)
-        return Won(result.fencing_token, owner, sent_at_ms)
+        return attempt
 
     def _adopt(self, key: str, ttl_ms: int, won: Won) -> Lease | None:
         if self._closed:

@@ -23,7 +23,7 @@ from ..stores._common._protocol import Acquired, Grant
 from ._bounded import StoreCallBounds, StoreCallTimeoutError
 from ._checked_store import CheckedLine
 from ._signal import LockSignal
-from ._waiter import Won
+from ._waiter import Won, won
 
 __all__ = ["PLACE_GRACE_MS", "PLACE_MS", "QueuedWait", "place_ms"]
 
@@ -255,7 +255,7 @@ class QueuedWait:
             if self._answered is not None and not self._answered.done():
                 self._answered.set_result(None)
         if isinstance(answer, Acquired) and not self._outcome.done():
-            self._outcome.set_result(Won(answer.fencing_token, self.owner, sent_at_ms))
+            self._outcome.set_result(won(answer, self.owner, sent_at_ms, self._ttl_ms))
         if self._clock.now_ms() >= self._give_up_at_ms:
             self.give_up()
         if not self._outcome.done():
@@ -284,7 +284,7 @@ class QueuedWait:
         self._last_error = None
         if not isinstance(answer, Acquired):
             return None
-        if self._clock.now_ms() >= sent_at_ms + self._ttl_ms:
+        if self._clock.now_ms() >= sent_at_ms + self._ttl_ms - answer.lease_age_ms:
             # the lease it renewed may be over already: wait on; the leave releases it
             return None
         return answer

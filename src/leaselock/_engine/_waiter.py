@@ -11,10 +11,19 @@ from typing import final
 
 from .._clock import Clock, TimerHandle
 from .._errors import LockLostError, LockStoreError
+from ..stores._common._protocol import Acquired
 from ._signal import LockSignal
 from ._wakeups import Hearing
 
-__all__ = ["BACKOFF_CAP_MS", "BACKOFF_FIRST_MS", "NotWon", "Waiter", "Won", "backoff_ms"]
+__all__ = [
+    "BACKOFF_CAP_MS",
+    "BACKOFF_FIRST_MS",
+    "NotWon",
+    "Waiter",
+    "Won",
+    "backoff_ms",
+    "won",
+]
 
 BACKOFF_FIRST_MS = 50
 BACKOFF_CAP_MS = 1000
@@ -36,6 +45,13 @@ class Won:
     owner: str
     sent_at_ms: int
     lives_ms: int | None = None
+
+
+def won(answer: Acquired, owner: str, sent_at_ms: int, ttl_ms: int) -> Won:
+    """The attempt sent at ``sent_at_ms`` that the store answered ``answer`` to."""
+    if answer.lease_age_ms:
+        return Won(answer.fencing_token, owner, sent_at_ms, ttl_ms - answer.lease_age_ms)
+    return Won(answer.fencing_token, owner, sent_at_ms)
 
 
 @final

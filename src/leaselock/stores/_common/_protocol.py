@@ -43,9 +43,15 @@ class Acquired:
     Attributes:
         fencing_token: greater than every token this key was ever given; an ``int`` in
             ``1 .. 2**53 - 1``.
+        lease_age_ms: how long before the call began the store's expiry of the new lock
+            started to count: the lock lives ``ttl_ms`` from then, not from the call (a store
+            whose locks share a lease, renewed a moment before, puts the key under it as it
+            is). ``0``, the contract's own rule, unless the store says otherwise; the holder
+            counts its deadline that much earlier.
     """
 
     fencing_token: int
+    lease_age_ms: int = 0
 
 
 @final
