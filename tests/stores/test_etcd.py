@@ -7,6 +7,7 @@ import base64
 import contextlib
 import dataclasses
 import logging
+import math
 import random
 import socket
 import uuid
@@ -253,11 +254,46 @@ async def test_locks_of_one_ttl_share_one_lease_and_renew_in_two_calls_however_m
 
 
 @pytest.mark.etcd
-async def test_an_acquire_joining_an_earlier_lease_sends_its_keep_alive_beside_its_transaction(
+async def test_an_acquire_joining_a_lease_confirmed_a_moment_before_sends_its_transaction_alone(
     etcd_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the second acquire joins the first's lease however long a loaded machine takes between
     monkeypatch.setattr("leaselock.stores.etcd._leases.JOIN_WINDOW_S", 3_600.0)
+    monkeypatch.setattr("leaselock.stores.etcd._leases.UNKEPT_JOIN_S", 3_600.0)
+    one_hour_ms = 3_600_000
+    sent: list[str] = []
+
+    async def note(request: httpx.Request) -> None:
+        sent.append(request.url.path)
+
+    loop = asyncio.get_running_loop()
+    async with (
+        httpx.AsyncClient(trust_env=False, event_hooks={"request": [note]}) as client,
+        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
+    ):
+        began = loop.time()
+        first = await store.acquire("first", "owner-1", one_hour_ms)
+        sent.clear()
+        second = await store.acquire("second", "owner-2", one_hour_ms)
+        ended = loop.time()
+
+    assert isinstance(first, Acquired)
+    assert first.lease_age_ms == 0, "the lease was granted for the first: its ttl counts from it"
+    assert sent == ["/v3/kv/txn"]
+    assert isinstance(second, Acquired)
+    # its ttl counts from the grant the first acquire waited for, sent after `began`
+    assert 0 < second.lease_age_ms <= math.ceil((ended - began) * 1000)
+    assert len({kv["lease"] for kv in await lock_kvs(etcd_url, prefix)}) == 1
+
+
+@pytest.mark.etcd
+async def test_an_acquire_joining_an_earlier_lease_sends_its_keep_alive_beside_its_transaction(
+    etcd_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the second acquire joins the first's lease however long a loaded machine takes between,
+    # and the lease was confirmed too long before for the lock to count its ttl from then
+    monkeypatch.setattr("leaselock.stores.etcd._leases.JOIN_WINDOW_S", 3_600.0)
+    monkeypatch.setattr("leaselock.stores.etcd._leases.UNKEPT_JOIN_S", 0.0)
     seen: list[tuple[str, str]] = []
 
     async def sent(request: httpx.Request) -> None:
@@ -273,11 +309,13 @@ async def test_an_acquire_joining_an_earlier_lease_sends_its_keep_alive_beside_i
     ):
         assert isinstance(await store.acquire("first", "owner-1", ONE_MINUTE_MS), Acquired)
         seen.clear()
-        assert isinstance(await store.acquire("second", "owner-2", ONE_MINUTE_MS), Acquired)
+        second = await store.acquire("second", "owner-2", ONE_MINUTE_MS)
+        assert isinstance(second, Acquired)
 
     # both on their way before either answered: the acquire waits about one round trip
     assert sorted(seen[:2]) == [("sent", "/v3/kv/txn"), ("sent", "/v3/lease/keepalive")]
     assert sorted(seen[2:]) == [("answered", "/v3/kv/txn"), ("answered", "/v3/lease/keepalive")]
+    assert second.lease_age_ms == 0
     assert len({kv["lease"] for kv in await lock_kvs(etcd_url, prefix)}) == 1
 
 
@@ -286,6 +324,7 @@ async def test_a_refused_acquire_returns_once_the_keep_alive_sent_beside_it_is_a
     etcd_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("leaselock.stores.etcd._leases.JOIN_WINDOW_S", 3_600.0)
+    monkeypatch.setattr("leaselock.stores.etcd._leases.UNKEPT_JOIN_S", 0.0)
     answered: list[str] = []
 
     async def note(response: httpx.Response) -> None:

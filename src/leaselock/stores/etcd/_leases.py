@@ -42,11 +42,25 @@ from typing import Final, final
 
 from .._common._protocol import Renewal
 
-__all__ = ["JOIN_WINDOW_S", "Cohort", "LeaseBook", "Put", "RenewalPlan", "lease_seconds"]
+__all__ = [
+    "JOIN_WINDOW_S",
+    "UNKEPT_JOIN_S",
+    "Cohort",
+    "LeaseBook",
+    "Put",
+    "RenewalPlan",
+    "lease_seconds",
+]
 
 JOIN_WINDOW_S: Final = 0.2
 """How long after its first key a lease takes new keys: the most a lock can outlive its ttl
 (besides etcd's rounding to seconds and its expiry sweep) because of its neighbours."""
+
+UNKEPT_JOIN_S: Final = 0.2
+"""How long after etcd last confirmed a lease (and within a tenth of the ttl) a new key joins
+it without a keep-alive of its own: its lock counts its ttl from that confirmation instead, as
+the acquire tells the engine (``Acquired.lease_age_ms``), so a burst of acquires costs one call
+each, not two."""
 
 MIN_JOIN_LIFE_S: Final = 0.5
 """A new key joins a lease only if it has this long left: time for the join and its keep-alive
@@ -116,6 +130,21 @@ class Cohort:
         lease lives until ``since`` plus its class's seconds or longer.
         """
         return self.sent_at >= since and self.granted_s >= self.seconds
+
+    def age_at_join(self, now: float, ttl_ms: int) -> float | None:
+        """Return how long ago a key joining now may count its lock's ttl from, or ``None``.
+
+        That is how long before ``now`` the lease's last confirmed grant or keep-alive was sent
+        (0 when one was sent since). ``None``: the key needs a keep-alive of its own, the
+        confirmation being older than :data:`UNKEPT_JOIN_S` or a tenth of ``ttl_ms``, or the
+        lease granted shorter than its class.
+        """
+        age = now - self.sent_at
+        if age <= 0:
+            return 0.0
+        if self.granted_s < self.seconds or age > min(UNKEPT_JOIN_S, ttl_ms / 10_000):
+            return None
+        return age
 
     def joinable(self, now: float) -> bool:
         """Whether a new key may join now, to be kept alive after (see the module's rules)."""

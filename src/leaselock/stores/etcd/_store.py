@@ -17,6 +17,7 @@ holds the call (``_etcd_gateway`` says when a call may be sent again, and when n
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, final
@@ -262,22 +263,26 @@ class EtcdLockStore(JobControlOnDocuments):
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         """Take ``key`` for ``owner`` for ``ttl_ms`` if no live lock holds it.
 
-        One transaction, and where the lease it joins was not granted for it, a keep-alive of
-        that lease sent beside it (answered in about one round trip, not two; a refused
-        attempt's keep-alive only renews the lease's young keys early, and is waited for too),
-        or a lease grant before it. A transaction whose answer was lost (its member died, or
-        held it for a leader that died) is sent again to the next member; if the first had
-        been applied, the second finds the key held by this very owner, and the acquire
-        answers the token the first created.
+        One transaction, under a lease that etcd confirmed a moment before (the lock's ttl
+        then counts from that confirmation, and the answer's ``lease_age_ms`` says how much
+        earlier), else with a keep-alive of that lease sent beside it (answered in about one
+        round trip, not two; a refused attempt's keep-alive only renews the lease's young keys
+        early, and is waited for too), or a lease grant before it. A transaction whose answer
+        was lost (its member died, or held it for a leader that died) is sent again to the next
+        member; if the first had been applied, the second finds the key held by this very
+        owner, and the acquire answers the token the first created.
         """
         gateway = self._ready()
         loop = asyncio.get_running_loop()
         for _ in range(2):
             since = loop.time()
             cohort = await self._cohort(lease_seconds(ttl_ms), since)
-            # sent now, it makes the lease last its ttl from the acquire's start on, as one sent
-            # once the key joined would: the key joins a young lease, whose keys it may renew
-            refreshing = self._refreshing(cohort, since)
+            # a lease confirmed a moment ago: the lock counts its ttl from that confirmation;
+            # else a keep-alive sent now makes the lease last its ttl from the acquire's start
+            # on, as one sent once the key joined would: the key joins a young lease, whose
+            # keys it may renew
+            age_s = cohort.age_at_join(since, ttl_ms)
+            refreshing = None if age_s is not None else self._refreshing(cohort, since)
             put = self._book.putting(cohort, key, owner)
             try:
                 answer, resent = await gateway.resent_call(
@@ -310,7 +315,9 @@ class EtcdLockStore(JobControlOnDocuments):
                 token = self._checked_token(as_int(kv.get("create_revision")))
             self._book.applied(put)
             self._book.joined(cohort, key, owner, loop.time())
-            if refreshing is None or await asyncio.shield(refreshing):
+            if refreshing is None:
+                return Acquired(token, math.ceil((age_s or 0.0) * 1000))
+            if await asyncio.shield(refreshing):
                 return Acquired(token)
             # the lease expired between the put and its keep-alive, and took the key along
         raise LockStoreError(
