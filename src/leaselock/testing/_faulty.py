@@ -376,7 +376,9 @@ class FaultyStore:
             answer = await self._inner.acquire(key, owner, ttl_ms)
             for fault in _of(faults, "tokens_back"):
                 if isinstance(answer, Acquired):
-                    answer = Acquired(max(1, answer.fencing_token - fault.tokens_by))
+                    answer = Acquired(
+                        max(1, answer.fencing_token - fault.tokens_by), answer.lease_age_ms
+                    )
             return answer
 
         return await self._call("acquire", key, owner, ttl_ms, reach)

@@ -19,8 +19,9 @@ call, and each grant when its line hears it. The checker proves, from the record
 
 - at most one live lease per key at any instant. A lease is surely live from its acquire's
   answer to the earlier of its release's send and ``ttl`` after the send of its last renewal
-  confirmed before that deadline (the holder's own deadline rule). An acquire answered after its
-  ttl is no lease (the holder must treat it as not acquired). A queue call answered with a
+  confirmed before that deadline (the holder's own deadline rule; an acquire counts as sent
+  ``lease_age_ms`` earlier where the store answered one). An acquire answered after its ttl is
+  no lease (the holder must treat it as not acquired). A queue call answered with a
   token is an acquire; a grant is a lease from when it was heard, with the deadline of the
   place it was given to: ``queue_ms`` from the send of the queue call whose ticket it carries
   (heard after that, it is no lease). A leave's send ends its owner's lease, as a release's;
@@ -132,7 +133,10 @@ class HistoryRecorder:
         except Exception as error:
             self._answered(call, error=type(error).__name__)
             raise
-        self._answered(call, result=encode(answer))
+        if isinstance(answer, Acquired) and answer.lease_age_ms:
+            self._answered(call, result=encode(answer), lease_age_ms=answer.lease_age_ms)
+        else:
+            self._answered(call, result=encode(answer))
         return answer
 
     async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
@@ -327,6 +331,7 @@ class _Call:
     token: int | None = None
     answered_ns: int | None = None
     result: object = None
+    lease_age_ms: int = 0
     error: str | None = None
 
 
@@ -414,6 +419,7 @@ def _calls(
         elif entry["phase"] == "answered" and (call := calls.get(entry["call"])) is not None:
             call.answered_ns = entry["at"]
             call.result = entry.get("result")
+            call.lease_age_ms = entry.get("lease_age_ms", 0)
             call.error = entry.get("error")
     return list(calls.values()), times
 
@@ -443,7 +449,7 @@ def _evidence(calls: list[_Call]) -> list[_Won]:
         if not isinstance(call.result, int) or call.answered_ns is None:
             continue
         if call.op in {"acquire", "queue"}:
-            deadline_ns = call.sent_ns + call.ttl_ms * _NS_PER_MS
+            deadline_ns = call.sent_ns + (call.ttl_ms - call.lease_age_ms) * _NS_PER_MS
             won.append(_Won(call, call.result, call.sent_ns, call.answered_ns, deadline_ns))
         elif call.op == "grant":
             placed = tickets.get((call.process, call.owner, call.ticket))

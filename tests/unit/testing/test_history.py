@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 from helpers import yield_once
 from leaselock import Locks
-from leaselock.stores import AcquireResult, InMemoryLockStore, NotAcquired
+from leaselock.stores import Acquired, AcquireResult, InMemoryLockStore, NotAcquired
 from leaselock.testing.history import HistoryRecorder, check_history
 
 MS = 1_000_000
@@ -30,6 +31,7 @@ class History:
         call = f"{process}:{self._calls}"
         result = fields.pop("result", None)
         error = fields.pop("error", None)
+        lease_age_ms = fields.pop("lease_age_ms", 0)
         self.entries.append(
             {"process": process, "call": call, "phase": "sent", "op": op, "key": key,
              "at": sent_ms * MS, **fields}
@@ -38,12 +40,24 @@ class History:
             answer: dict[str, Any] = {"process": process, "call": call, "phase": "answered"}
             answer["at"] = answered_ms * MS
             answer.update({"error": error} if error else {"result": result})
+            if lease_age_ms:
+                answer["lease_age_ms"] = lease_age_ms
             self.entries.append(answer)
 
     def acquire(
-        self, process: str, owner: str, sent: int, answered: int | None, token: int | None
+        self,
+        process: str,
+        owner: str,
+        sent: int,
+        answered: int | None,
+        token: int | None,
+        *,
+        lease_age_ms: int = 0,
     ) -> None:
-        self.call(process, "acquire", "k", sent, answered, owner=owner, ttl_ms=1000, result=token)
+        self.call(
+            process, "acquire", "k", sent, answered,
+            owner=owner, ttl_ms=1000, result=token, lease_age_ms=lease_age_ms,
+        )  # fmt: skip
 
     def renew(self, process: str, owner: str, sent: int, answered: int, ok: bool = True) -> None:
         self.call(process, "renew", "k", sent, answered, owner=owner, ttl_ms=1000, result=ok)
@@ -127,6 +141,47 @@ def test_an_acquire_answered_after_its_ttl_is_not_a_lease():
     report = check_history(history.entries)
     assert report.ok, report.summary()
     assert report.late_acquisitions == 1
+
+
+@pytest.mark.parametrize(("lease_age_ms", "ok"), [(300, True), (0, False)])
+def test_an_acquire_under_a_lease_renewed_before_it_ends_that_much_sooner(
+    lease_age_ms: int, ok: bool
+):
+    history = History()
+    history.acquire("a", "a1", 0, 5, 1, lease_age_ms=lease_age_ms)
+    history.acquire("b", "b1", 750, 760, 2)
+    report = check_history(history.entries)
+    assert report.ok is ok, report.summary()
+
+
+async def test_the_recorder_writes_the_age_of_the_lease_an_acquire_joined(tmp_path: Path):
+    class LeaseMates:
+        """The in-memory store, as if each new lock joined a lease renewed 300 ms before."""
+
+        def __init__(self) -> None:
+            self.inner = InMemoryLockStore()
+
+        async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+            answer = await self.inner.acquire(key, owner, ttl_ms)
+            return Acquired(answer.fencing_token, 300) if isinstance(answer, Acquired) else answer
+
+        async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+            return await self.inner.renew(key, owner, ttl_ms)
+
+        async def release(self, key: str, owner: str) -> bool:
+            return await self.inner.release(key, owner)
+
+    path = tmp_path / "history.jsonl"
+    recorder = HistoryRecorder(LeaseMates(), path)
+    assert await recorder.acquire("k", "a1", 1000) == Acquired(1, 300)
+    recorder.close()
+    history = History()
+    history.entries = [json.loads(line) for line in path.read_text().splitlines()]
+    # b's acquire 750 ms after a's was sent: a's lease, renewed 300 ms before it, was over
+    sent_ns = next(entry["at"] for entry in history.entries if entry.get("phase") == "sent")
+    history.acquire("b", "b1", sent_ns // MS + 750, sent_ns // MS + 760, 2)
+    report = check_history(history.entries)
+    assert report.ok, report.summary()
 
 
 def test_a_release_sent_by_a_process_killed_before_the_answer_ends_the_lease():
