@@ -3,9 +3,10 @@
 Each round, this process holds a fresh key, a waiter process starts waiting for it, and 0.3 to
 0.4 s later (the waiter is blocked by then) this process releases it; the waiter reports when it
 holds the key. Both read the same system-wide monotonic clock; an asynchronous holder reads it
-inside its running event loop, where an application's release() starts. It prints p50 and p95
-over the rounds, and the p50 of when the holder's release call returned and of how long after
-that the waiter held the key, for (the variants of a store take turns, a batch of rounds each):
+inside its running event loop, where an application's release() starts. It prints p50, p95
+and p99 over the rounds, and the p50 of when the holder's release call returned and of how long
+after that the waiter held the key, for (the variants of a store take turns, a batch of rounds
+each):
 
     Redis:       leaselock (RedisLockStore), python-redis-lock (SET NX + BLPOP on a signal
                  list), the best Python peer, redis-py's own Lock (it polls), and the floor
@@ -27,7 +28,9 @@ that the waiter held the key, for (the variants of a store take turns, a batch o
     SQLite:      leaselock (SQLiteLockStore) on a file in a temporary directory.
 
 Run: .venv/bin/python benchmarks/bench_handoff.py [--stores redis,postgres,mysql,sqlite]
-     [--rounds 100] [--batches 5]
+     [--rounds 100] [--batches 5] [--load N]
+``--load N`` keeps N CPU-bound processes busy beside the run: the handoff of a busy machine,
+every variant under the same load (a p99 wants 300 rounds or more).
 python-redis-lock comes with the benchmark dependency group: make bench installs it. URLs default to
 LEASELOCK_TEST_POSTGRES_URL / LEASELOCK_TEST_REDIS_URL / LEASELOCK_TEST_MYSQL_URL, else the
 machine's servers.
@@ -562,8 +565,9 @@ def report(
     handoffs = [each.held_ms for each in rounds]
     p50 = statistics.median(handoffs)
     p95 = statistics.quantiles(handoffs, n=20)[-1]
+    p99 = statistics.quantiles(handoffs, n=100)[-1]
     versus = "" if best is None else f"   x{p50 / best:.2f} {of}"
-    print(f"  {name:<40} p50 {p50:6.2f} ms   p95 {p95:6.2f} ms{versus}")
+    print(f"  {name:<40} p50 {p50:6.2f} ms   p95 {p95:6.2f} ms   p99 {p99:6.2f} ms{versus}")
     returned = statistics.median(each.returned_ms for each in rounds)
     after = statistics.median(each.held_ms - each.returned_ms for each in rounds)
     print(f"  {'':<40} its release call returns at {returned:.2f} ms; held {after:+.2f} ms after")
@@ -595,15 +599,42 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=100, help="rounds of each variant")
     parser.add_argument("--batches", type=int, default=5, help="turns the variants take")
+    parser.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        help="CPU-bound processes kept busy beside the whole run (default 0: a quiet machine)",
+    )
     add_server_arguments(parser)
     arguments = parser.parse_args()
     logging.getLogger("leaselock").setLevel(logging.ERROR)
-    chosen = arguments.stores.split(",")
     rounds, batches = arguments.rounds, arguments.batches
     print(
         f"handoff: release() to the waiter in another process holding; {rounds} rounds of "
         f"each variant, in {batches} turns"
+        + (f", {arguments.load} busy processes beside it" if arguments.load else "")
     )
+    busy = [multiprocessing.Process(target=spin, daemon=True) for _ in range(arguments.load)]
+    for process in busy:
+        process.start()
+    try:
+        run_stores(arguments)
+    finally:
+        for process in busy:
+            process.terminate()
+            process.join()
+
+
+def spin() -> None:
+    """Burn CPU until terminated: the load of a busy machine."""
+    while True:
+        pass
+
+
+def run_stores(arguments: argparse.Namespace) -> None:
+    """Run the chosen stores' variants and print their figures."""
+    chosen = arguments.stores.split(",")
+    rounds, batches = arguments.rounds, arguments.batches
     if "redis" in chosen:
         url = arguments.redis_url
         print("Redis")
