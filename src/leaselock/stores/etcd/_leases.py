@@ -9,7 +9,9 @@ expiry its own, and two more keep every renewal's promise:
   the old one expire with the keys whose holders stopped renewing.
 - **A new key joins a lease only while that lease is young or empty**: its keep-alive, sent
   after the key joined, also extends the keys that joined in the last ``JOIN_WINDOW_S``, and
-  nothing older.
+  nothing older. A key that joins a lease etcd confirmed within ``UNKEPT_JOIN_S`` sends no
+  keep-alive: its lock's ttl counts from that confirmation, and its acquire says so
+  (``Acquired.lease_age_ms``), so the holder's deadline comes no later than the lease's end.
 - **A renewal is confirmed by the lease's key list alone only where one owner can be there**:
   etcd lists the keys under a lease but not their values, and a key freed (by a break
   elsewhere) may be taken again under the same lease by another owner of this store. The book
