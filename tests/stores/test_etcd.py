@@ -88,6 +88,18 @@ async def opened(store: EtcdLockStore) -> AsyncIterator[EtcdLockStore]:
         await store.aclose()
 
 
+@contextlib.asynccontextmanager
+async def hooked(
+    url: str, prefix: str, hooks: Mapping[str, list[Any]]
+) -> AsyncIterator[EtcdLockStore]:
+    """An opened store whose gateway calls pass through httpx ``hooks`` (sent, answered)."""
+    async with (
+        httpx.AsyncClient(trust_env=False, event_hooks=hooks) as client,
+        opened(EtcdLockStore(url, client=client, prefix=prefix)) as store,
+    ):
+        yield store
+
+
 async def lock_kvs(url: str, prefix: str) -> list[dict[str, Any]]:
     """Every lock key under ``prefix``, as etcd keeps it (lease, revisions)."""
     return await kvs_under(url, prefix + "locks/")
@@ -227,10 +239,7 @@ async def test_locks_of_one_ttl_share_one_lease_and_renew_in_two_calls_however_m
     async def count(request: httpx.Request) -> None:
         calls.append(request.url.path)
 
-    async with (
-        httpx.AsyncClient(trust_env=False, event_hooks={"request": [count]}) as client,
-        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
-    ):
+    async with hooked(etcd_url, prefix, {"request": [count]}) as store:
         owners = {f"k{n}": unique_key("owner") for n in range(held)}
         halves = list(owners.items())[: held // 2], list(owners.items())[held // 2 :]
         for half in halves:
@@ -267,10 +276,7 @@ async def test_an_acquire_joining_a_lease_confirmed_a_moment_before_sends_its_tr
         sent.append(request.url.path)
 
     loop = asyncio.get_running_loop()
-    async with (
-        httpx.AsyncClient(trust_env=False, event_hooks={"request": [note]}) as client,
-        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
-    ):
+    async with hooked(etcd_url, prefix, {"request": [note]}) as store:
         began = loop.time()
         first = await store.acquire("first", "owner-1", one_hour_ms)
         sent.clear()
@@ -303,10 +309,7 @@ async def test_an_acquire_joining_an_earlier_lease_sends_its_keep_alive_beside_i
         seen.append(("answered", response.request.url.path))
 
     hooks = {"request": [sent], "response": [answered]}
-    async with (
-        httpx.AsyncClient(trust_env=False, event_hooks=hooks) as client,
-        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
-    ):
+    async with hooked(etcd_url, prefix, hooks) as store:
         assert isinstance(await store.acquire("first", "owner-1", ONE_MINUTE_MS), Acquired)
         seen.clear()
         second = await store.acquire("second", "owner-2", ONE_MINUTE_MS)
@@ -330,10 +333,7 @@ async def test_a_refused_acquire_returns_once_the_keep_alive_sent_beside_it_is_a
     async def note(response: httpx.Response) -> None:
         answered.append(response.request.url.path)
 
-    async with (
-        httpx.AsyncClient(trust_env=False, event_hooks={"response": [note]}) as client,
-        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
-    ):
+    async with hooked(etcd_url, prefix, {"response": [note]}) as store:
         assert isinstance(await store.acquire("taken", "owner-1", ONE_MINUTE_MS), Acquired)
         answered.clear()
         refused = await store.acquire("taken", "owner-2", ONE_MINUTE_MS)
@@ -589,10 +589,7 @@ async def test_job_records_read_every_job_in_one_range_and_given_jobs_64_to_a_tr
     async def count(request: httpx.Request) -> None:
         calls.append(request.url.path)
 
-    async with (
-        httpx.AsyncClient(trust_env=False, event_hooks={"request": [count]}) as client,
-        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
-    ):
+    async with hooked(etcd_url, prefix, {"request": [count]}) as store:
         runs = [
             make_run(job, at_ms=n, token=n, outcome="ok" if n % 2 else "error")
             for n, job in enumerate(jobs)
@@ -662,10 +659,7 @@ async def test_a_swap_writes_only_over_the_document_it_names_each_in_one_transac
     async def count(request: httpx.Request) -> None:
         calls.append(request.url.path)
 
-    async with (
-        httpx.AsyncClient(trust_env=False, event_hooks={"request": [count]}) as client,
-        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
-    ):
+    async with hooked(etcd_url, prefix, {"request": [count]}) as store:
         calls.clear()
         assert await store.swap_document(name, None, "one") is True
         assert await store.swap_document(name, None, "two") is False
@@ -711,8 +705,7 @@ async def test_documents_are_read_128_names_to_a_transaction_and_listed_in_one_r
         calls.append(request.url.path)
 
     async with (
-        httpx.AsyncClient(trust_env=False, event_hooks={"request": [count]}) as client,
-        opened(EtcdLockStore(etcd_url, client=client, prefix=prefix)) as store,
+        hooked(etcd_url, prefix, {"request": [count]}) as store,
         opened(EtcdLockStore(etcd_url, prefix=neighbour)) as other,
     ):
         await asyncio.gather(*(store.swap_document(n, None, d) for n, d in kept.items()))

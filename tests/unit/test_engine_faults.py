@@ -57,15 +57,35 @@ async def test_an_attempt_whose_answer_was_lost_is_handed_back_and_the_wait_goes
         assert lock.owner == second.owner
 
 
-async def test_an_acquire_answered_after_its_ttl_is_not_acquired_and_is_handed_back(faulty, clock):
+class LeaseMates(LocksOnlyStore):
+    """Answers every acquire as a store whose new lock joins a lease renewed ``age_ms`` before."""
+
+    def __init__(self, inner: FaultyStore, age_ms: int) -> None:
+        super().__init__(inner)
+        self.age_ms = age_ms
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        answer = await self.inner.acquire(key, owner, ttl_ms)
+        if isinstance(answer, Acquired):
+            return Acquired(answer.fencing_token, self.age_ms)
+        return answer
+
+
+# a lock under a lease its store renewed 600 ms before the acquire lives 600 ms less
+@pytest.mark.parametrize(("lease_age_ms", "answered_after"), [(0, "3s"), (600, "2400ms")])
+async def test_an_acquire_answered_after_its_ttl_is_not_acquired_and_is_handed_back(
+    faulty, clock, lease_age_ms: int, answered_after: str
+):
     stuck = faulty.hang("acquire", times=1)
-    async with Locks(store=faulty, ttl="1s", clock=clock) as locks:
+    store = LeaseMates(faulty, age_ms=lease_age_ms)
+    async with Locks(store=store, ttl="3s", clock=clock) as locks:
         attempt = asyncio.create_task(locks.acquire("k"))
         await wait_all_tasks_blocked()
-        clock.jump("1s")
+        clock.jump(answered_after)
         stuck.release()
         assert await attempt is None
         await clock.advance(0)
+        assert [call.method for call in faulty.calls] == ["acquire", "release"]
         assert isinstance(await faulty.inner.acquire("k", "next", 1000), Acquired)
 
 
@@ -250,20 +270,6 @@ async def test_a_release_whose_bound_is_swallowed_reports_the_timeout(faulty, cl
         assert not lock.held
 
 
-class LeaseMates(LocksOnlyStore):
-    """Answers every acquire as a store whose new lock joins a lease renewed ``age_ms`` before."""
-
-    def __init__(self, inner: FaultyStore, age_ms: int) -> None:
-        super().__init__(inner)
-        self.age_ms = age_ms
-
-    async def acquire(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-        answer = await self.inner.acquire(key, owner, ttl_ms)
-        if isinstance(answer, Acquired):
-            return Acquired(answer.fencing_token, self.age_ms)
-        return answer
-
-
 async def test_a_lock_under_a_lease_renewed_before_counts_its_deadline_from_that_renewal(
     faulty, clock
 ):
@@ -283,19 +289,3 @@ async def test_a_lock_under_a_lease_renewed_before_counts_its_deadline_from_that
         assert reason is not None
         assert reason.detected_by == "deadline"
         faulty.heal()
-
-
-async def test_an_acquire_whose_lease_is_over_by_the_answer_is_not_acquired_and_handed_back(
-    faulty, clock
-):
-    stuck = faulty.hang("acquire", times=1)
-    async with Locks(store=LeaseMates(faulty, age_ms=600), ttl="3s", clock=clock) as locks:
-        attempt = asyncio.create_task(locks.acquire("k"))
-        await wait_all_tasks_blocked()
-        # answered 2.4 s after it was sent: the lease it joined, renewed 0.6 s before, is over
-        clock.jump("2400ms")
-        stuck.release()
-        assert await attempt is None
-        await clock.advance(0)
-        assert [call.method for call in faulty.calls] == ["acquire", "release"]
-        assert isinstance(await faulty.inner.acquire("k", "next", 1000), Acquired)
